@@ -1,0 +1,128 @@
+# sdpshim: transparent sockets over RDMA.  One Makefile for the library, the
+# launcher, the tests and the benchmarks.  `make help` lists the targets.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+LIBDIR  ?= $(PREFIX)/lib/sdpshim
+BINDIR  ?= $(PREFIX)/bin
+CC      ?= cc
+BUILD   ?= build
+SAN     ?= 0
+VERSION ?= 0.1.0
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
+            -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS   ?= -O2 -g
+CPPFLAGS += -D_GNU_SOURCE -DSDPSHIM_VERSION=\"$(VERSION)\" \
+            -DSDPSHIM_LIBDIR=\"$(LIBDIR)\" -I. -MMD -MP
+ALLCFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden
+ifeq ($(SAN),1)
+BUILD    := build-san
+ALLCFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDSAN    := -fsanitize=address,undefined
+endif
+RDMA_LIBS := -lrdmacm -libverbs
+SANFLAGS  := -fsanitize=address,undefined
+
+# The library: every .c in the three layers.  Files ending in _cli.c belong
+# to the launcher instead.
+LIB_SRCS  := $(filter-out %_cli.c,$(wildcard preload/*.c core/*.c ipoib_fallback/*.c))
+CLI_SRCS  := $(wildcard preload/*_cli.c core/*_cli.c ipoib_fallback/*_cli.c)
+# Pure modules: no interposition, no global state that needs the preload.
+# Unit tests and the launcher link these.
+PURE_SRCS := core/wire.c core/log.c core/stats_shm.c core/config.c ipoib_fallback/rules.c \
+             ipoib_fallback/negcache.c ipoib_fallback/reason.c ipoib_fallback/path.c \
+             preload/fdtable.c
+PURE_SRCS := $(wildcard $(PURE_SRCS))
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+PURE_OBJS := $(PURE_SRCS:%.c=$(BUILD)/pure/%.o)
+
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%)
+TLIB_SRCS := $(wildcard tests/lib/*.c)
+TLIB_OBJS := $(TLIB_SRCS:%.c=$(BUILD)/pure/%.o)
+PROG_SRCS := $(wildcard tests/progs/*.c)
+PROG_BINS := $(PROG_SRCS:tests/progs/%.c=$(BUILD)/tests/progs/%)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+
+.PHONY: all install uninstall test unit native vm check fuzz clean help progs
+
+all: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim progs
+
+help:
+	@echo "make            build $(BUILD)/libsdpshim.so, $(BUILD)/sdpshim and test programs"
+	@echo "make test       unit tests + native bats suite + VM (soft-RoCE) bats suite"
+	@echo "make unit|native|vm   one part of the suite"
+	@echo "make SAN=1 ...  the same with ASan+UBSan into build-san/"
+	@echo "make fuzz       build libFuzzer harnesses (clang)"
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -c $< -o $@
+
+$(BUILD)/pure/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE $(ALLCFLAGS) -c $< -o $@
+
+$(BUILD)/libsdpshim.so: $(LIB_OBJS) preload/exports.map
+	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
+	  -Wl,-z,defs -Wl,-z,now $(LDSAN) $(RDMA_LIBS) -ldl -lpthread
+
+$(BUILD)/sdpshim: $(CLI_OBJS) $(PURE_OBJS)
+	$(CC) -o $@ $^ $(LDSAN) -libverbs -lpthread
+
+progs: $(PROG_BINS)
+
+$(BUILD)/tests/progs/%: tests/progs/%.c $(TLIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(PROG_CFLAGS_$*) \
+	  $(if $(SANPROGS),$(SANFLAGS)) -o $@ $< $(TLIB_OBJS) \
+	  $(RDMA_LIBS) -lpthread
+
+# One program is built twice: with and without _FORTIFY_SOURCE=2 (issue 3).
+PROG_CFLAGS_stream_fortify := -O2 -D_FORTIFY_SOURCE=2
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
+	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	  -o $@ $< $(PURE_SRCS) $(TLIB_SRCS) -lpthread
+
+unit: $(UNIT_BINS)
+	@tests/run-unit.sh $(UNIT_BINS)
+
+native: all
+	@tests/run-bats.sh native
+
+vm: all
+	@tests/run-bats.sh vm
+
+test: all $(UNIT_BINS)
+	@tests/run-all.sh
+
+fuzz: $(FUZZ_BINS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(PURE_SRCS)
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) -DSDPSHIM_PURE -std=gnu11 -g -O1 \
+	  -fsanitize=fuzzer,address,undefined -o $@ $< $(PURE_SRCS)
+
+check:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
+	  --suppress=missingIncludeSystem -D_GNU_SOURCE -I. preload core ipoib_fallback
+
+install: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
+	install -m 0755 $(BUILD)/libsdpshim.so $(DESTDIR)$(LIBDIR)/libsdpshim.so
+	install -m 0755 $(BUILD)/sdpshim $(DESTDIR)$(BINDIR)/sdpshim
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libsdpshim.so $(DESTDIR)$(BINDIR)/sdpshim
+
+clean:
+	rm -rf build build-san build-h*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

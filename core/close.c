@@ -1,0 +1,187 @@
+/* The close state machine of a channel: one function per event, each
+ * switching over every state.  Orderly close is a DisConn in each
+ * direction after the data; abort and carrier failure end both. */
+#include <errno.h>
+
+#include "core/conn_internal.h"
+#include "core/log.h"
+
+static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
+{
+	if (c->close_state == old)
+		return;
+	sdp_debug("channel close state %d -> %d", old, c->close_state);
+	conn_update_readiness(c, false);
+	conn_signal_owner(c, CONN_EV_STATE);
+	close_check_orphan(c);
+}
+
+void close_check_orphan(struct sdp_conn *c)
+{
+	bool all_acked = c->tx_peer_ack == c->tx_seq && !tx_has_unposted(c);
+
+	if (!c->app_closed || c->phase != CONN_OPEN)
+		return;
+	switch (c->close_state) {
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		conn_schedule_destroy(c);
+		break;
+	case CLOSE_FIN_WAIT:
+		if (all_acked)
+			conn_schedule_destroy(c); /* every byte and our DisConn were consumed */
+		break;
+	case CLOSE_ACTIVE:
+	case CLOSE_TX_DRAINING:
+	case CLOSE_PEER_FIN:
+	case CLOSE_LAST_DRAIN:
+		break;
+	}
+}
+
+/* The app shut down writing (shutdown SHUT_WR, or close). */
+void close_ev_app_shutdown_wr(struct sdp_conn *c)
+{
+	enum conn_close_state old = c->close_state;
+
+	switch (c->close_state) {
+	case CLOSE_ACTIVE:
+		c->close_state = CLOSE_TX_DRAINING;
+		tx_queue_ctrl(c, SDP_MID_DISCONN);
+		break;
+	case CLOSE_PEER_FIN:
+		c->close_state = CLOSE_LAST_DRAIN;
+		tx_queue_ctrl(c, SDP_MID_DISCONN);
+		break;
+	case CLOSE_TX_DRAINING:
+	case CLOSE_FIN_WAIT:
+	case CLOSE_LAST_DRAIN:
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		break;
+	}
+	tx_kick(c);
+	notify_close_change(c, old);
+}
+
+/* Our DisConn was posted behind the last byte of data. */
+void close_ev_tx_flushed(struct sdp_conn *c)
+{
+	enum conn_close_state old = c->close_state;
+
+	switch (c->close_state) {
+	case CLOSE_TX_DRAINING:
+		c->close_state = CLOSE_FIN_WAIT;
+		break;
+	case CLOSE_LAST_DRAIN:
+		c->close_state = CLOSE_DONE;
+		break;
+	case CLOSE_ACTIVE:
+	case CLOSE_FIN_WAIT:
+	case CLOSE_PEER_FIN:
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		break;
+	}
+	notify_close_change(c, old);
+}
+
+/* The peer's DisConn arrived: it sends no more; we read EOF after the data. */
+void close_ev_peer_disconn(struct sdp_conn *c)
+{
+	enum conn_close_state old = c->close_state;
+
+	switch (c->close_state) {
+	case CLOSE_ACTIVE:
+		c->close_state = CLOSE_PEER_FIN;
+		break;
+	case CLOSE_TX_DRAINING:
+		c->close_state = CLOSE_LAST_DRAIN;
+		break;
+	case CLOSE_FIN_WAIT:
+		c->close_state = CLOSE_DONE;
+		break;
+	case CLOSE_PEER_FIN:
+	case CLOSE_LAST_DRAIN:
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		break; /* a duplicate DisConn changes nothing */
+	}
+	c->rx_eof = true;
+	notify_close_change(c, old);
+}
+
+/* Reset: sent by us (SO_LINGER 0, protocol violation) or by the peer. */
+void close_ev_abort(struct sdp_conn *c, int err, bool send_abort)
+{
+	enum conn_close_state old = c->close_state;
+
+	switch (c->close_state) {
+	case CLOSE_ACTIVE:
+	case CLOSE_TX_DRAINING:
+	case CLOSE_FIN_WAIT:
+	case CLOSE_PEER_FIN:
+	case CLOSE_LAST_DRAIN:
+		c->close_state = CLOSE_ABORTED;
+		c->hard_error = err;
+		if (send_abort) {
+			c->abort_errno = err;
+			tx_queue_ctrl(c, SDP_MID_ABORT);
+			tx_kick(c);
+		}
+		break;
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		break;
+	}
+	notify_close_change(c, old);
+}
+
+/* The QP or the rdma_cm connection failed, or the peer disconnected
+ * without DisConn.  Before ATTACH no byte moved: fall back to TCP.  After
+ * it, the peer's kernel TCP socket says whether it closed or reset. */
+void close_ev_carrier_failed(struct sdp_conn *c, int err)
+{
+	enum conn_close_state old = c->close_state;
+
+	if (c->carrier_dead)
+		return;
+	c->carrier_dead = true;
+	switch (c->phase) {
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING:
+	case CONN_AWAIT_ATTACH:
+	case CONN_PENDING:
+	case CONN_ATTACHING:
+		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		return;
+	case CONN_OPEN:
+		break;
+	case CONN_DRAINING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		return;
+	}
+	switch (c->close_state) {
+	case CLOSE_ACTIVE:
+	case CLOSE_TX_DRAINING:
+	case CLOSE_FIN_WAIT:
+		/* The peer vanished without DisConn: its TCP socket tells how. */
+		c->hard_error = tcp_peer_verdict(c, err);
+		if (c->hard_error == 0)
+			c->rx_eof = true;
+		c->close_state = c->hard_error ? CLOSE_ABORTED : CLOSE_DONE;
+		break;
+	case CLOSE_PEER_FIN:
+	case CLOSE_LAST_DRAIN:
+		c->close_state = CLOSE_DONE;
+		break;
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		break;
+	}
+	notify_close_change(c, old);
+	conn_update_readiness(c, true);
+	if (c->app_closed)
+		conn_schedule_destroy(c);
+}

@@ -1,0 +1,87 @@
+/* The process-wide rdma_cm event channel: created on first use, watched
+ * by the progress thread, events dispatched by the kind of id context. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/conn_internal.h"
+#include "core/dev.h"
+#include "core/listener.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rdma_event_channel *cm_channel;
+static pid_t cm_channel_pid;
+static struct progress_source cm_src;
+
+static void dispatch(struct rdma_cm_event *ev)
+{
+	void *ctx = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->listen_id->context
+							       : ev->id->context;
+	int kind = ctx ? *(int *)ctx : 0;
+
+	sdp_debug("rdma_cm event %s (status %d)", rdma_event_str(ev->event), ev->status);
+	if (kind == CM_KIND_LISTENER)
+		cm_listener_event(ctx, ev);
+	else if (kind == CM_KIND_CONN && ((struct sdp_conn *)ctx)->is_server)
+		cm_server_conn_event(ctx, ev);
+	else if (kind == CM_KIND_CONN)
+		cm_client_event(ctx, ev);
+}
+
+static void on_cm_ready(struct progress_source *src, uint32_t events)
+{
+	struct rdma_cm_event *ev;
+
+	(void)src;
+	(void)events;
+	for (;;) {
+		SDP_GUARD_ENTER();
+		int rc = rdma_get_cm_event(cm_channel, &ev);
+		SDP_GUARD_LEAVE();
+		if (rc != 0)
+			return;
+		dispatch(ev);
+		SDP_GUARD_ENTER();
+		rdma_ack_cm_event(ev);
+		SDP_GUARD_LEAVE();
+	}
+}
+
+int cm_channel_ensure(struct rdma_event_channel **out)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&cm_lock);
+	if (!cm_channel || cm_channel_pid != getpid()) {
+		SDP_GUARD_ENTER();
+		cm_channel = rdma_create_event_channel();
+		SDP_GUARD_LEAVE();
+		if (!cm_channel) {
+			err = errno ? -errno : -ENODEV;
+		} else {
+			cm_channel->fd = progress_hide_fd(cm_channel->fd);
+			real.fcntl(cm_channel->fd, F_SETFL,
+				   real.fcntl(cm_channel->fd, F_GETFL) | O_NONBLOCK);
+			cm_src.on_ready = on_cm_ready;
+			err = progress_watch(cm_channel->fd, EPOLLIN, &cm_src);
+			if (!err)
+				cm_channel_pid = getpid();
+		}
+	}
+	*out = cm_channel;
+	pthread_mutex_unlock(&cm_lock);
+	return err;
+}
+
+void conn_layer_atfork_child(void)
+{
+	pthread_mutex_init(&cm_lock, NULL);
+	cm_channel = NULL; /* the parent's; left alone */
+	dev_atfork_child();
+	progress_atfork_child();
+}

@@ -1,0 +1,319 @@
+/* The client side of channel setup: the app's socket is bound first, the
+ * rdma_cm connection to the same address and port carries a Hello naming
+ * the TCP 4-tuple, and only then does the kernel TCP connect happen.
+ * Every failure before ATTACH falls back to TCP with a reason. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+/* IPv4 as IPv4-mapped IPv6, so tuples compare the same either way. */
+void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port)
+{
+	memset(out, 0, 16);
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+		memcpy(out, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+	}
+}
+
+/* The client's socket must own a local port before the Hello names it. */
+static int ensure_bound(int fd, int family, uint16_t *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	uint8_t addr[16];
+
+	if (real.getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return -errno;
+	sockaddr_to_tuple_addr((struct sockaddr *)&ss, addr, port);
+	if (*port != 0)
+		return 0;
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = (sa_family_t)family;
+	len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	if (real.bind(fd, (struct sockaddr *)&ss, len) != 0)
+		return -errno;
+	len = sizeof(ss);
+	if (real.getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return -errno;
+	sockaddr_to_tuple_addr((struct sockaddr *)&ss, addr, port);
+	return 0;
+}
+
+static enum sdp_reason reason_for_cm_error(int err)
+{
+	switch (err) {
+	case -ENODEV:
+	case -EADDRNOTAVAIL:
+	case -ENETUNREACH:
+	case -EHOSTUNREACH:
+		return SDP_REASON_PEER_UNREACHABLE;
+	default:
+		return SDP_REASON_RDMA_CM_ERROR;
+	}
+}
+
+struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sdp_reason *reason,
+				    int *err)
+{
+	struct rdma_event_channel *ch;
+	struct sdp_conn *c;
+	int rc;
+
+	*err = progress_start();
+	if (!*err)
+		*err = cm_channel_ensure(&ch);
+	if (*err) {
+		*reason = SDP_REASON_RDMA_CM_ERROR;
+		return NULL;
+	}
+	c = conn_alloc(false);
+	if (!c) {
+		*reason = SDP_REASON_RESOURCES;
+		*err = -ENOMEM;
+		return NULL;
+	}
+	memcpy(&c->peer_addr, p->dst, p->dst_len);
+	c->peer_addr_len = p->dst_len;
+	c->owner = p->owner;
+	c->owner_ops = p->owner_ops;
+	c->st = p->st;
+	c->async_connect = p->async;
+	sockaddr_to_tuple_addr(p->dst, c->tuple.dst_addr, &c->tuple.dst_port);
+	*err = ensure_bound(p->app_fd, p->dst->sa_family, &c->tuple.src_port);
+	c->tcp_fd = *err ? -1 : progress_hide_fd(real.dup(p->app_fd));
+	if (!*err && c->tcp_fd < 0)
+		*err = -EMFILE;
+	if (!*err) {
+		SDP_GUARD_ENTER();
+		rc = rdma_create_id(ch, &c->cm_id, c, RDMA_PS_TCP);
+		if (rc == 0)
+			rc = rdma_resolve_addr(c->cm_id, NULL, (struct sockaddr *)p->dst,
+					       (int)p->timeout_ms);
+		*err = rc ? -errno : 0;
+		SDP_GUARD_LEAVE();
+	}
+	if (*err) {
+		*reason = reason_for_cm_error(*err);
+		conn_lock(c);
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		conn_unlock(c);
+		return NULL;
+	}
+	conn_get(c); /* the caller's reference */
+	conn_arm_timer(c, p->timeout_ms);
+	return c;
+}
+
+enum conn_phase conn_wait_resolved(struct sdp_conn *c)
+{
+	enum conn_phase phase;
+
+	conn_lock(c);
+	while (c->phase == CONN_RESOLVING)
+		pthread_cond_wait(&c->cond, &c->lock); /* bounded by the connect timer */
+	phase = c->phase;
+	conn_unlock(c);
+	return phase;
+}
+
+void conn_tcp_connected(struct sdp_conn *c, int rc)
+{
+	conn_lock(c);
+	if (c->phase == CONN_TCP_CONNECTING) {
+		if (rc == 0) {
+			c->phase = CONN_AWAIT_ATTACH;
+			tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+			conn_update_readiness(c, false);
+		} else {
+			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+		}
+	}
+	conn_unlock(c);
+}
+
+static void build_hello(struct sdp_conn *c, struct sdp_hello_wire *out)
+{
+	struct sdp_hello h = {
+		.version = SDP_WIRE_VERSION,
+		.buf_count = c->buf_count,
+		.buf_size = c->buf_size,
+		.tuple = c->tuple,
+	};
+	uint16_t ignored;
+
+	/* The source address rdma_cm chose is the one the kernel's route picks. */
+	sockaddr_to_tuple_addr(rdma_get_local_addr(c->cm_id), h.tuple.src_addr, &ignored);
+	c->tuple.src_port = h.tuple.src_port;
+	memcpy(c->tuple.src_addr, h.tuple.src_addr, 16);
+	sdp_hello_to_wire(&h, out);
+}
+
+static void on_route_resolved(struct sdp_conn *c)
+{
+	struct rdma_conn_param param;
+	struct sdp_hello_wire hello;
+	enum sdp_reason reason = SDP_REASON_RESOURCES;
+
+	if (conn_setup_qp(c, c->cm_id, 0, 0, &reason) != 0) {
+		conn_fallback(c, reason);
+		return;
+	}
+	conn_post_all_recvs(c);
+	build_hello(c, &hello);
+	memset(&param, 0, sizeof(param));
+	param.private_data = &hello;
+	param.private_data_len = sizeof(hello);
+	param.responder_resources = 1;
+	param.initiator_depth = 1;
+	param.retry_count = 7;
+	param.rnr_retry_count = 7;
+	SDP_GUARD_ENTER();
+	int rc = rdma_connect(c->cm_id, &param);
+	SDP_GUARD_LEAVE();
+	if (rc != 0)
+		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+}
+
+static void kernel_connect_async(struct sdp_conn *c)
+{
+	int rc = real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
+
+	if (rc == 0 || errno == EINPROGRESS) {
+		tcp_watch_start(c, EPOLLOUT | EPOLLERR | EPOLLHUP);
+		return;
+	}
+	conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+}
+
+static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
+{
+	struct sdp_hello_ack ack;
+	enum sdp_wire_error werr;
+
+	werr = sdp_hello_ack_from_wire(ev->param.conn.private_data,
+				       ev->param.conn.private_data_len, &ack);
+	if (werr != SDP_WIRE_OK) {
+		sdp_warn("server HelloAck rejected: %s; using TCP", sdp_wire_error_text(werr));
+		conn_fallback(c, SDP_REASON_PROTOCOL);
+		return;
+	}
+	if (conn_setup_tx(c, ack.buf_size, ack.buf_count) != 0) {
+		conn_fallback(c, SDP_REASON_MEMLOCK);
+		return;
+	}
+	c->established = true;
+	progress_timer_cancel(&c->timer);
+	c->phase = CONN_TCP_CONNECTING;
+	pthread_cond_broadcast(&c->cond);
+	if (c->async_connect)
+		kernel_connect_async(c);
+	conn_signal_owner(c, CONN_EV_RDMA_READY);
+}
+
+static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
+{
+	uint8_t code = sdp_reject_from_wire(ev->param.conn.private_data,
+					    ev->param.conn.private_data_len);
+
+	switch (code) {
+	case 0:
+		return SDP_REASON_PEER_NO_SDPSHIM; /* no sdpshim listener on that port */
+	case SDP_REJECT_VERSION:
+	case SDP_REJECT_MALFORMED:
+	case SDP_REJECT_TUPLE:
+		return SDP_REASON_PROTOCOL;
+	case SDP_REJECT_RESOURCES:
+		return SDP_REASON_RESOURCES;
+	default:
+		return SDP_REASON_PEER_REJECTED;
+	}
+}
+
+void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
+{
+	conn_lock(c);
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (c->phase == CONN_RESOLVING &&
+		    rdma_resolve_route(c->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
+			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (c->phase == CONN_RESOLVING)
+			on_route_resolved(c);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (c->phase == CONN_RESOLVING)
+			on_established(c, ev);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		conn_fallback(c, reason_for_reject(ev));
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+		conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+		break;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		close_ev_carrier_failed(c, ECONNRESET);
+		break;
+	default:
+		break;
+	}
+	conn_unlock(c);
+}
+
+void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
+{
+	enum conn_phase was = c->phase;
+
+	switch (was) {
+	case CONN_DRAINING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		return;
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING:
+	case CONN_AWAIT_ATTACH:
+	case CONN_PENDING:
+	case CONN_ATTACHING:
+	case CONN_OPEN:
+		break;
+	}
+	c->fail_reason = reason;
+	sdp_debug("channel falls back to TCP: %s", sdp_reason_name(reason));
+	if (c->close_state == CLOSE_TX_DRAINING && c->tcp_fd >= 0 && !tx_has_unposted(c))
+		real.shutdown(c->tcp_fd, SHUT_WR); /* the app's shutdown now applies to TCP */
+	if (was == CONN_RESOLVING && c->async_connect && c->tcp_fd >= 0)
+		(void)real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
+	if (was == CONN_AWAIT_ATTACH && tx_has_unposted(c)) {
+		tcp_drain_start(c); /* becomes FALLBACK once the bytes are in TCP */
+		pthread_cond_broadcast(&c->cond);
+		return;
+	}
+	c->phase = CONN_FALLBACK;
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_FALLBACK);
+	pthread_cond_broadcast(&c->cond);
+	conn_schedule_destroy(c);
+}

@@ -1,0 +1,356 @@
+/* The server side of channel setup: an rdma_cm listener beside each
+ * listening TCP socket validates Hellos, accepts channels into a pending
+ * table keyed by TCP 4-tuple, and accept() attaches the matching one. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/listener.h"
+#include "core/log.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+static void listener_put(struct sdp_listener *l)
+{
+	if (atomic_fetch_sub(&l->refs, 1) != 1)
+		return;
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
+				     enum sdp_reason *reason)
+{
+	struct rdma_event_channel *ch;
+	struct sdp_listener *l;
+	uint8_t addr[16];
+	int rc;
+
+	if (progress_start() != 0 || cm_channel_ensure(&ch) != 0) {
+		*reason = SDP_REASON_RDMA_CM_ERROR;
+		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		*reason = SDP_REASON_RESOURCES;
+		return NULL;
+	}
+	l->cm_kind = CM_KIND_LISTENER;
+	pthread_mutex_init(&l->lock, NULL);
+	atomic_init(&l->refs, 1);
+	sockaddr_to_tuple_addr(local, addr, &l->port);
+	l->pending_max = backlog > 0 ? (unsigned)backlog * 2 + 16 : 144;
+	SDP_GUARD_ENTER();
+	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
+	if (rc == 0)
+		rc = rdma_bind_addr(l->id, (struct sockaddr *)local);
+	if (rc == 0)
+		rc = rdma_listen(l->id, backlog > 0 ? backlog : 128);
+	int err = rc ? errno : 0;
+	if (rc && l->id)
+		rdma_destroy_id(l->id);
+	SDP_GUARD_LEAVE();
+	if (rc) {
+		sdp_info("no RDMA listener on port %u: %s; this listener serves TCP only", l->port,
+			 strerror(err));
+		*reason = err == EADDRINUSE ? SDP_REASON_RESOURCES : SDP_REASON_LISTENER_TCP;
+		listener_put(l);
+		return NULL;
+	}
+	return l;
+}
+
+static void pending_unlink_locked(struct sdp_listener *l, struct sdp_conn *c)
+{
+	for (struct sdp_conn **pp = &l->pending; *pp; pp = &(*pp)->pend_next) {
+		if (*pp == c) {
+			*pp = c->pend_next;
+			c->pend_next = NULL;
+			l->pending_count--;
+			return;
+		}
+	}
+}
+
+static void destroy_listener_on_progress(void *arg)
+{
+	struct sdp_listener *l = arg;
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&l->lock);
+	while ((c = l->pending) != NULL) {
+		pending_unlink_locked(l, c);
+		pthread_mutex_unlock(&l->lock);
+		conn_lock(c);
+		c->lsn = NULL;
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		conn_unlock(c);
+		pthread_mutex_lock(&l->lock);
+	}
+	pthread_mutex_unlock(&l->lock);
+	SDP_GUARD_ENTER();
+	rdma_destroy_id(l->id);
+	SDP_GUARD_LEAVE();
+	listener_put(l);
+}
+
+void listener_close(struct sdp_listener *l)
+{
+	pthread_mutex_lock(&l->lock);
+	l->closing = true;
+	pthread_mutex_unlock(&l->lock);
+	if (progress_defer(destroy_listener_on_progress, l) != 0)
+		sdp_error("cannot queue listener teardown: out of memory");
+}
+
+static void reject(struct rdma_cm_id *id, uint8_t code)
+{
+	struct sdp_reject_wire rej;
+
+	sdp_reject_to_wire(code, &rej);
+	SDP_GUARD_ENTER();
+	rdma_reject(id, &rej, sizeof(rej));
+	SDP_GUARD_LEAVE();
+}
+
+static void destroy_id_on_progress(void *id)
+{
+	SDP_GUARD_ENTER();
+	rdma_destroy_id(id);
+	SDP_GUARD_LEAVE();
+}
+
+/* Rejects a connect request that has no channel; the id is destroyed after
+ * this event is acked (rdma_cm requires that order). */
+static void reject_request(struct rdma_cm_id *id, uint8_t code)
+{
+	reject(id, code);
+	progress_defer(destroy_id_on_progress, id);
+}
+
+static bool same_addr(const uint8_t a[16], const struct sockaddr *sa)
+{
+	uint8_t b[16];
+	uint16_t port;
+
+	sockaddr_to_tuple_addr(sa, b, &port);
+	return memcmp(a, b, 16) == 0;
+}
+
+/* A Hello is acceptable if it parses and names this listener's port and
+ * the address the RDMA connection really comes from. */
+static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, struct sdp_hello *h)
+{
+	enum sdp_wire_error werr = sdp_hello_from_wire(ev->param.conn.private_data,
+						       ev->param.conn.private_data_len, h);
+
+	if (werr != SDP_WIRE_OK) {
+		sdp_warn("rejecting an RDMA connect: Hello %s", sdp_wire_error_text(werr));
+		return werr == SDP_WIRE_BAD_VERSION ? SDP_REJECT_VERSION : SDP_REJECT_MALFORMED;
+	}
+	if (h->tuple.dst_port != l->port || !same_addr(h->tuple.src_addr, rdma_get_peer_addr(ev->id))) {
+		sdp_warn("rejecting an RDMA connect: Hello names a TCP tuple this listener "
+			 "does not serve");
+		return SDP_REJECT_TUPLE;
+	}
+	return 0;
+}
+
+static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
+			   const struct sdp_hello *h)
+{
+	enum sdp_reason reason = SDP_REASON_RESOURCES;
+	struct sdp_hello_ack_wire ack_wire;
+	struct sdp_hello_ack ack;
+	struct rdma_conn_param param;
+	struct sdp_conn *c = conn_alloc(true);
+
+	if (!c) {
+		reject_request(ev->id, SDP_REJECT_RESOURCES);
+		return;
+	}
+	c->cm_id = ev->id;
+	ev->id->context = c;
+	c->tuple = h->tuple;
+	if (conn_setup_qp(c, ev->id, h->buf_size, h->buf_count, &reason) != 0) {
+		reject(ev->id, SDP_REJECT_RESOURCES); /* the teardown destroys QP and id */
+		conn_lock(c);
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		conn_unlock(c);
+		return;
+	}
+	conn_post_all_recvs(c);
+	ack = (struct sdp_hello_ack){ .version = SDP_WIRE_VERSION, .buf_count = c->buf_count,
+				      .buf_size = c->buf_size };
+	sdp_hello_ack_to_wire(&ack, &ack_wire);
+	memset(&param, 0, sizeof(param));
+	param.private_data = &ack_wire;
+	param.private_data_len = sizeof(ack_wire);
+	param.responder_resources = 1;
+	param.initiator_depth = 1;
+	param.rnr_retry_count = 7;
+	pthread_mutex_lock(&l->lock);
+	atomic_fetch_add(&l->refs, 1);
+	c->lsn = l;
+	c->pend_next = l->pending;
+	l->pending = c;
+	l->pending_count++;
+	pthread_mutex_unlock(&l->lock);
+	conn_arm_timer(c, sdp_tun.pending_ttl_ms);
+	SDP_GUARD_ENTER();
+	int rc = rdma_accept(ev->id, &param);
+	SDP_GUARD_LEAVE();
+	if (rc != 0)
+		sdp_warn("rdma_accept failed: %s", strerror(errno)); /* the peer times out: TCP */
+}
+
+void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
+{
+	struct sdp_hello h;
+	uint8_t code;
+
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		return;
+	pthread_mutex_lock(&l->lock);
+	bool full = l->closing || l->pending_count >= l->pending_max;
+	pthread_mutex_unlock(&l->lock);
+	if (full) {
+		reject_request(ev->id, SDP_REJECT_RESOURCES);
+		return;
+	}
+	code = check_hello(l, ev, &h);
+	if (code) {
+		reject_request(ev->id, code);
+		return;
+	}
+	accept_channel(l, ev, &h);
+}
+
+/* Takes c out of its listener's pending table; true if it was there. */
+static bool pending_take(struct sdp_conn *c)
+{
+	struct sdp_listener *l = c->lsn;
+	bool found = false;
+
+	if (!l)
+		return false;
+	pthread_mutex_lock(&l->lock);
+	for (struct sdp_conn *p = l->pending; p; p = p->pend_next)
+		found |= p == c;
+	if (found)
+		pending_unlink_locked(l, c);
+	pthread_mutex_unlock(&l->lock);
+	if (found) {
+		c->lsn = NULL;
+		listener_put(l);
+	}
+	return found;
+}
+
+void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
+{
+	conn_lock(c);
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ESTABLISHED:
+		c->established = true;
+		if (c->phase == CONN_ATTACHING) {
+			c->phase = CONN_OPEN;
+			tx_queue_ctrl(c, SDP_MID_ATTACH);
+			tx_kick(c);
+			conn_update_readiness(c, false);
+		}
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_REJECTED:
+		if (c->phase == CONN_PENDING) {
+			pending_take(c);
+			c->phase = CONN_DEAD;
+			conn_schedule_destroy(c);
+		} else {
+			close_ev_carrier_failed(c, ECONNRESET);
+		}
+		break;
+	default:
+		break;
+	}
+	conn_unlock(c);
+}
+
+#define DETACH_GRACE_MS 5000
+
+void pending_expire(struct sdp_conn *c)
+{
+	if (!pending_take(c)) {
+		/* DETACH went out a grace period ago; the client never hung up. */
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		return;
+	}
+	sdp_info("an RDMA channel was never matched by accept(); telling the client to use TCP");
+	c->detach_reason = SDP_REASON_ACCEPTED_ELSEWHERE;
+	tx_queue_ctrl(c, SDP_MID_DETACH);
+	tx_kick(c);
+	conn_arm_timer(c, DETACH_GRACE_MS); /* the client's disconnect usually comes first */
+}
+
+static void tuple_of_accepted(const struct sockaddr *local, const struct sockaddr *peer,
+			      struct sdp_tuple *t)
+{
+	sockaddr_to_tuple_addr(peer, t->src_addr, &t->src_port);
+	sockaddr_to_tuple_addr(local, t->dst_addr, &t->dst_port);
+}
+
+static bool tuple_equal(const struct sdp_tuple *a, const struct sdp_tuple *b)
+{
+	return a->src_port == b->src_port && a->dst_port == b->dst_port &&
+	       memcmp(a->src_addr, b->src_addr, 16) == 0 && memcmp(a->dst_addr, b->dst_addr, 16) == 0;
+}
+
+struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const struct sockaddr *local,
+				      const struct sockaddr *peer, void *owner,
+				      const struct conn_owner_ops *ops, struct sdp_conn_stats *st)
+{
+	struct sdp_tuple t;
+	struct sdp_conn *c;
+
+	tuple_of_accepted(local, peer, &t);
+	pthread_mutex_lock(&l->lock);
+	for (c = l->pending; c; c = c->pend_next)
+		if (tuple_equal(&c->tuple, &t))
+			break;
+	if (c) {
+		pending_unlink_locked(l, c);
+		conn_get(c); /* the owner's reference */
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!c)
+		return NULL;
+	conn_lock(c);
+	c->lsn = NULL;
+	listener_put(l);
+	progress_timer_cancel(&c->timer);
+	c->owner = owner;
+	c->owner_ops = ops;
+	c->st = st;
+	c->tcp_fd = progress_hide_fd(real.dup(fd));
+	if (c->st)
+		atomic_store(&c->st->rx_posted, c->buf_count);
+	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+	c->phase = CONN_ATTACHING;
+	if (c->established) {
+		c->phase = CONN_OPEN;
+		tx_queue_ctrl(c, SDP_MID_ATTACH);
+		tx_kick(c);
+	}
+	conn_update_readiness(c, false);
+	conn_unlock(c);
+	return c;
+}

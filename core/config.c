@@ -1,0 +1,69 @@
+/* SDPSHIM_* tunables: defaults, parsing and range checks. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "core/config.h"
+#include "core/log.h"
+
+struct sdp_tunables sdp_tun;
+
+struct tunable_spec {
+	const char *env;
+	int64_t min, max, def;
+	void (*store)(int64_t value);
+};
+
+#define STORE_FN(field, type) \
+	static void store_##field(int64_t v) { sdp_tun.field = (type)v; }
+STORE_FN(connect_timeout_ms, unsigned)
+STORE_FN(negcache_ttl_ms, unsigned)
+STORE_FN(spin_us, unsigned)
+STORE_FN(buf_size, unsigned)
+STORE_FN(buf_count, unsigned)
+STORE_FN(zcopy_thresh, int64_t)
+STORE_FN(linger_ms, unsigned)
+STORE_FN(pending_ttl_ms, unsigned)
+STORE_FN(stats_slots, unsigned)
+#undef STORE_FN
+
+static const struct tunable_spec tunable_specs[] = {
+	{ "SDPSHIM_CONNECT_TIMEOUT_MS", 1, 600000, 500, store_connect_timeout_ms },
+	{ "SDPSHIM_NEGCACHE_TTL_MS", 0, 86400000, 60000, store_negcache_ttl_ms },
+	{ "SDPSHIM_SPIN_US", 0, 1000000, 0, store_spin_us },
+	{ "SDPSHIM_BUF_SIZE", 4096, 1048576, 32768, store_buf_size },
+	{ "SDPSHIM_BUF_COUNT", 4, 1024, 32, store_buf_count },
+	{ "SDPSHIM_ZCOPY_THRESH", 0, INT64_C(1) << 40, 65536, store_zcopy_thresh },
+	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
+	{ "SDPSHIM_PENDING_TTL_MS", 100, 3600000, 30000, store_pending_ttl_ms },
+	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
+};
+
+static int load_one(const struct tunable_spec *spec)
+{
+	const char *text = getenv(spec->env);
+	char *end;
+	long long v;
+
+	spec->store(spec->def);
+	if (!text || !*text)
+		return 0;
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno || *end || v < spec->min || v > spec->max) {
+		sdp_warn("%s='%.32s' is not an integer in [%" PRId64 ", %" PRId64 "]; using %" PRId64,
+			 spec->env, text, spec->min, spec->max, spec->def);
+		return 1;
+	}
+	spec->store(v);
+	return 0;
+}
+
+int tunables_load_env(void)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(tunable_specs) / sizeof(tunable_specs[0]); i++)
+		bad += load_one(&tunable_specs[i]);
+	return bad;
+}

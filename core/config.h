@@ -1,0 +1,26 @@
+/* Tunables of the RDMA channel and the path choice, read once from the
+ * environment (SDPSHIM_*).  A bad value gets a one-line diagnostic and the
+ * default. */
+#ifndef SDPSHIM_CONFIG_H
+#define SDPSHIM_CONFIG_H
+
+#include <stdint.h>
+
+struct sdp_tunables {
+	unsigned connect_timeout_ms; /* SDPSHIM_CONNECT_TIMEOUT_MS: bound on the RDMA attempt */
+	unsigned negcache_ttl_ms;    /* SDPSHIM_NEGCACHE_TTL_MS */
+	unsigned spin_us;            /* SDPSHIM_SPIN_US: busy-poll before sleeping */
+	unsigned buf_size;           /* SDPSHIM_BUF_SIZE: bytes per receive buffer */
+	unsigned buf_count;          /* SDPSHIM_BUF_COUNT: receive buffers per connection */
+	int64_t  zcopy_thresh;       /* SDPSHIM_ZCOPY_THRESH: 0 disables zero-copy */
+	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
+	unsigned pending_ttl_ms;     /* SDPSHIM_PENDING_TTL_MS: unmatched server channels expire */
+	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
+};
+
+extern struct sdp_tunables sdp_tun;
+
+/* Loads defaults then SDPSHIM_* overrides.  Returns the number of bad values. */
+int tunables_load_env(void);
+
+#endif

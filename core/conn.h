@@ -1,0 +1,257 @@
+/* The RDMA channel of one TCP connection (struct sdp_conn) and the API the
+ * preload uses: connect/accept binding, byte-stream send/recv with TCP
+ * semantics, readiness, shutdown and close.  All functions return 0 or a
+ * byte count, or -errno; only the preload sets errno. */
+#ifndef SDPSHIM_CONN_H
+#define SDPSHIM_CONN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "core/progress.h"
+#include "core/stats_shm.h"
+#include "core/wire.h"
+#include "ipoib_fallback/reason.h"
+
+struct sdp_conn;
+struct rdma_cm_id;
+struct ibv_cq;
+struct ibv_qp;
+struct ibv_mr;
+struct sdp_dev;
+struct sdp_listener;
+
+/* Where the channel is in its life.  Transitions:
+ *   client: RESOLVING -> TCP_CONNECTING -> AWAIT_ATTACH -> OPEN
+ *   server: PENDING -> (accept matched) ATTACHING -> OPEN
+ *   any   -> [DRAINING ->] FALLBACK (the stream continues on kernel TCP)
+ *   OPEN  -> DEAD (carrier failed or both sides closed; resources released) */
+enum conn_phase {
+	CONN_RESOLVING,      /* rdma_cm address/route/connect in flight */
+	CONN_TCP_CONNECTING, /* channel up; kernel TCP connect in flight */
+	CONN_AWAIT_ATTACH,   /* TCP up; waiting for the server's ATTACH; writes are buffered */
+	CONN_PENDING,        /* server: channel up, no accepted fd matched yet */
+	CONN_ATTACHING,      /* server: matched, waiting for ESTABLISHED to send ATTACH */
+	CONN_OPEN,           /* bytes flow over RDMA */
+	CONN_DRAINING,       /* moving to TCP: buffered bytes are written to TCP first */
+	CONN_FALLBACK,       /* channel abandoned; the socket uses kernel TCP */
+	CONN_DEAD,           /* channel torn down */
+};
+
+/* Orderly close, one direction at a time, like TCP (see core/close.c). */
+enum conn_close_state {
+	CLOSE_ACTIVE,      /* both directions open */
+	CLOSE_TX_DRAINING, /* app shut down writing; queued bytes go first, then DisConn */
+	CLOSE_FIN_WAIT,    /* our DisConn is posted; the peer may still send */
+	CLOSE_PEER_FIN,    /* the peer's DisConn arrived; we may still send */
+	CLOSE_LAST_DRAIN,  /* peer finished; our queued bytes, then our DisConn */
+	CLOSE_DONE,        /* both DisConns exchanged */
+	CLOSE_ABORTED,     /* reset sent or received, or the carrier died */
+};
+
+/* Why the owner is being called back. */
+enum conn_event {
+	CONN_EV_RDMA_READY,    /* client channel established: issue the kernel connect */
+	CONN_EV_FALLBACK,      /* channel abandoned before any byte moved: use TCP */
+	CONN_EV_STATE,         /* readiness or error changed */
+};
+
+struct conn_owner_ops {
+	/* Called without the conn lock held, from whichever thread raised it. */
+	void (*event)(void *owner, struct sdp_conn *conn, enum conn_event ev);
+	/* Keep the owner alive across an event delivery. */
+	void (*hold)(void *owner);
+	void (*release)(void *owner);
+};
+
+struct tx_slot {
+	uint32_t seq; /* message sequence number once posted */
+	uint32_t len; /* bytes in the slot, header included */
+};
+
+struct rx_entry {
+	uint32_t seq;
+	uint16_t slot;     /* receive buffer index */
+	bool     consumed; /* acked once every earlier entry is consumed too */
+	bool     is_data;
+	uint32_t off, len; /* unread payload of a DATA message */
+};
+
+#define CM_KIND_CONN     1
+#define CM_KIND_LISTENER 2
+
+struct sdp_conn {
+	int cm_kind;            /* CM_KIND_CONN: first, for rdma_cm id contexts */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;    /* phase changes (connect waits on it) */
+	_Atomic int refs;
+	enum conn_phase phase;
+	enum conn_close_state close_state;
+	bool is_server;
+	bool async_connect;     /* the progress thread issues the kernel connect */
+	bool app_closed;        /* no fd names it any more: linger, then free */
+	bool destroy_queued;
+	bool carrier_dead;      /* QP or cm id failed */
+	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
+	int error;              /* pending socket error (errno), reported once */
+	int hard_error;         /* error that ends the stream (ECONNRESET, EPIPE...) */
+	enum sdp_reason fail_reason;
+	uint32_t owner_events;  /* bit per enum conn_event raised under the lock */
+
+	/* Binding to the app's TCP connection. */
+	struct sdp_tuple tuple;
+	struct sockaddr_storage peer_addr;
+	socklen_t peer_addr_len;
+	int tcp_fd;             /* the library's own dup of the TCP socket, or -1 */
+	struct progress_source tcp_src;
+	bool tcp_watched;
+	void *owner;
+	const struct conn_owner_ops *owner_ops;
+	struct sdp_conn_stats *st;
+	struct sdp_listener *lsn; /* server: the listener it arrived on */
+
+	/* Verbs and rdma_cm. */
+	struct rdma_cm_id *cm_id;
+	struct sdp_dev *dev;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint32_t max_inline;
+	uint32_t sq_depth;
+	uint32_t sq_outstanding;
+	bool established;
+
+	/* Receive side: our buffers, filled by the peer's SENDs. */
+	uint32_t buf_size;
+	uint16_t buf_count;
+	uint8_t *rx_mem;
+	size_t rx_mem_len;
+	struct ibv_mr *rx_mr;
+	struct rx_entry *rx_ring; /* buf_count entries, in sequence order */
+	uint32_t rx_head, rx_tail; /* [tail, head) received, not yet acked */
+	uint32_t rx_seq;          /* last sequence received */
+	uint32_t rx_ack;          /* last sequence consumed in order */
+	uint32_t rx_ack_sent;     /* last ack we advertised */
+	uint64_t rx_bytes_ready;
+	bool rx_eof;
+	bool peer_starving;
+
+	/* Send side: slots mirroring the peer's buffers, kept until acked.
+	 * [tail, posted) posted and unacked, [posted, head) filled, unposted;
+	 * slot head-1 may still take bytes while it is unposted. */
+	uint32_t peer_buf_size;
+	uint16_t peer_buf_count;
+	uint16_t tx_peer_bufs;     /* receive buffers the peer says it posted */
+	uint8_t *tx_mem;
+	size_t tx_mem_len;
+	struct ibv_mr *tx_mr;
+	struct tx_slot *tx_slots;
+	uint32_t tx_nslots;
+	uint32_t tx_tail, tx_posted, tx_head;
+	uint32_t tx_seq;           /* last sequence sent */
+	uint32_t tx_peer_ack;      /* last of our sequences the peer consumed */
+	uint32_t ctrl_pending;     /* bit per control mid waiting for a credit */
+	uint32_t ctrl_next;        /* next control slot (ring at the end of tx_mem) */
+	uint32_t ctrl_outstanding; /* control sends not completed yet */
+	uint32_t detach_reason;
+	int abort_errno;
+
+	/* Bytes moving to TCP after a fallback (DRAINING phase). */
+	uint8_t *drain_buf;
+	size_t drain_len, drain_off;
+
+	/* Readiness indicators (level-triggered eventfds). */
+	int rd_fd, wr_fd;
+	bool rd_set, wr_set;
+
+	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*). */
+	bool keepalive;
+	unsigned keepidle_s, keepintvl_s, keepcnt;
+	uint64_t last_rx_ms;
+	unsigned keep_probes;
+
+	/* The one timer of the connection: connect bound, pending TTL, linger,
+	 * keepalive, carrier-failure grace. */
+	struct progress_timer timer;
+	struct sdp_conn *pend_next; /* listener's pending list */
+};
+
+/* Parameters of a client connect. */
+struct conn_connect_params {
+	const struct sockaddr *dst;
+	socklen_t dst_len;
+	int app_fd;                /* the app's socket; conn keeps its own dup */
+	unsigned timeout_ms;
+	bool async;                /* non-blocking connect: the kernel connect is ours */
+	void *owner;
+	const struct conn_owner_ops *owner_ops;
+	struct sdp_conn_stats *st;
+};
+
+/* ---- lifetime ---- */
+void conn_get(struct sdp_conn *c);
+void conn_put(struct sdp_conn *c);
+
+/* ---- client ---- */
+/* Starts the RDMA attempt (binding fd's local port first).  Returns the
+ * conn in phase RESOLVING, or NULL with *reason set. */
+struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sdp_reason *reason,
+				    int *err);
+/* Blocks until the RDMA attempt leaves RESOLVING (bounded by its timeout).
+ * Returns the phase it reached. */
+enum conn_phase conn_wait_resolved(struct sdp_conn *c);
+/* The app thread's blocking kernel connect finished: rc 0 or -errno. */
+void conn_tcp_connected(struct sdp_conn *c, int rc);
+
+/* ---- server ---- */
+/* Looks up and attaches the channel of an accepted TCP connection.
+ * Returns the conn (phase ATTACHING/OPEN) or NULL. */
+struct sdp_conn *conn_attach_accepted(struct sdp_listener *lsn, int fd,
+				      const struct sockaddr *local, const struct sockaddr *peer,
+				      void *owner, const struct conn_owner_ops *ops,
+				      struct sdp_conn_stats *st);
+
+/* ---- data (TCP semantics) ---- */
+/* flags: MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC, MSG_MORE, MSG_NOSIGNAL. */
+ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int flags,
+		  bool nonblock, int timeout_ms);
+ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int flags,
+		  bool nonblock, int timeout_ms);
+/* POLLIN/POLLOUT/POLLHUP/POLLERR/POLLRDHUP as the kernel would report.
+ * Reads state only: safe to call with other locks held. */
+unsigned conn_poll_mask(struct sdp_conn *c);
+/* Reaps completions now (the app thread's share of progress).  Call with
+ * no other library lock held: it may call back into the owner. */
+void conn_progress(struct sdp_conn *c);
+/* Clears indicators whose condition is false (call before sleeping). */
+void conn_prepare_wait(struct sdp_conn *c);
+int conn_shutdown(struct sdp_conn *c, int how);
+/* The socket's last fd is closing: flush, DisConn, free in the background
+ * (bounded by SDPSHIM_LINGER_MS).  abort: SO_LINGER with l_linger 0.
+ * Drops the owner's reference. */
+void conn_app_close(struct sdp_conn *c, bool abort);
+enum conn_phase conn_get_phase(struct sdp_conn *c);
+enum sdp_reason conn_get_fail_reason(struct sdp_conn *c);
+bool conn_is_server(const struct sdp_conn *c);
+/* The address a client connected to (fixed at conn_connect_start). */
+const struct sockaddr *conn_peer_addr(const struct sdp_conn *c);
+
+/* SO_ERROR: returns and clears the pending error. */
+int conn_take_error(struct sdp_conn *c);
+uint64_t conn_readable_bytes(struct sdp_conn *c);
+uint64_t conn_unsent_bytes(struct sdp_conn *c);
+void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned intvl_s,
+			unsigned cnt);
+
+/* In a forked child: the parent's progress thread, devices and rdma_cm
+ * channel are not ours; start afresh when the child makes a channel. */
+void conn_layer_atfork_child(void);
+
+/* Sentinel from conn_send/conn_recv: the socket now uses kernel TCP. */
+#define CONN_USE_TCP (-10000)
+const char *conn_phase_name(enum conn_phase phase);
+
+#endif

@@ -1,0 +1,98 @@
+/* Functions shared by the core files that implement struct sdp_conn.
+ * Callers hold c->lock unless a name says otherwise. */
+#ifndef SDPSHIM_CONN_INTERNAL_H
+#define SDPSHIM_CONN_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "core/conn.h"
+#include "core/wire.h"
+
+/* wr_id = kind << 32 | index */
+enum wr_kind { WR_RECV = 1, WR_SEND_DATA = 2, WR_SEND_CTRL = 3 };
+#define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+#define WR_KIND(id)      ((enum wr_kind)((id) >> 32))
+#define WR_INDEX(id)     ((uint32_t)(id))
+
+#define CTRL_BIT(mid) (1u << (mid))
+
+/* setup.c: allocation, QP and buffers, teardown */
+struct sdp_conn *conn_alloc(bool is_server);
+int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
+		  uint16_t peer_buf_count, enum sdp_reason *reason);
+int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count);
+void conn_post_all_recvs(struct sdp_conn *c);
+int conn_repost_recv(struct sdp_conn *c, uint32_t slot);
+/* Releases every RDMA resource; progress thread only; lock not held. */
+void conn_destroy_resources(struct sdp_conn *c);
+/* Queues destruction on the progress thread (idempotent). */
+void conn_schedule_destroy(struct sdp_conn *c);
+
+/* notify.c: readiness indicators and owner callbacks */
+void conn_update_readiness(struct sdp_conn *c, bool new_data);
+void conn_signal_owner(struct sdp_conn *c, enum conn_event ev);
+bool conn_readable_locked(const struct sdp_conn *c);
+bool conn_writable_locked(const struct sdp_conn *c);
+
+/* tx.c */
+uint32_t tx_credits(const struct sdp_conn *c);
+void tx_kick(struct sdp_conn *c);
+void tx_queue_ctrl(struct sdp_conn *c, uint8_t mid);
+bool tx_has_unposted(const struct sdp_conn *c);
+void tx_free_acked(struct sdp_conn *c, uint32_t ack);
+uint32_t tx_free_space(const struct sdp_conn *c);
+size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
+
+/* rx.c */
+void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
+void rx_maybe_update_credits(struct sdp_conn *c);
+/* Copies unread payload into iov (MSG_PEEK: without consuming). */
+size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+		   size_t len, bool peek);
+
+/* cq.c */
+void cq_poll(struct sdp_conn *c);
+
+/* close.c: one function per event */
+void close_ev_app_shutdown_wr(struct sdp_conn *c);
+void close_ev_tx_flushed(struct sdp_conn *c);
+void close_ev_peer_disconn(struct sdp_conn *c);
+void close_ev_abort(struct sdp_conn *c, int err, bool send_abort);
+void close_ev_carrier_failed(struct sdp_conn *c, int err);
+
+/* cm.c: the process-wide rdma_cm event channel */
+int cm_channel_ensure(struct rdma_event_channel **out);
+/* cm_client.c / cm_server.c: event handlers */
+void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev);
+void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev);
+void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev);
+/* cm_server.c: an unmatched server channel outlived its TTL: DETACH it. */
+void pending_expire(struct sdp_conn *c);
+/* close.c: an orphaned channel (app closed) whose bytes are all consumed
+ * by the peer, or which ended, is freed. */
+void close_check_orphan(struct sdp_conn *c);
+
+/* timers.c: the connection's one timer, by phase */
+void conn_on_timer(struct sdp_conn *c);
+void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now);
+
+/* tcp_watch.c: the library's dup of the TCP socket, watched by the progress
+ * thread (connect completion, FIN/RST evidence, a server that chose TCP). */
+void tcp_watch_start(struct sdp_conn *c, uint32_t events);
+void tcp_drain_start(struct sdp_conn *c);
+/* After the carrier died without DisConn: 0 if the peer's TCP closed
+ * (EOF), else the error to report (ECONNRESET). */
+int tcp_peer_verdict(struct sdp_conn *c, int err);
+
+/* cm_client.c: IPv4 as IPv4-mapped IPv6, so tuples compare either way. */
+void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);
+
+/* Fails the connection before attach: the socket falls back to TCP. */
+void conn_fallback(struct sdp_conn *c, enum sdp_reason reason);
+
+void conn_lock(struct sdp_conn *c);
+/* Unlocks and delivers any owner event raised while locked. */
+void conn_unlock(struct sdp_conn *c);
+
+#endif

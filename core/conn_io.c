@@ -1,0 +1,384 @@
+/* The byte-stream API of a channel with TCP's semantics: blocking and
+ * non-blocking send/recv, timeouts, EINTR, MSG_* flags, shutdown, close,
+ * SO_ERROR and queue sizes.  Waiting spins for SDPSHIM_SPIN_US, then sleeps
+ * on the channel's readiness eventfd, so an idle socket costs no CPU. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/log.h"
+#include "preload/real.h"
+
+const char *conn_phase_name(enum conn_phase phase)
+{
+	switch (phase) {
+	case CONN_RESOLVING:      return "resolving";
+	case CONN_TCP_CONNECTING: return "tcp_connecting";
+	case CONN_AWAIT_ATTACH:   return "await_attach";
+	case CONN_PENDING:        return "pending";
+	case CONN_ATTACHING:      return "attaching";
+	case CONN_OPEN:           return "open";
+	case CONN_DRAINING:       return "draining";
+	case CONN_FALLBACK:       return "fallback";
+	case CONN_DEAD:           return "dead";
+	}
+	return "unknown";
+}
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	return total;
+}
+
+static bool has_qp_phase(enum conn_phase phase)
+{
+	return phase == CONN_OPEN || phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static bool ready_for(struct sdp_conn *c, bool for_write)
+{
+	return for_write ? conn_writable_locked(c) : conn_readable_locked(c);
+}
+
+/* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
+static bool spin_until_ready(struct sdp_conn *c, bool for_write)
+{
+	uint64_t until;
+
+	if (!sdp_tun.spin_us || !has_qp_phase(c->phase))
+		return false;
+	until = now_us() + sdp_tun.spin_us;
+	while (now_us() < until) {
+		cq_poll(c);
+		if (ready_for(c, for_write))
+			return true;
+		conn_unlock(c);
+		sched_yield();
+		conn_lock(c);
+	}
+	return false;
+}
+
+/* Called locked; sleeps unlocked.  0 when something changed, -EAGAIN on
+ * timeout (as SO_RCVTIMEO/SO_SNDTIMEO do), -EINTR on a signal. */
+static int wait_for(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us)
+{
+	struct pollfd pfd = { .fd = for_write ? c->wr_fd : c->rd_fd, .events = POLLIN };
+	int remaining = -1, rc;
+
+	if (spin_until_ready(c, for_write))
+		return 0;
+	if (timeout_ms >= 0) {
+		int64_t left = (int64_t)timeout_ms - (int64_t)((now_us() - start_us) / 1000);
+		if (left <= 0)
+			return -EAGAIN;
+		remaining = (int)left;
+	}
+	conn_unlock(c);
+	conn_prepare_wait(c);
+	rc = real.poll(&pfd, 1, remaining);
+	conn_lock(c);
+	if (rc < 0)
+		return errno == EINTR ? -EINTR : -errno;
+	return rc == 0 ? -EAGAIN : 0;
+}
+
+static void count_received(struct sdp_conn *c, size_t n)
+{
+	if (!c->st || !n)
+		return;
+	atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->st->copy_bytes_received, n, memory_order_relaxed);
+}
+
+/* One step of recv: >0 bytes, 0 EOF, -errno, or 1 + INT_MAX style "keep
+ * waiting" signalled by returning -EWOULDBLOCK with *again set. */
+static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 size_t total, int flags, bool *again)
+{
+	bool peek = (flags & MSG_PEEK) != 0;
+	size_t n;
+
+	*again = false;
+	if (c->phase == CONN_DRAINING || c->phase == CONN_FALLBACK)
+		return CONN_USE_TCP;
+	if (has_qp_phase(c->phase))
+		cq_poll(c);
+	n = rx_copy_out(c, iov, iovcnt, done, total - done, peek);
+	if (!peek)
+		count_received(c, n);
+	done += n;
+	if (done == total || (done > 0 && (peek || !(flags & MSG_WAITALL))))
+		return (ssize_t)done;
+	if (c->rx_eof || c->rd_shut)
+		return (ssize_t)done;
+	if (c->hard_error) {
+		int err = c->hard_error;
+		if (done)
+			return (ssize_t)done;
+		c->hard_error = 0; /* reported once; then the stream reads as ended */
+		c->rx_eof = true;
+		return -err;
+	}
+	if (c->error) {
+		int err = c->error;
+		c->error = 0;
+		return done ? (ssize_t)done : -err;
+	}
+	if (c->phase == CONN_DEAD)
+		return (ssize_t)done;
+	*again = true;
+	return (ssize_t)done;
+}
+
+ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int flags,
+		  bool nonblock, int timeout_ms)
+{
+	struct iovec discard = { NULL, iov_total(iov, iovcnt) };
+	size_t total = discard.iov_len, done = 0;
+	uint64_t start = now_us();
+	ssize_t rc;
+	bool again;
+
+	if (flags & MSG_OOB)
+		return -EINVAL; /* no urgent data is ever queued */
+	if (flags & MSG_TRUNC) {
+		iov = &discard;
+		iovcnt = 1;
+	}
+	if (total == 0)
+		return 0;
+	conn_lock(c);
+	for (;;) {
+		rc = recv_step(c, iov, iovcnt, done, total, flags, &again);
+		if (!again)
+			break;
+		done = (size_t)rc;
+		if (nonblock || (flags & MSG_DONTWAIT)) {
+			rc = done ? (ssize_t)done : -EAGAIN;
+			break;
+		}
+		int w = wait_for(c, false, timeout_ms, start);
+		if (w < 0) {
+			rc = done ? (ssize_t)done : w;
+			break;
+		}
+	}
+	conn_unlock(c);
+	return rc;
+}
+
+static bool tx_is_shut(const struct sdp_conn *c)
+{
+	return c->close_state != CLOSE_ACTIVE && c->close_state != CLOSE_PEER_FIN;
+}
+
+/* One step of send: bytes queued so far, -errno, or *again to wait. */
+static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 size_t total, bool *again)
+{
+	size_t n;
+
+	*again = false;
+	if (c->phase == CONN_FALLBACK)
+		return done ? (ssize_t)done : CONN_USE_TCP;
+	if (c->hard_error || c->close_state == CLOSE_ABORTED)
+		return done ? (ssize_t)done : -(c->hard_error ? c->hard_error : ECONNRESET);
+	if (tx_is_shut(c) || c->phase == CONN_DEAD)
+		return done ? (ssize_t)done : -EPIPE;
+	if (c->error) {
+		int err = c->error;
+		c->error = 0;
+		return done ? (ssize_t)done : -err;
+	}
+	if (has_qp_phase(c->phase) && c->tx_slots) {
+		cq_poll(c);
+		n = tx_append(c, iov, iovcnt, done, total - done);
+		if (n) {
+			done += n;
+			if (c->st) {
+				atomic_fetch_add_explicit(&c->st->bytes_sent, n, memory_order_relaxed);
+			}
+			tx_kick(c);
+		}
+	}
+	*again = done < total;
+	return (ssize_t)done;
+}
+
+ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int flags,
+		  bool nonblock, int timeout_ms)
+{
+	size_t total = iov_total(iov, iovcnt), done = 0;
+	uint64_t start = now_us();
+	ssize_t rc;
+	bool again;
+
+	if (flags & MSG_OOB)
+		sdp_debug("MSG_OOB on an RDMA socket is sent as ordinary data");
+	if (total == 0)
+		return 0;
+	conn_lock(c);
+	for (;;) {
+		rc = send_step(c, iov, iovcnt, done, total, &again);
+		if (!again)
+			break;
+		done = (size_t)rc;
+		if (nonblock || (flags & MSG_DONTWAIT)) {
+			rc = done ? (ssize_t)done : -EAGAIN;
+			break;
+		}
+		int w = wait_for(c, true, timeout_ms, start);
+		if (w < 0) {
+			rc = done ? (ssize_t)done : w;
+			break;
+		}
+	}
+	conn_unlock(c);
+	return rc;
+}
+
+int conn_shutdown(struct sdp_conn *c, int how)
+{
+	conn_lock(c);
+	if (how == SHUT_RD || how == SHUT_RDWR) {
+		c->rd_shut = true;
+		conn_update_readiness(c, true);
+	}
+	if (how == SHUT_WR || how == SHUT_RDWR)
+		close_ev_app_shutdown_wr(c);
+	conn_unlock(c);
+	return 0;
+}
+
+void conn_app_close(struct sdp_conn *c, bool abort)
+{
+	conn_lock(c);
+	c->app_closed = true;
+	c->owner = NULL;
+	c->owner_ops = NULL;
+	c->st = NULL; /* the slot belongs to the socket, which is going away */
+	switch (c->phase) {
+	case CONN_OPEN:
+	case CONN_AWAIT_ATTACH:
+	case CONN_ATTACHING:
+		if (abort) {
+			close_ev_abort(c, ECONNRESET, true);
+			conn_schedule_destroy(c);
+			break;
+		}
+		close_ev_app_shutdown_wr(c); /* queued bytes first, then DisConn */
+		conn_arm_timer(c, sdp_tun.linger_ms);
+		close_check_orphan(c);
+		break;
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING:
+	case CONN_PENDING:
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		break;
+	case CONN_DRAINING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		break; /* teardown already queued or running */
+	}
+	conn_unlock(c);
+	conn_put(c);
+}
+
+int conn_take_error(struct sdp_conn *c)
+{
+	int err;
+
+	conn_lock(c);
+	err = c->error;
+	c->error = 0;
+	if (!err && c->hard_error)
+		err = c->hard_error;
+	conn_unlock(c);
+	return err;
+}
+
+uint64_t conn_readable_bytes(struct sdp_conn *c)
+{
+	uint64_t n;
+
+	conn_lock(c);
+	if (has_qp_phase(c->phase))
+		cq_poll(c);
+	n = c->rx_bytes_ready;
+	conn_unlock(c);
+	return n;
+}
+
+uint64_t conn_unsent_bytes(struct sdp_conn *c)
+{
+	uint64_t n = 0;
+
+	conn_lock(c);
+	for (uint32_t pos = c->tx_tail; c->tx_slots && pos != c->tx_head; pos++)
+		n += c->tx_slots[pos % c->tx_nslots].len - SDP_BSDH_SIZE;
+	conn_unlock(c);
+	return n;
+}
+
+void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned intvl_s,
+			unsigned cnt)
+{
+	conn_lock(c);
+	c->keepalive = on;
+	c->keepidle_s = idle_s ? idle_s : 7200;
+	c->keepintvl_s = intvl_s ? intvl_s : 75;
+	c->keepcnt = cnt ? cnt : 9;
+	c->keep_probes = 0;
+	c->last_rx_ms = progress_now_ms();
+	if (on && c->phase == CONN_OPEN && !c->app_closed)
+		conn_arm_timer(c, c->keepidle_s * 1000);
+	conn_unlock(c);
+}
+
+enum conn_phase conn_get_phase(struct sdp_conn *c)
+{
+	enum conn_phase phase;
+
+	conn_lock(c);
+	phase = c->phase;
+	conn_unlock(c);
+	return phase;
+}
+
+enum sdp_reason conn_get_fail_reason(struct sdp_conn *c)
+{
+	enum sdp_reason reason;
+
+	conn_lock(c);
+	reason = c->fail_reason;
+	conn_unlock(c);
+	return reason;
+}
+
+bool conn_is_server(const struct sdp_conn *c)
+{
+	return c->is_server;
+}
+
+const struct sockaddr *conn_peer_addr(const struct sdp_conn *c)
+{
+	return (const struct sockaddr *)&c->peer_addr;
+}

@@ -1,0 +1,83 @@
+/* Work completions: dispatch receive, data-send and control-send
+ * completions; any error status means the carrier failed. */
+#include <errno.h>
+#include <stddef.h>
+
+#include "core/conn_internal.h"
+#include "core/cq.h"
+#include "core/dev.h"
+#include "core/log.h"
+#include "preload/init.h"
+
+static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (!c->carrier_dead && wc->status != IBV_WC_WR_FLUSH_ERR)
+			sdp_info("RDMA completion error: %s", ibv_wc_status_str(wc->status));
+		if (WR_KIND(wc->wr_id) != WR_RECV && c->sq_outstanding)
+			c->sq_outstanding--;
+		close_ev_carrier_failed(c, ECONNRESET);
+		return;
+	}
+	switch (WR_KIND(wc->wr_id)) {
+	case WR_RECV:
+		c->last_rx_ms = progress_now_ms();
+		rx_on_recv(c, WR_INDEX(wc->wr_id), wc->byte_len);
+		break;
+	case WR_SEND_DATA:
+		c->sq_outstanding--;
+		break;
+	case WR_SEND_CTRL:
+		c->sq_outstanding--;
+		if (c->ctrl_outstanding)
+			c->ctrl_outstanding--;
+		break;
+	}
+}
+
+void cq_poll(struct sdp_conn *c)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	if (!c->cq)
+		return;
+	do {
+		SDP_GUARD_ENTER();
+		n = ibv_poll_cq(c->cq, 16, wc);
+		SDP_GUARD_LEAVE();
+		for (int i = 0; i < n; i++)
+			on_completion(c, &wc[i]);
+	} while (n == 16 && c->cq);
+	tx_kick(c);
+	conn_update_readiness(c, false);
+}
+
+void cq_on_channel_ready(struct progress_source *src, uint32_t events)
+{
+	struct sdp_dev *dev = (struct sdp_dev *)((char *)src - offsetof(struct sdp_dev, cc_src));
+	struct ibv_cq *cq;
+	void *ctx;
+
+	(void)events;
+	for (;;) {
+		struct sdp_conn *c;
+
+		SDP_GUARD_ENTER();
+		int rc = ibv_get_cq_event(dev->cc, &cq, &ctx);
+		if (rc == 0)
+			ibv_ack_cq_events(cq, 1);
+		SDP_GUARD_LEAVE();
+		if (rc != 0)
+			return;
+		c = ctx;
+		conn_lock(c);
+		if (c->cq == cq) {
+			SDP_GUARD_ENTER();
+			ibv_req_notify_cq(cq, 0);
+			SDP_GUARD_LEAVE();
+			cq_poll(c);
+		}
+		conn_unlock(c);
+	}
+}

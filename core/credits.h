@@ -1,0 +1,66 @@
+/* Credit and ring arithmetic of the buffer-copy channel: small pure inline
+ * functions, unit-tested in tests/unit/test_credits.c. */
+#ifndef SDPSHIM_CREDITS_H
+#define SDPSHIM_CREDITS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Data leaves this many credits for control messages (credit updates,
+ * DisConn, Abort), so neither side can starve the other of updates. */
+#define CREDIT_RESERVE 1u
+
+/* Receive buffers the peer still has free for us: it posted peer_bufs, and
+ * our messages after peer_ack are not consumed yet. */
+static inline uint32_t credits_available(uint32_t peer_bufs, uint32_t tx_seq, uint32_t peer_ack)
+{
+	uint32_t outstanding = tx_seq - peer_ack;
+
+	return outstanding >= peer_bufs ? 0 : peer_bufs - outstanding;
+}
+
+static inline bool credits_allow_data(uint32_t avail)
+{
+	return avail > CREDIT_RESERVE;
+}
+
+static inline bool credits_allow_ctrl(uint32_t avail)
+{
+	return avail >= 1;
+}
+
+/* Should the receiver send a standalone credit update?  unadvertised =
+ * messages consumed since the last ack we sent. */
+static inline bool credit_update_due(uint32_t unadvertised, uint32_t bufs, bool peer_starving)
+{
+	if (unadvertised == 0)
+		return false;
+	return peer_starving || unadvertised >= (bufs + 1) / 2;
+}
+
+/* The peer thinks it has this many credits toward us: we posted bufs, and
+ * its messages after our last advertised ack are unconsumed in its view. */
+static inline uint32_t peer_view_of_credits(uint32_t bufs, uint32_t rx_seq, uint32_t ack_sent)
+{
+	return credits_available(bufs, rx_seq, ack_sent);
+}
+
+/* Ring of monotonically increasing 32-bit indices over n slots. */
+static inline uint32_t ring_used(uint32_t head, uint32_t tail)
+{
+	return head - tail;
+}
+
+static inline uint32_t ring_index(uint32_t pos, uint32_t n)
+{
+	return pos % n;
+}
+
+/* A peer acknowledgement is valid if it does not go backwards and does not
+ * acknowledge a message we never sent. */
+static inline bool ack_is_valid(uint32_t ack, uint32_t prev_ack, uint32_t tx_seq)
+{
+	return (uint32_t)(ack - prev_ack) <= (uint32_t)(tx_seq - prev_ack);
+}
+
+#endif

@@ -1,0 +1,33 @@
+/* RDMA devices in use by this process: one protection domain and one
+ * completion channel per verbs context, created on first use. */
+#ifndef SDPSHIM_DEV_H
+#define SDPSHIM_DEV_H
+
+#include <stddef.h>
+
+#include <infiniband/verbs.h>
+
+#include "core/progress.h"
+
+struct sdp_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct progress_source cc_src;
+	uint32_t max_inline; /* what a QP of this device accepted */
+	struct sdp_dev *next;
+};
+
+/* The device record of ctx (an rdma_cm id's verbs), created if needed. */
+struct sdp_dev *dev_get(struct ibv_context *ctx);
+
+/* Registers len bytes (page-aligned allocation) with local access only:
+ * the peer never gets a key to channel buffers.  NULL on failure with
+ * *err = -errno (-ENOMEM typically means RLIMIT_MEMLOCK). */
+void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, int *err);
+void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr);
+
+/* Forget device records in a forked child (the contexts are the parent's). */
+void dev_atfork_child(void);
+
+#endif

@@ -1,0 +1,159 @@
+/* Readiness of a channel: the two level-triggered eventfds that poll,
+ * select and epoll wait on, and callbacks to the owning socket. */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "core/conn_internal.h"
+#include "preload/real.h"
+
+void conn_lock(struct sdp_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+}
+
+void conn_unlock(struct sdp_conn *c)
+{
+	uint32_t events = c->owner_events;
+	void *owner = c->owner;
+	const struct conn_owner_ops *ops = c->owner_ops;
+
+	c->owner_events = 0;
+	if (events && owner && ops) {
+		conn_get(c);
+		ops->hold(owner);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!events || !owner || !ops)
+		return;
+	for (int ev = CONN_EV_RDMA_READY; ev <= CONN_EV_STATE; ev++)
+		if (events & (1u << ev))
+			ops->event(owner, c, (enum conn_event)ev);
+	ops->release(owner);
+	conn_put(c);
+}
+
+void conn_signal_owner(struct sdp_conn *c, enum conn_event ev)
+{
+	c->owner_events |= 1u << ev;
+}
+
+static bool tx_shut(const struct sdp_conn *c)
+{
+	switch (c->close_state) {
+	case CLOSE_ACTIVE:
+	case CLOSE_PEER_FIN:
+		return false;
+	case CLOSE_TX_DRAINING:
+	case CLOSE_FIN_WAIT:
+	case CLOSE_LAST_DRAIN:
+	case CLOSE_DONE:
+	case CLOSE_ABORTED:
+		return true;
+	}
+	return true;
+}
+
+/* States in which pollers must wake and look again (the socket may now
+ * be on TCP, or dead). */
+static bool phase_wakes_everyone(enum conn_phase phase)
+{
+	switch (phase) {
+	case CONN_DRAINING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		return true;
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING:
+	case CONN_AWAIT_ATTACH:
+	case CONN_PENDING:
+	case CONN_ATTACHING:
+	case CONN_OPEN:
+		return false;
+	}
+	return true;
+}
+
+bool conn_readable_locked(const struct sdp_conn *c)
+{
+	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error ||
+	       phase_wakes_everyone(c->phase);
+}
+
+static bool phase_takes_writes(enum conn_phase phase)
+{
+	return phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING || phase == CONN_OPEN;
+}
+
+bool conn_writable_locked(const struct sdp_conn *c)
+{
+	if (c->hard_error || c->error || phase_wakes_everyone(c->phase) || tx_shut(c))
+		return true;
+	return phase_takes_writes(c->phase) && c->tx_slots && tx_free_space(c) > 0;
+}
+
+static void indicator_set(int fd, bool *is_set, bool force_edge)
+{
+	uint64_t one = 1;
+
+	if (*is_set && !force_edge)
+		return;
+	(void)!real.write(fd, &one, sizeof(one));
+	*is_set = true;
+}
+
+static void indicator_clear(int fd, bool *is_set)
+{
+	uint64_t v;
+
+	if (!*is_set)
+		return;
+	(void)!real.read(fd, &v, sizeof(v));
+	*is_set = false;
+}
+
+void conn_update_readiness(struct sdp_conn *c, bool new_data)
+{
+	if (conn_readable_locked(c))
+		indicator_set(c->rd_fd, &c->rd_set, new_data);
+	if (conn_writable_locked(c))
+		indicator_set(c->wr_fd, &c->wr_set, false);
+}
+
+void conn_prepare_wait(struct sdp_conn *c)
+{
+	conn_lock(c);
+	if (!conn_readable_locked(c))
+		indicator_clear(c->rd_fd, &c->rd_set);
+	if (!conn_writable_locked(c))
+		indicator_clear(c->wr_fd, &c->wr_set);
+	conn_unlock(c);
+}
+
+unsigned conn_poll_mask(struct sdp_conn *c)
+{
+	unsigned mask = 0;
+
+	conn_lock(c);
+	if (c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error)
+		mask |= POLLIN | POLLRDNORM;
+	if (c->rx_eof)
+		mask |= POLLRDHUP;
+	if (c->hard_error || c->error)
+		mask |= POLLERR;
+	if (c->hard_error || (c->rx_eof && tx_shut(c)))
+		mask |= POLLHUP;
+	if (conn_writable_locked(c) && !phase_wakes_everyone(c->phase))
+		mask |= POLLOUT | POLLWRNORM;
+	conn_unlock(c);
+	return mask;
+}
+
+void conn_progress(struct sdp_conn *c)
+{
+	conn_lock(c);
+	if (c->phase == CONN_OPEN || c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_ATTACHING)
+		cq_poll(c);
+	conn_unlock(c);
+}

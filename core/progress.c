@@ -1,0 +1,336 @@
+/* The per-process progress thread: epoll loop, deferred work, timers, and
+ * the hidden-fd helpers for descriptors the library owns. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/progress.h"
+#include "preload/fdtable.h" /* fdt_set(): hidden fds */
+#include "preload/init.h"    /* SDP_GUARD_*: our own libc calls bypass the hooks */
+#include "preload/real.h"
+
+struct deferred {
+	void (*fn)(void *arg);
+	void *arg;
+	struct deferred *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pid_t pid;              /* process that started the thread */
+	pthread_t thread;
+	int epfd, wake_fd, timer_fd;
+	struct deferred *work_head, *work_tail;
+	struct progress_timer *timers;
+	struct progress_source wake_src, timer_src;
+} prog = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1 };
+
+static __thread bool on_progress_thread;
+
+uint64_t progress_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+bool progress_on_thread(void)
+{
+	return on_progress_thread;
+}
+
+static int hidden_fd_floor(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 768;
+	if (rl.rlim_cur > 65536)
+		return 49152;
+	return (int)(rl.rlim_cur * 3 / 4);
+}
+
+int progress_hide_fd(int fd)
+{
+	int high;
+
+	if (fd < 0)
+		return fd;
+	high = real.fcntl(fd, F_DUPFD_CLOEXEC, hidden_fd_floor());
+	if (high >= 0) {
+		real.close(fd);
+		fd = high;
+	} else {
+		real.fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	fdt_set(fd, FDT_HIDDEN, NULL);
+	return fd;
+}
+
+void progress_close_hidden(int fd)
+{
+	if (fd < 0)
+		return;
+	fdt_clear(fd);
+	real.close(fd);
+}
+
+static void wake(void)
+{
+	uint64_t one = 1;
+
+	if (prog.wake_fd >= 0)
+		(void)!real.write(prog.wake_fd, &one, sizeof(one));
+}
+
+int progress_watch(int fd, uint32_t events, struct progress_source *src)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = src };
+
+	return real.epoll_ctl(prog.epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -errno;
+}
+
+int progress_rewatch(int fd, uint32_t events, struct progress_source *src)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = src };
+
+	return real.epoll_ctl(prog.epfd, EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : -errno;
+}
+
+void progress_unwatch(int fd)
+{
+	real.epoll_ctl(prog.epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+int progress_defer(void (*fn)(void *arg), void *arg)
+{
+	struct deferred *d = malloc(sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	d->fn = fn;
+	d->arg = arg;
+	d->next = NULL;
+	pthread_mutex_lock(&prog.lock);
+	if (prog.work_tail)
+		prog.work_tail->next = d;
+	else
+		prog.work_head = d;
+	prog.work_tail = d;
+	pthread_mutex_unlock(&prog.lock);
+	wake();
+	return 0;
+}
+
+static void run_deferred(void)
+{
+	struct deferred *d;
+
+	for (;;) {
+		pthread_mutex_lock(&prog.lock);
+		d = prog.work_head;
+		if (d) {
+			prog.work_head = d->next;
+			if (!prog.work_head)
+				prog.work_tail = NULL;
+		}
+		pthread_mutex_unlock(&prog.lock);
+		if (!d)
+			return;
+		d->fn(d->arg);
+		free(d);
+	}
+}
+
+/* Called with prog.lock held: programs the timerfd for the earliest timer. */
+static void rearm_timerfd_locked(void)
+{
+	struct itimerspec its;
+	uint64_t earliest = 0;
+
+	for (struct progress_timer *t = prog.timers; t; t = t->next)
+		if (!earliest || t->at_ms < earliest)
+			earliest = t->at_ms;
+	memset(&its, 0, sizeof(its));
+	if (earliest) {
+		its.it_value.tv_sec = (time_t)(earliest / 1000);
+		its.it_value.tv_nsec = (long)(earliest % 1000) * 1000000L;
+		if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
+			its.it_value.tv_nsec = 1;
+	}
+	timerfd_settime(prog.timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+static void unlink_timer_locked(struct progress_timer *t)
+{
+	for (struct progress_timer **pp = &prog.timers; *pp; pp = &(*pp)->next) {
+		if (*pp == t) {
+			*pp = t->next;
+			break;
+		}
+	}
+	t->armed = false;
+	t->next = NULL;
+}
+
+void progress_timer_arm(struct progress_timer *t, uint64_t at_ms)
+{
+	pthread_mutex_lock(&prog.lock);
+	if (t->armed)
+		unlink_timer_locked(t);
+	t->at_ms = at_ms ? at_ms : 1;
+	t->armed = true;
+	t->next = prog.timers;
+	prog.timers = t;
+	rearm_timerfd_locked();
+	pthread_mutex_unlock(&prog.lock);
+}
+
+void progress_timer_cancel(struct progress_timer *t)
+{
+	pthread_mutex_lock(&prog.lock);
+	if (t->armed) {
+		unlink_timer_locked(t);
+		rearm_timerfd_locked();
+	}
+	pthread_mutex_unlock(&prog.lock);
+}
+
+static void fire_due_timers(void)
+{
+	uint64_t now = progress_now_ms();
+
+	for (;;) {
+		struct progress_timer *due = NULL;
+
+		pthread_mutex_lock(&prog.lock);
+		for (struct progress_timer *t = prog.timers; t; t = t->next) {
+			if (t->at_ms <= now) {
+				due = t;
+				break;
+			}
+		}
+		if (due)
+			unlink_timer_locked(due);
+		else
+			rearm_timerfd_locked();
+		pthread_mutex_unlock(&prog.lock);
+		if (!due)
+			return;
+		due->fn(due->arg);
+	}
+}
+
+static void on_wake(struct progress_source *src, uint32_t events)
+{
+	uint64_t n;
+
+	(void)src;
+	(void)events;
+	(void)!real.read(prog.wake_fd, &n, sizeof(n));
+	run_deferred();
+}
+
+static void on_timer(struct progress_source *src, uint32_t events)
+{
+	uint64_t n;
+
+	(void)src;
+	(void)events;
+	(void)!real.read(prog.timer_fd, &n, sizeof(n));
+	fire_due_timers();
+}
+
+static void *progress_main(void *arg)
+{
+	struct epoll_event evs[64];
+
+	(void)arg;
+	on_progress_thread = true;
+	SDP_GUARD_ENTER(); /* every libc call made here is the library's own */
+	for (;;) {
+		int n = real.epoll_wait(prog.epfd, evs, 64, -1);
+
+		if (n < 0 && errno != EINTR) {
+			sdp_error("progress thread: epoll_wait: %s", strerror(errno));
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			struct progress_source *src = evs[i].data.ptr;
+			src->on_ready(src, evs[i].events);
+		}
+		run_deferred();
+	}
+	return NULL;
+}
+
+static int create_fds(void)
+{
+	prog.epfd = progress_hide_fd(real.epoll_create1(EPOLL_CLOEXEC));
+	prog.wake_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	prog.timer_fd = progress_hide_fd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+	if (prog.epfd < 0 || prog.wake_fd < 0 || prog.timer_fd < 0)
+		return -errno;
+	prog.wake_src.on_ready = on_wake;
+	prog.timer_src.on_ready = on_timer;
+	if (progress_watch(prog.wake_fd, EPOLLIN, &prog.wake_src) ||
+	    progress_watch(prog.timer_fd, EPOLLIN, &prog.timer_src))
+		return -errno;
+	return 0;
+}
+
+int progress_start(void)
+{
+	pthread_attr_t attr;
+	sigset_t all, old;
+	int err = 0;
+
+	pthread_mutex_lock(&prog.lock);
+	if (prog.pid == getpid()) {
+		pthread_mutex_unlock(&prog.lock);
+		return 0;
+	}
+	/* After fork the parent's thread is gone; its fds are the parent's too. */
+	prog.work_head = prog.work_tail = NULL;
+	prog.timers = NULL;
+	err = create_fds();
+	if (!err) {
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
+		err = -pthread_create(&prog.thread, &attr, progress_main, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+	}
+	if (!err)
+		prog.pid = getpid();
+	else
+		sdp_error("cannot start the progress thread: %s", strerror(-err));
+	pthread_mutex_unlock(&prog.lock);
+	return err;
+}
+
+void progress_atfork_child(void)
+{
+	pthread_mutex_init(&prog.lock, NULL);
+	if (prog.pid == 0)
+		return;
+	progress_close_hidden(prog.epfd);
+	progress_close_hidden(prog.wake_fd);
+	progress_close_hidden(prog.timer_fd);
+	prog.epfd = prog.wake_fd = prog.timer_fd = -1;
+	prog.pid = 0;
+	prog.work_head = prog.work_tail = NULL;
+	prog.timers = NULL;
+}

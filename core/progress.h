@@ -1,0 +1,50 @@
+/* The progress thread: one per process, sleeping in epoll on the rdma_cm
+ * event channel, the completion channels, watched TCP fds, a timerfd and a
+ * wake-up eventfd.  It makes credits flow and connections advance while the
+ * app sleeps or computes, and it alone tears RDMA resources down. */
+#ifndef SDPSHIM_PROGRESS_H
+#define SDPSHIM_PROGRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct progress_source {
+	/* Called on the progress thread with the epoll events of the fd. */
+	void (*on_ready)(struct progress_source *src, uint32_t events);
+};
+
+/* Starts the thread for this process (again after fork).  0 or -errno. */
+int progress_start(void);
+bool progress_on_thread(void);
+
+int progress_watch(int fd, uint32_t events, struct progress_source *src);
+int progress_rewatch(int fd, uint32_t events, struct progress_source *src);
+void progress_unwatch(int fd);
+
+/* Runs fn(arg) on the progress thread soon (FIFO).  0 or -ENOMEM. */
+int progress_defer(void (*fn)(void *arg), void *arg);
+
+/* A one-shot timer: fn(arg) on the progress thread at or after at_ms
+ * (CLOCK_MONOTONIC ms).  Re-arming replaces the deadline. */
+struct progress_timer {
+	uint64_t at_ms;
+	void (*fn)(void *arg);
+	void *arg;
+	struct progress_timer *next;
+	bool armed;
+};
+void progress_timer_arm(struct progress_timer *t, uint64_t at_ms);
+void progress_timer_cancel(struct progress_timer *t);
+
+uint64_t progress_now_ms(void);
+
+/* In a forked child: forget the parent's thread and fds (they are the
+ * parent's); the next progress_start() builds new ones. */
+void progress_atfork_child(void);
+
+/* Creates an fd owned by the library: moved to a high number, close-on-exec
+ * and marked hidden so the app cannot close or dup2 over it. */
+int progress_hide_fd(int fd);
+void progress_close_hidden(int fd);
+
+#endif

@@ -1,0 +1,227 @@
+/* The receive side: validates every message the peer SENDs into our
+ * buffers, queues data in order, dispatches control messages, and returns
+ * buffers (and credits) as the app consumes the bytes. */
+#include <errno.h>
+#include <string.h>
+
+#include "core/conn_internal.h"
+#include "core/credits.h"
+#include "core/log.h"
+
+static struct rx_entry *entry_at(struct sdp_conn *c, uint32_t pos)
+{
+	return &c->rx_ring[pos % c->buf_count];
+}
+
+static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
+{
+	return c->rx_mem + (size_t)slot * c->buf_size;
+}
+
+/* A peer that breaks the protocol gets an abort and a logged reason. */
+static void protocol_violation(struct sdp_conn *c, const char *what)
+{
+	sdp_warn("peer violated the sdpshim protocol (%s); aborting the connection", what);
+	c->fail_reason = SDP_REASON_PROTOCOL;
+	close_ev_abort(c, ECONNRESET, true);
+}
+
+/* Returns consumed buffers to the receive queue and advances our ack. */
+static void rx_advance(struct sdp_conn *c)
+{
+	while (c->rx_tail != c->rx_head && entry_at(c, c->rx_tail)->consumed) {
+		struct rx_entry *e = entry_at(c, c->rx_tail);
+
+		if (e->is_data)
+			conn_repost_recv(c, e->slot); /* control buffers went back on arrival */
+		c->rx_ack = e->seq;
+		c->rx_tail++;
+	}
+}
+
+void rx_maybe_update_credits(struct sdp_conn *c)
+{
+	uint32_t unadvertised = c->rx_ack - c->rx_ack_sent;
+	uint32_t peer_view = peer_view_of_credits(c->buf_count, c->rx_seq, c->rx_ack_sent);
+	bool starving = c->peer_starving || peer_view <= CREDIT_RESERVE + 1;
+
+	if (credit_update_due(unadvertised, c->buf_count, starving))
+		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE);
+}
+
+static void on_attach(struct sdp_conn *c)
+{
+	if (c->is_server || c->phase != CONN_AWAIT_ATTACH) {
+		protocol_violation(c, "unexpected ATTACH");
+		return;
+	}
+	c->phase = CONN_OPEN;
+	conn_signal_owner(c, CONN_EV_STATE);
+}
+
+static void on_detach(struct sdp_conn *c)
+{
+	if (c->is_server || c->phase != CONN_AWAIT_ATTACH) {
+		protocol_violation(c, "unexpected DETACH");
+		return;
+	}
+	conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
+}
+
+static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8_t *msg)
+{
+	struct sdp_ext ext = { 0 };
+
+	if (h->len > SDP_BSDH_SIZE)
+		sdp_ext_from_wire(msg + SDP_BSDH_SIZE, &ext);
+	switch ((enum sdp_mid)h->mid) {
+	case SDP_MID_CREDIT_UPDATE:
+	case SDP_MID_KEEPALIVE:
+		break;
+	case SDP_MID_DISCONN:
+		close_ev_peer_disconn(c);
+		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE); /* the closer learns its bytes landed */
+		break;
+	case SDP_MID_ABORT:
+		close_ev_abort(c, ECONNRESET, false);
+		break;
+	case SDP_MID_ATTACH:
+		on_attach(c);
+		break;
+	case SDP_MID_DETACH:
+		on_detach(c);
+		break;
+	case SDP_MID_DATA:
+	case SDP_MID_SRC_AVAIL:
+	case SDP_MID_RDMA_RD_COMPL:
+	case SDP_MID_SRC_CANCEL:
+	case SDP_MID_SINK_AVAIL:
+	case SDP_MID_RDMA_WR_COMPL:
+	case SDP_MID_SINK_CANCEL:
+	case SDP_MID_SINK_CANCEL_ACK:
+	case SDP_MID_SWITCH:
+		protocol_violation(c, "message not supported by this channel");
+		break;
+	}
+}
+
+static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire_error err)
+{
+	if (err != SDP_WIRE_OK) {
+		protocol_violation(c, sdp_wire_error_text(err));
+		return false;
+	}
+	if (h->mseq != c->rx_seq + 1) {
+		protocol_violation(c, "sequence gap");
+		return false;
+	}
+	if (!ack_is_valid(h->mseq_ack, c->tx_peer_ack, c->tx_seq)) {
+		protocol_violation(c, "acknowledges a message never sent");
+		return false;
+	}
+	if (h->bufs > c->peer_buf_count || ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {
+		protocol_violation(c, "more messages than credits");
+		return false;
+	}
+	if (h->mid == SDP_MID_DATA && (c->rx_eof || c->phase == CONN_PENDING)) {
+		protocol_violation(c, "data after DisConn or before ATTACH");
+		return false;
+	}
+	return true;
+}
+
+void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
+{
+	const uint8_t *msg = rx_buf(c, slot);
+	struct rx_entry *e;
+	struct sdp_bsdh h;
+	enum sdp_wire_error err;
+
+	if (slot >= c->buf_count) {
+		protocol_violation(c, "completion for an unknown buffer");
+		return;
+	}
+	err = sdp_bsdh_from_wire(msg, byte_len, c->buf_size, &h);
+	if (!validate(c, &h, err))
+		return;
+	c->rx_seq = h.mseq;
+	if (h.bufs)
+		c->tx_peer_bufs = h.bufs;
+	c->peer_starving = (h.flags & SDP_FLAG_STARVING) != 0;
+	tx_free_acked(c, h.mseq_ack);
+	close_check_orphan(c);
+	e = entry_at(c, c->rx_head++);
+	e->seq = h.mseq;
+	e->slot = (uint16_t)slot;
+	e->is_data = h.mid == SDP_MID_DATA;
+	e->off = (uint32_t)SDP_BSDH_SIZE;
+	e->len = e->is_data ? h.len - (uint32_t)SDP_BSDH_SIZE : 0;
+	e->consumed = !e->is_data;
+	if (e->is_data && c->app_closed) {
+		/* Bytes for a socket the app closed: TCP answers with a reset. */
+		e->consumed = true;
+		e->is_data = false;
+		conn_repost_recv(c, slot);
+		rx_advance(c);
+		close_ev_abort(c, ECONNRESET, true);
+		return;
+	}
+	if (e->is_data) {
+		c->rx_bytes_ready += e->len;
+		conn_update_readiness(c, true);
+		return;
+	}
+	conn_repost_recv(c, slot);
+	on_control(c, &h, msg);
+	rx_advance(c);
+}
+
+size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+		   size_t len, bool peek)
+{
+	uint32_t pos = c->rx_tail, peek_off = 0;
+	size_t copied = 0;
+	int i = 0;
+
+	while (i < iovcnt && skip >= iov[i].iov_len)
+		skip -= iov[i++].iov_len;
+	while (copied < len && pos != c->rx_head && i < iovcnt) {
+		struct rx_entry *e = entry_at(c, pos);
+		size_t avail = e->is_data ? e->len - peek_off : 0, chunk;
+
+		if (avail == 0) {
+			pos++;
+			peek_off = 0;
+			continue;
+		}
+		chunk = avail;
+		if (chunk > iov[i].iov_len - skip)
+			chunk = iov[i].iov_len - skip;
+		if (chunk > len - copied)
+			chunk = len - copied;
+		if (iov[i].iov_base)
+			memcpy((uint8_t *)iov[i].iov_base + skip,
+			       rx_buf(c, e->slot) + e->off + peek_off, chunk);
+		copied += chunk;
+		skip += chunk;
+		if (skip == iov[i].iov_len) {
+			i++;
+			skip = 0;
+		}
+		if (peek) {
+			peek_off += (uint32_t)chunk;
+			continue;
+		}
+		e->off += (uint32_t)chunk;
+		e->len -= (uint32_t)chunk;
+		c->rx_bytes_ready -= chunk;
+		if (e->len == 0)
+			e->consumed = true;
+	}
+	if (!peek && copied) {
+		rx_advance(c);
+		rx_maybe_update_credits(c);
+		tx_kick(c);
+	}
+	return copied;
+}

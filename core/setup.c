@@ -1,0 +1,260 @@
+/* Allocation of a channel: indicators, the QP and CQ, registered receive
+ * buffers and send slots; and their release on the progress thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/dev.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+#define CTRL_SLOTS     32u
+#define CTRL_SLOT_SIZE 64u
+#define REQ_MAX_INLINE 256u
+
+static void conn_timer_fired(void *arg);
+
+struct sdp_conn *conn_alloc(bool is_server)
+{
+	struct sdp_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->cm_kind = CM_KIND_CONN;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	atomic_init(&c->refs, 1);
+	c->is_server = is_server;
+	c->phase = is_server ? CONN_PENDING : CONN_RESOLVING;
+	c->close_state = CLOSE_ACTIVE;
+	c->tcp_fd = -1;
+	c->buf_size = sdp_tun.buf_size;
+	c->buf_count = (uint16_t)sdp_tun.buf_count;
+	c->timer.fn = conn_timer_fired;
+	c->timer.arg = c;
+	c->rd_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	c->wr_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (c->rd_fd < 0 || c->wr_fd < 0) {
+		progress_close_hidden(c->rd_fd);
+		progress_close_hidden(c->wr_fd);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void conn_get(struct sdp_conn *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void conn_put(struct sdp_conn *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	progress_close_hidden(c->rd_fd);
+	progress_close_hidden(c->wr_fd);
+	free(c->drain_buf);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr;
+
+	c->sq_depth = (uint32_t)c->buf_count + CTRL_SLOTS;
+	c->cq = ibv_create_cq(id->verbs, (int)(c->sq_depth + c->buf_count + 8), c, c->dev->cc, 0);
+	if (!c->cq)
+		return -errno;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_type = IBV_QPT_RC;
+	attr.send_cq = c->cq;
+	attr.recv_cq = c->cq;
+	attr.cap.max_send_wr = c->sq_depth;
+	attr.cap.max_recv_wr = c->buf_count;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = REQ_MAX_INLINE;
+	attr.sq_sig_all = 1;
+	if (rdma_create_qp(id, c->dev->pd, &attr) != 0) {
+		attr.cap.max_inline_data = 0; /* some devices have no inline sends */
+		if (rdma_create_qp(id, c->dev->pd, &attr) != 0)
+			return -errno;
+	}
+	c->qp = id->qp;
+	c->max_inline = attr.cap.max_inline_data;
+	if (ibv_req_notify_cq(c->cq, 0) != 0)
+		return -errno;
+	return 0;
+}
+
+static int alloc_rx(struct sdp_conn *c)
+{
+	int err = 0;
+
+	c->rx_mem_len = (size_t)c->buf_size * c->buf_count;
+	c->rx_mem = dev_alloc_registered(c->dev, c->rx_mem_len, &c->rx_mr, &err);
+	if (!c->rx_mem)
+		return err;
+	c->rx_ring = calloc(c->buf_count, sizeof(*c->rx_ring));
+	return c->rx_ring ? 0 : -ENOMEM;
+}
+
+static int alloc_tx(struct sdp_conn *c)
+{
+	int err = 0;
+
+	c->tx_nslots = (uint32_t)c->peer_buf_count + 1;
+	c->tx_mem_len = (size_t)c->tx_nslots * c->peer_buf_size + CTRL_SLOTS * CTRL_SLOT_SIZE;
+	c->tx_mem = dev_alloc_registered(c->dev, c->tx_mem_len, &c->tx_mr, &err);
+	if (!c->tx_mem)
+		return err;
+	c->tx_slots = calloc(c->tx_nslots, sizeof(*c->tx_slots));
+	return c->tx_slots ? 0 : -ENOMEM;
+}
+
+static enum sdp_reason reason_for_setup_error(int err)
+{
+	if (err == -ENOMEM || err == -EPERM || err == -EAGAIN)
+		return SDP_REASON_MEMLOCK;
+	return SDP_REASON_RESOURCES;
+}
+
+int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
+		  uint16_t peer_buf_count, enum sdp_reason *reason)
+{
+	int err;
+
+	c->dev = dev_get(id->verbs);
+	if (!c->dev) {
+		*reason = SDP_REASON_RDMA_CM_ERROR;
+		return -ENODEV;
+	}
+	SDP_GUARD_ENTER();
+	err = create_cq_qp(c, id);
+	SDP_GUARD_LEAVE();
+	if (!err)
+		err = alloc_rx(c);
+	if (!err && peer_buf_count) {
+		c->peer_buf_size = peer_buf_size;
+		c->peer_buf_count = peer_buf_count;
+		c->tx_peer_bufs = peer_buf_count;
+		err = alloc_tx(c);
+	}
+	if (err) {
+		*reason = reason_for_setup_error(err);
+		sdp_warn("cannot set up an RDMA channel: %s%s", strerror(-err),
+			 *reason == SDP_REASON_MEMLOCK ? " (RLIMIT_MEMLOCK too low?)" : "");
+		return err;
+	}
+	return 0;
+}
+
+int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count)
+{
+	c->peer_buf_size = peer_buf_size;
+	c->peer_buf_count = peer_buf_count;
+	c->tx_peer_bufs = peer_buf_count;
+	return alloc_tx(c);
+}
+
+static int post_recv(struct sdp_conn *c, uint32_t slot)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(c->rx_mem + (size_t)slot * c->buf_size),
+		.length = c->buf_size,
+		.lkey = c->rx_mr->lkey,
+	};
+	struct ibv_recv_wr wr = { .wr_id = WR_ID(WR_RECV, slot), .sg_list = &sge, .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+
+	return ibv_post_recv(c->qp, &wr, &bad);
+}
+
+int conn_repost_recv(struct sdp_conn *c, uint32_t slot)
+{
+	int rc;
+
+	if (!c->qp)
+		return -ENOTCONN;
+	SDP_GUARD_ENTER();
+	rc = post_recv(c, slot);
+	SDP_GUARD_LEAVE();
+	return rc ? -rc : 0;
+}
+
+void conn_post_all_recvs(struct sdp_conn *c)
+{
+	for (uint32_t i = 0; i < c->buf_count; i++)
+		conn_repost_recv(c, i);
+	if (c->st)
+		atomic_store(&c->st->rx_posted, c->buf_count);
+}
+
+void conn_destroy_resources(struct sdp_conn *c)
+{
+	SDP_GUARD_ENTER();
+	if (c->qp)
+		rdma_destroy_qp(c->cm_id);
+	c->qp = NULL;
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	c->cq = NULL;
+	if (c->cm_id)
+		rdma_destroy_id(c->cm_id);
+	c->cm_id = NULL;
+	SDP_GUARD_LEAVE();
+	dev_free_registered(c->rx_mem, c->rx_mem_len, c->rx_mr);
+	dev_free_registered(c->tx_mem, c->tx_mem_len, c->tx_mr);
+	c->rx_mem = c->tx_mem = NULL;
+	c->rx_mr = c->tx_mr = NULL;
+	free(c->rx_ring);
+	free(c->tx_slots);
+	c->rx_ring = NULL;
+	c->tx_slots = NULL;
+	if (c->tcp_fd >= 0) {
+		if (c->tcp_watched)
+			progress_unwatch(c->tcp_fd);
+		c->tcp_watched = false;
+		progress_close_hidden(c->tcp_fd);
+		c->tcp_fd = -1;
+	}
+}
+
+static void destroy_on_progress(void *arg)
+{
+	struct sdp_conn *c = arg;
+
+	progress_timer_cancel(&c->timer);
+	conn_destroy_resources(c);
+	conn_lock(c);
+	if (c->phase != CONN_FALLBACK)
+		c->phase = CONN_DEAD;
+	conn_update_readiness(c, false);
+	pthread_cond_broadcast(&c->cond);
+	conn_unlock(c);
+	conn_put(c); /* the reference the resources held */
+}
+
+void conn_schedule_destroy(struct sdp_conn *c)
+{
+	if (c->destroy_queued)
+		return;
+	c->destroy_queued = true;
+	if (progress_defer(destroy_on_progress, c) != 0)
+		sdp_error("cannot queue channel teardown: out of memory (channel leaked)");
+}
+
+static void conn_timer_fired(void *arg)
+{
+	conn_on_timer((struct sdp_conn *)arg);
+}

@@ -1,0 +1,137 @@
+/* The library's own dup of the app's TCP socket: the progress thread
+ * completes non-blocking connects on it, notices a server that answered
+ * on TCP (so the client must fall back), judges how a vanished peer closed,
+ * and drains buffered bytes into it when a channel falls back. */
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/conn_internal.h"
+#include "core/log.h"
+#include "preload/real.h"
+
+static void on_tcp_ready(struct progress_source *src, uint32_t events);
+
+void tcp_watch_start(struct sdp_conn *c, uint32_t events)
+{
+	if (c->tcp_fd < 0)
+		return;
+	c->tcp_src.on_ready = on_tcp_ready;
+	if (c->tcp_watched) {
+		progress_rewatch(c->tcp_fd, events, &c->tcp_src);
+		return;
+	}
+	if (progress_watch(c->tcp_fd, events, &c->tcp_src) == 0)
+		c->tcp_watched = true;
+}
+
+static bool tcp_established(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	/* TCP_INFO, not SO_ERROR: the app must still read SO_ERROR itself. */
+	return real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+	       ti.tcpi_state == 1 /* TCP_ESTABLISHED */;
+}
+
+static void on_connect_done(struct sdp_conn *c)
+{
+	if (tcp_established(c->tcp_fd)) {
+		c->phase = CONN_AWAIT_ATTACH;
+		tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+		conn_update_readiness(c, false);
+		conn_signal_owner(c, CONN_EV_STATE);
+		return;
+	}
+	/* The kernel connect failed: the socket already holds the error. */
+	conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+}
+
+static void on_drain_ready(struct sdp_conn *c)
+{
+	while (c->drain_off < c->drain_len) {
+		ssize_t n = real.send(c->tcp_fd, c->drain_buf + c->drain_off,
+				      c->drain_len - c->drain_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0)
+			break; /* the kernel socket reports the error to the app */
+		c->drain_off += (size_t)n;
+	}
+	if (c->close_state == CLOSE_TX_DRAINING)
+		real.shutdown(c->tcp_fd, SHUT_WR); /* the app shut down writing meanwhile */
+	c->phase = CONN_FALLBACK;
+	conn_update_readiness(c, false);
+	conn_signal_owner(c, CONN_EV_FALLBACK);
+	conn_schedule_destroy(c);
+}
+
+static void on_tcp_ready(struct progress_source *src, uint32_t events)
+{
+	struct sdp_conn *c = (struct sdp_conn *)((char *)src - offsetof(struct sdp_conn, tcp_src));
+
+	conn_lock(c);
+	switch (c->phase) {
+	case CONN_TCP_CONNECTING:
+		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+			on_connect_done(c);
+		break;
+	case CONN_AWAIT_ATTACH:
+		/* Bytes (or a FIN) on TCP: the server side chose TCP. */
+		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
+		break;
+	case CONN_DRAINING:
+		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+			on_drain_ready(c);
+		conn_update_readiness(c, true); /* reads now come from TCP */
+		break;
+	case CONN_OPEN:
+	case CONN_ATTACHING:
+	case CONN_PENDING:
+	case CONN_RESOLVING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		break; /* FIN/RST while the channel is up: the channel decides */
+	}
+	conn_unlock(c);
+}
+
+/* Moves the unposted send bytes to TCP, then the socket is plain TCP. */
+void tcp_drain_start(struct sdp_conn *c)
+{
+	size_t total = 0;
+
+	for (uint32_t pos = c->tx_posted; c->tx_slots && pos != c->tx_head; pos++)
+		total += c->tx_slots[pos % c->tx_nslots].len - SDP_BSDH_SIZE;
+	c->drain_buf = total ? malloc(total) : NULL;
+	c->drain_len = 0;
+	for (uint32_t pos = c->tx_posted; c->drain_buf && pos != c->tx_head; pos++) {
+		struct tx_slot *slot = &c->tx_slots[pos % c->tx_nslots];
+		const uint8_t *mem = c->tx_mem + (size_t)(pos % c->tx_nslots) * c->peer_buf_size;
+
+		memcpy(c->drain_buf + c->drain_len, mem + SDP_BSDH_SIZE, slot->len - SDP_BSDH_SIZE);
+		c->drain_len += slot->len - SDP_BSDH_SIZE;
+	}
+	c->tx_posted = c->tx_head;
+	c->phase = CONN_DRAINING;
+	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
+	on_drain_ready(c);
+}
+
+int tcp_peer_verdict(struct sdp_conn *c, int err)
+{
+	char byte;
+	ssize_t n;
+
+	if (c->tcp_fd < 0)
+		return err;
+	n = real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0)
+		return 0;
+	return err ? err : ECONNRESET;
+}

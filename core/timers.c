@@ -1,0 +1,69 @@
+/* The one timer of each channel and what it means in each phase: the
+ * bound on the RDMA connect, the TTL of an unmatched server channel, the
+ * linger bound after close, and keepalive probes. */
+#include <errno.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/log.h"
+
+void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now)
+{
+	progress_timer_arm(&c->timer, progress_now_ms() + ms_from_now);
+}
+
+static void keepalive_tick(struct sdp_conn *c)
+{
+	uint64_t idle_ms = progress_now_ms() - c->last_rx_ms;
+
+	if (!c->keepalive || c->carrier_dead)
+		return;
+	if (idle_ms < (uint64_t)c->keepidle_s * 1000) {
+		c->keep_probes = 0;
+		conn_arm_timer(c, (unsigned)((uint64_t)c->keepidle_s * 1000 - idle_ms));
+		return;
+	}
+	if (c->keep_probes >= c->keepcnt) {
+		sdp_info("keepalive: peer silent for %llu ms; connection timed out",
+			 (unsigned long long)idle_ms);
+		close_ev_abort(c, ETIMEDOUT, true);
+		return;
+	}
+	/* A probe is a message: its RC acknowledgement or error is the answer,
+	 * and the peer's credit update refreshes last_rx_ms. */
+	c->keep_probes++;
+	tx_queue_ctrl(c, SDP_MID_KEEPALIVE);
+	tx_kick(c);
+	conn_arm_timer(c, c->keepintvl_s * 1000);
+}
+
+void conn_on_timer(struct sdp_conn *c)
+{
+	conn_lock(c);
+	switch (c->phase) {
+	case CONN_RESOLVING:
+		sdp_info("RDMA connect did not finish within its bound; using TCP");
+		conn_fallback(c, SDP_REASON_RDMA_TIMEOUT);
+		break;
+	case CONN_PENDING:
+		pending_expire(c);
+		break;
+	case CONN_OPEN:
+		if (c->app_closed) {
+			sdp_info("linger bound reached with the peer silent; aborting");
+			close_ev_abort(c, ETIMEDOUT, true);
+			conn_schedule_destroy(c);
+		} else {
+			keepalive_tick(c);
+		}
+		break;
+	case CONN_TCP_CONNECTING:
+	case CONN_AWAIT_ATTACH:
+	case CONN_ATTACHING:
+	case CONN_DRAINING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		break;
+	}
+	conn_unlock(c);
+}

@@ -1,0 +1,249 @@
+/* The send side of the buffer-copy channel: app bytes are copied into slots
+ * mirroring the peer's receive buffers and posted as SENDs while credits
+ * last; without credits they coalesce in the last unposted slot.  A slot
+ * is kept until the peer acknowledges it consumed it. */
+#include <errno.h>
+#include <string.h>
+
+#include "core/conn_internal.h"
+#include "core/credits.h"
+#include "core/log.h"
+#include "preload/init.h"
+
+#define CTRL_SLOTS     32u
+#define CTRL_SLOT_SIZE 64u
+
+/* Control messages that may overtake queued data (they carry no stream
+ * position); the others (DisConn, Detach, Switch) wait behind the data. */
+#define CTRL_OVERTAKING (CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE) | \
+			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH))
+
+uint32_t tx_credits(const struct sdp_conn *c)
+{
+	return credits_available(c->tx_peer_bufs, c->tx_seq, c->tx_peer_ack);
+}
+
+static uint32_t slot_payload_max(const struct sdp_conn *c)
+{
+	return c->peer_buf_size - (uint32_t)SDP_BSDH_SIZE;
+}
+
+static uint8_t *slot_mem(const struct sdp_conn *c, uint32_t pos)
+{
+	return c->tx_mem + (size_t)ring_index(pos, c->tx_nslots) * c->peer_buf_size;
+}
+
+static struct tx_slot *slot_at(const struct sdp_conn *c, uint32_t pos)
+{
+	return &c->tx_slots[ring_index(pos, c->tx_nslots)];
+}
+
+bool tx_has_unposted(const struct sdp_conn *c)
+{
+	return c->tx_slots && c->tx_posted != c->tx_head;
+}
+
+uint32_t tx_free_space(const struct sdp_conn *c)
+{
+	uint32_t used = ring_used(c->tx_head, c->tx_tail);
+	uint32_t space = (c->tx_nslots - used) * slot_payload_max(c);
+
+	if (tx_has_unposted(c))
+		space += c->peer_buf_size - slot_at(c, c->tx_head - 1)->len;
+	return space;
+}
+
+/* Copies up to len bytes from the iovec cursor into slots.  Returns bytes taken. */
+size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+{
+	size_t taken = 0;
+	int i = 0;
+
+	while (i < iovcnt && skip >= iov[i].iov_len)
+		skip -= iov[i++].iov_len;
+	while (taken < len && i < iovcnt) {
+		struct tx_slot *slot;
+
+		if (!tx_has_unposted(c) || slot_at(c, c->tx_head - 1)->len == c->peer_buf_size) {
+			if (ring_used(c->tx_head, c->tx_tail) == c->tx_nslots)
+				break;
+			slot = slot_at(c, c->tx_head++);
+			slot->len = (uint32_t)SDP_BSDH_SIZE;
+		}
+		slot = slot_at(c, c->tx_head - 1);
+		size_t room = c->peer_buf_size - slot->len;
+		size_t chunk = iov[i].iov_len - skip;
+		if (chunk > room)
+			chunk = room;
+		if (chunk > len - taken)
+			chunk = len - taken;
+		memcpy(slot_mem(c, c->tx_head - 1) + slot->len, (const uint8_t *)iov[i].iov_base + skip,
+		       chunk);
+		slot->len += (uint32_t)chunk;
+		taken += chunk;
+		skip += chunk;
+		if (skip == iov[i].iov_len) {
+			skip = 0;
+			i++;
+		}
+	}
+	return taken;
+}
+
+static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out)
+{
+	uint32_t after = tx_credits(c) - 1;
+	struct sdp_bsdh h = {
+		.mid = mid,
+		.flags = after <= CREDIT_RESERVE ? SDP_FLAG_STARVING : 0,
+		.bufs = c->buf_count,
+		.len = len,
+		.mseq = ++c->tx_seq,
+		.mseq_ack = c->rx_ack,
+	};
+
+	c->rx_ack_sent = c->rx_ack;
+	sdp_bsdh_to_wire(&h, out);
+}
+
+static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = c->tx_mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | (len <= c->max_inline ? IBV_SEND_INLINE : 0),
+	};
+	struct ibv_send_wr *bad;
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_post_send(c->qp, &wr, &bad);
+	SDP_GUARD_LEAVE();
+	if (rc) {
+		sdp_warn("ibv_post_send failed: %s", strerror(rc));
+		return -rc;
+	}
+	c->sq_outstanding++;
+	return 0;
+}
+
+static bool post_data_slot(struct sdp_conn *c)
+{
+	struct tx_slot *slot = slot_at(c, c->tx_posted);
+	uint8_t *mem = slot_mem(c, c->tx_posted);
+
+	fill_header(c, SDP_MID_DATA, slot->len, mem);
+	slot->seq = c->tx_seq;
+	if (post_send(c, WR_ID(WR_SEND_DATA, ring_index(c->tx_posted, c->tx_nslots)), mem,
+		      slot->len) != 0) {
+		close_ev_carrier_failed(c, EIO);
+		return false;
+	}
+	if (c->st)
+		atomic_fetch_add_explicit(&c->st->copy_bytes_sent, slot->len - SDP_BSDH_SIZE,
+					  memory_order_relaxed);
+	c->tx_posted++;
+	return true;
+}
+
+static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
+{
+	uint32_t idx = c->ctrl_next++ % CTRL_SLOTS;
+	uint8_t *mem = c->tx_mem + (size_t)c->tx_nslots * c->peer_buf_size + idx * CTRL_SLOT_SIZE;
+	uint32_t len = (uint32_t)sdp_mid_fixed_len(mid);
+	struct sdp_ext ext = { 0 };
+
+	fill_header(c, mid, len, mem);
+	if (len > SDP_BSDH_SIZE) {
+		if (mid == SDP_MID_ABORT)
+			ext.a = (uint32_t)c->abort_errno;
+		else if (mid == SDP_MID_DETACH)
+			ext.a = c->detach_reason;
+		sdp_ext_to_wire(&ext, mem + SDP_BSDH_SIZE);
+	}
+	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len) != 0) {
+		close_ev_carrier_failed(c, EIO);
+		return false;
+	}
+	c->ctrl_outstanding++;
+	if (mid == SDP_MID_CREDIT_UPDATE && c->st)
+		atomic_fetch_add_explicit(&c->st->credit_updates_sent, 1, memory_order_relaxed);
+	return true;
+}
+
+void tx_queue_ctrl(struct sdp_conn *c, uint8_t mid)
+{
+	c->ctrl_pending |= CTRL_BIT(mid);
+}
+
+static bool sq_has_room(const struct sdp_conn *c)
+{
+	return c->sq_outstanding < c->sq_depth;
+}
+
+/* Sends pending control messages in `allowed`, lowest mid first. */
+static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
+{
+	for (uint8_t mid = 1; mid < 32; mid++) {
+		if (!(c->ctrl_pending & allowed & CTRL_BIT(mid)))
+			continue;
+		if (!credits_allow_ctrl(tx_credits(c)) || !sq_has_room(c) || c->carrier_dead ||
+		    c->ctrl_outstanding >= CTRL_SLOTS)
+			return;
+		if (mid == SDP_MID_CREDIT_UPDATE && c->rx_ack_sent == c->rx_ack) {
+			c->ctrl_pending &= ~CTRL_BIT(mid); /* already carried by another message */
+			continue;
+		}
+		c->ctrl_pending &= ~CTRL_BIT(mid);
+		if (!post_ctrl(c, mid))
+			return;
+		if (mid == SDP_MID_DISCONN)
+			close_ev_tx_flushed(c);
+	}
+}
+
+static bool phase_sends_data(enum conn_phase phase)
+{
+	return phase == CONN_OPEN;
+}
+
+static bool phase_sends_ctrl(enum conn_phase phase)
+{
+	return phase == CONN_OPEN || phase == CONN_ATTACHING || phase == CONN_PENDING ||
+	       phase == CONN_AWAIT_ATTACH;
+}
+
+void tx_kick(struct sdp_conn *c)
+{
+	bool starving = false;
+
+	if (!c->qp || !c->tx_slots || c->carrier_dead || !phase_sends_ctrl(c->phase))
+		return;
+	send_ctrls(c, CTRL_OVERTAKING);
+	if (!phase_sends_data(c->phase))
+		return;
+	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
+		if (!credits_allow_data(tx_credits(c))) {
+			starving = true;
+			break;
+		}
+		if (!post_data_slot(c))
+			return;
+	}
+	if (starving && c->st)
+		atomic_fetch_add_explicit(&c->st->credit_stalls, 1, memory_order_relaxed);
+	if (!tx_has_unposted(c))
+		send_ctrls(c, ~0u);
+	if (c->st)
+		atomic_store_explicit(&c->st->tx_credits, tx_credits(c), memory_order_relaxed);
+}
+
+void tx_free_acked(struct sdp_conn *c, uint32_t ack)
+{
+	c->tx_peer_ack = ack;
+	while (c->tx_tail != c->tx_posted && !sdp_seq_after(slot_at(c, c->tx_tail)->seq, ack))
+		c->tx_tail++;
+}

@@ -1,0 +1,213 @@
+/* Encoders and validating decoders of the sdpshim wire format. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <string.h>
+
+#include "core/wire.h"
+
+const char *sdp_wire_error_text(enum sdp_wire_error err)
+{
+	switch (err) {
+	case SDP_WIRE_OK:          return "ok";
+	case SDP_WIRE_SHORT:       return "message shorter than its header";
+	case SDP_WIRE_BAD_MAGIC:   return "bad magic";
+	case SDP_WIRE_BAD_VERSION: return "unsupported protocol version";
+	case SDP_WIRE_BAD_LENGTH:  return "length field disagrees with bytes received";
+	case SDP_WIRE_BAD_MID:     return "unknown message id";
+	case SDP_WIRE_BAD_FLAGS:   return "unknown flags";
+	case SDP_WIRE_BAD_FIELD:   return "field out of range";
+	}
+	return "unknown wire error";
+}
+
+size_t sdp_mid_fixed_len(uint8_t mid)
+{
+	switch ((enum sdp_mid)mid) {
+	case SDP_MID_DATA:
+		return 0;
+	case SDP_MID_CREDIT_UPDATE:
+	case SDP_MID_DISCONN:
+	case SDP_MID_KEEPALIVE:
+	case SDP_MID_ATTACH:
+		return SDP_BSDH_SIZE;
+	case SDP_MID_ABORT:
+	case SDP_MID_DETACH:
+	case SDP_MID_SRC_AVAIL:
+	case SDP_MID_RDMA_RD_COMPL:
+	case SDP_MID_SRC_CANCEL:
+	case SDP_MID_SINK_AVAIL:
+	case SDP_MID_RDMA_WR_COMPL:
+	case SDP_MID_SINK_CANCEL:
+	case SDP_MID_SINK_CANCEL_ACK:
+	case SDP_MID_SWITCH:
+		return SDP_BSDH_SIZE + SDP_EXT_SIZE;
+	}
+	return (size_t)-1;
+}
+
+void sdp_bsdh_to_wire(const struct sdp_bsdh *h, void *out)
+{
+	struct sdp_bsdh_wire w = {
+		.mid = h->mid,
+		.flags = h->flags,
+		.bufs = htons(h->bufs),
+		.len = htonl(h->len),
+		.mseq = htonl(h->mseq),
+		.mseq_ack = htonl(h->mseq_ack),
+	};
+
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_bsdh_from_wire(const void *in, size_t received, uint32_t buf_size,
+				       struct sdp_bsdh *h)
+{
+	struct sdp_bsdh_wire w;
+	size_t fixed;
+
+	if (received < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	h->mid = w.mid;
+	h->flags = w.flags;
+	h->bufs = ntohs(w.bufs);
+	h->len = ntohl(w.len);
+	h->mseq = ntohl(w.mseq);
+	h->mseq_ack = ntohl(w.mseq_ack);
+	if (h->len != received || h->len > buf_size)
+		return SDP_WIRE_BAD_LENGTH;
+	fixed = sdp_mid_fixed_len(h->mid);
+	if (fixed == (size_t)-1)
+		return SDP_WIRE_BAD_MID;
+	if (fixed != 0 && h->len != fixed)
+		return SDP_WIRE_BAD_LENGTH;
+	if (h->mid == SDP_MID_DATA && h->len == SDP_BSDH_SIZE)
+		return SDP_WIRE_BAD_LENGTH; /* empty data messages are never sent */
+	if (h->flags & ~SDP_FLAG_KNOWN)
+		return SDP_WIRE_BAD_FLAGS;
+	if (h->bufs > SDP_MAX_BUF_COUNT)
+		return SDP_WIRE_BAD_FIELD;
+	return SDP_WIRE_OK;
+}
+
+void sdp_ext_to_wire(const struct sdp_ext *e, void *out)
+{
+	struct sdp_ext_wire w = {
+		.a = htonl(e->a),
+		.b = htonl(e->b),
+		.c = htobe64(e->c),
+		.d = htobe64(e->d),
+	};
+
+	memcpy(out, &w, sizeof(w));
+}
+
+void sdp_ext_from_wire(const void *in, struct sdp_ext *e)
+{
+	struct sdp_ext_wire w;
+
+	memcpy(&w, in, sizeof(w));
+	e->a = ntohl(w.a);
+	e->b = ntohl(w.b);
+	e->c = be64toh(w.c);
+	e->d = be64toh(w.d);
+}
+
+static enum sdp_wire_error check_buffers(uint16_t count, uint32_t size)
+{
+	if (count < SDP_MIN_BUF_COUNT || count > SDP_MAX_BUF_COUNT)
+		return SDP_WIRE_BAD_FIELD;
+	if (size < SDP_MIN_BUF_SIZE || size > SDP_MAX_BUF_SIZE)
+		return SDP_WIRE_BAD_FIELD;
+	return SDP_WIRE_OK;
+}
+
+void sdp_hello_to_wire(const struct sdp_hello *h, struct sdp_hello_wire *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->magic = htonl(SDP_HELLO_MAGIC);
+	out->version = h->version;
+	out->flags = h->flags;
+	out->buf_count = htons(h->buf_count);
+	out->buf_size = htonl(h->buf_size);
+	out->src_port = htons(h->tuple.src_port);
+	out->dst_port = htons(h->tuple.dst_port);
+	memcpy(out->src_addr, h->tuple.src_addr, 16);
+	memcpy(out->dst_addr, h->tuple.dst_addr, 16);
+}
+
+enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_hello *h)
+{
+	struct sdp_hello_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
+		return SDP_WIRE_BAD_MAGIC;
+	if (w.version != SDP_WIRE_VERSION)
+		return SDP_WIRE_BAD_VERSION;
+	if (w.flags != 0)
+		return SDP_WIRE_BAD_FLAGS;
+	memset(h, 0, sizeof(*h));
+	h->version = w.version;
+	h->buf_count = ntohs(w.buf_count);
+	h->buf_size = ntohl(w.buf_size);
+	h->tuple.src_port = ntohs(w.src_port);
+	h->tuple.dst_port = ntohs(w.dst_port);
+	memcpy(h->tuple.src_addr, w.src_addr, 16);
+	memcpy(h->tuple.dst_addr, w.dst_addr, 16);
+	if (h->tuple.src_port == 0 || h->tuple.dst_port == 0)
+		return SDP_WIRE_BAD_FIELD;
+	return check_buffers(h->buf_count, h->buf_size);
+}
+
+void sdp_hello_ack_to_wire(const struct sdp_hello_ack *h, struct sdp_hello_ack_wire *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->magic = htonl(SDP_HELLO_MAGIC);
+	out->version = h->version;
+	out->flags = h->flags;
+	out->buf_count = htons(h->buf_count);
+	out->buf_size = htonl(h->buf_size);
+}
+
+enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct sdp_hello_ack *h)
+{
+	struct sdp_hello_ack_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
+		return SDP_WIRE_BAD_MAGIC;
+	if (w.version != SDP_WIRE_VERSION)
+		return SDP_WIRE_BAD_VERSION;
+	if (w.flags != 0)
+		return SDP_WIRE_BAD_FLAGS;
+	h->version = w.version;
+	h->flags = w.flags;
+	h->buf_count = ntohs(w.buf_count);
+	h->buf_size = ntohl(w.buf_size);
+	return check_buffers(h->buf_count, h->buf_size);
+}
+
+void sdp_reject_to_wire(uint8_t code, struct sdp_reject_wire *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->magic = htonl(SDP_HELLO_MAGIC);
+	out->version = SDP_WIRE_VERSION;
+	out->code = code;
+}
+
+uint8_t sdp_reject_from_wire(const void *in, size_t len)
+{
+	struct sdp_reject_wire w;
+
+	if (!in || len < sizeof(w))
+		return 0;
+	memcpy(&w, in, sizeof(w));
+	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
+		return 0;
+	return w.code;
+}

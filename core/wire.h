@@ -1,0 +1,192 @@
+/* The sdpshim wire format, described once: the base header on every
+ * message (modelled on SDP's BSDH), the control-message extensions, and the
+ * Hello/HelloAck/reject private data of rdma_cm.  Wire structs are packed,
+ * big-endian and separate types from the host structs; exactly two helpers
+ * convert each pair, and the decoders validate every length and field. */
+#ifndef SDPSHIM_WIRE_H
+#define SDPSHIM_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SDP_WIRE_VERSION 1
+#define SDP_HELLO_MAGIC  0x53445053u /* "SDPS" */
+
+/* Message ids (SDP's names where the meaning matches). */
+enum sdp_mid {
+	SDP_MID_DATA          = 0x01, /* payload: application bytes */
+	SDP_MID_CREDIT_UPDATE = 0x02, /* no payload: carries bufs/ack only */
+	SDP_MID_DISCONN       = 0x03, /* half-close: no more data from the sender */
+	SDP_MID_ABORT         = 0x04, /* reset: ext = error code */
+	SDP_MID_KEEPALIVE     = 0x05, /* no payload */
+	SDP_MID_ATTACH        = 0x06, /* server bound the channel to the accepted fd */
+	SDP_MID_DETACH        = 0x07, /* server will not use the channel: use TCP */
+	SDP_MID_SRC_AVAIL     = 0x08, /* zero-copy: ext = range the peer may READ */
+	SDP_MID_RDMA_RD_COMPL = 0x09, /* zero-copy: ext = bytes read of a SrcAvail */
+	SDP_MID_SRC_CANCEL    = 0x0a, /* zero-copy: sender withdraws a SrcAvail */
+	SDP_MID_SINK_AVAIL    = 0x0b, /* zero-copy: ext = range the peer may WRITE */
+	SDP_MID_RDMA_WR_COMPL = 0x0c, /* zero-copy: ext = bytes written to a SinkAvail */
+	SDP_MID_SINK_CANCEL   = 0x0d, /* zero-copy: receiver withdraws a SinkAvail */
+	SDP_MID_SINK_CANCEL_ACK = 0x0e,
+	SDP_MID_SWITCH        = 0x0f, /* move the stream to TCP: ext = offsets */
+};
+
+/* Header flags. */
+#define SDP_FLAG_STARVING 0x01 /* sender is out of credits: send an update */
+#define SDP_FLAG_KNOWN    (SDP_FLAG_STARVING)
+
+/* Base header: 16 bytes on the wire. */
+struct sdp_bsdh_wire {
+	uint8_t  mid;
+	uint8_t  flags;
+	uint16_t bufs;     /* receive buffers the sender has posted */
+	uint32_t len;      /* whole message length, header included */
+	uint32_t mseq;     /* sequence number of this message */
+	uint32_t mseq_ack; /* last message of the peer this sender consumed */
+} __attribute__((packed));
+
+struct sdp_bsdh {
+	uint8_t  mid;
+	uint8_t  flags;
+	uint16_t bufs;
+	uint32_t len;
+	uint32_t mseq;
+	uint32_t mseq_ack;
+};
+
+/* Extension after the base header of control messages that carry data:
+ * ABORT (a = errno), DETACH (a = reason), SRC_AVAIL/SINK_AVAIL
+ * (a = length, b = rkey, c = address, d = stream offset),
+ * RDMA_RD_COMPL/RDMA_WR_COMPL/..._CANCEL(_ACK) (a = bytes, d = offset),
+ * SWITCH (c = bytes received, d = bytes sent). */
+struct sdp_ext_wire {
+	uint32_t a;
+	uint32_t b;
+	uint64_t c;
+	uint64_t d;
+} __attribute__((packed));
+
+struct sdp_ext {
+	uint32_t a;
+	uint32_t b;
+	uint64_t c;
+	uint64_t d;
+};
+
+#define SDP_BSDH_SIZE sizeof(struct sdp_bsdh_wire)
+#define SDP_EXT_SIZE  sizeof(struct sdp_ext_wire)
+
+/* The TCP 4-tuple a channel belongs to, addresses as IPv6 (IPv4-mapped
+ * for IPv4), ports in host order. */
+struct sdp_tuple {
+	uint8_t  src_addr[16];
+	uint8_t  dst_addr[16];
+	uint16_t src_port;
+	uint16_t dst_port;
+};
+
+/* Hello: rdma_cm connect private data (at most 56 bytes on RDMA_PS_TCP). */
+struct sdp_hello_wire {
+	uint32_t magic;
+	uint8_t  version;
+	uint8_t  flags;
+	uint16_t buf_count;  /* receive buffers the client posted (initial credits) */
+	uint32_t buf_size;   /* bytes per receive buffer, header included */
+	uint16_t src_port;
+	uint16_t dst_port;
+	uint8_t  src_addr[16];
+	uint8_t  dst_addr[16];
+} __attribute__((packed));
+
+struct sdp_hello {
+	uint8_t  version;
+	uint8_t  flags;
+	uint16_t buf_count;
+	uint32_t buf_size;
+	struct sdp_tuple tuple;
+};
+
+/* HelloAck: rdma_cm accept private data. */
+struct sdp_hello_ack_wire {
+	uint32_t magic;
+	uint8_t  version;
+	uint8_t  flags;
+	uint16_t buf_count;
+	uint32_t buf_size;
+} __attribute__((packed));
+
+struct sdp_hello_ack {
+	uint8_t  version;
+	uint8_t  flags;
+	uint16_t buf_count;
+	uint32_t buf_size;
+};
+
+/* Reject private data: why a server shim declined. */
+enum sdp_reject_code {
+	SDP_REJECT_VERSION   = 1, /* unsupported protocol version */
+	SDP_REJECT_MALFORMED = 2, /* Hello did not validate */
+	SDP_REJECT_RULE      = 3, /* server rule says tcp */
+	SDP_REJECT_RESOURCES = 4, /* out of QPs, memory or pending slots */
+	SDP_REJECT_TUPLE     = 5, /* Hello names a tuple this listener does not serve */
+};
+
+struct sdp_reject_wire {
+	uint32_t magic;
+	uint8_t  version;
+	uint8_t  code;
+	uint16_t pad;
+} __attribute__((packed));
+
+/* Limits every decoder enforces. */
+#define SDP_MIN_BUF_SIZE   4096u
+#define SDP_MAX_BUF_SIZE   (1u << 20)
+#define SDP_MIN_BUF_COUNT  4u
+#define SDP_MAX_BUF_COUNT  1024u
+
+enum sdp_wire_error {
+	SDP_WIRE_OK = 0,
+	SDP_WIRE_SHORT,       /* fewer bytes than the structure */
+	SDP_WIRE_BAD_MAGIC,
+	SDP_WIRE_BAD_VERSION,
+	SDP_WIRE_BAD_LENGTH,  /* header length disagrees with the bytes received */
+	SDP_WIRE_BAD_MID,
+	SDP_WIRE_BAD_FLAGS,
+	SDP_WIRE_BAD_FIELD,   /* a count, size or port out of range */
+};
+
+const char *sdp_wire_error_text(enum sdp_wire_error err);
+
+/* Base header.  Encode writes SDP_BSDH_SIZE bytes.  Decode checks that
+ * `received` bytes arrived, that len == received, len <= buf_size, the mid is
+ * known, the flags are known, and that control messages have exactly the
+ * size their mid requires. */
+void sdp_bsdh_to_wire(const struct sdp_bsdh *h, void *out);
+enum sdp_wire_error sdp_bsdh_from_wire(const void *in, size_t received, uint32_t buf_size,
+				       struct sdp_bsdh *h);
+
+void sdp_ext_to_wire(const struct sdp_ext *e, void *out);
+void sdp_ext_from_wire(const void *in, struct sdp_ext *e);
+
+/* Total message length a mid requires, or 0 if it carries a variable
+ * payload (DATA). */
+size_t sdp_mid_fixed_len(uint8_t mid);
+
+void sdp_hello_to_wire(const struct sdp_hello *h, struct sdp_hello_wire *out);
+enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_hello *h);
+
+void sdp_hello_ack_to_wire(const struct sdp_hello_ack *h, struct sdp_hello_ack_wire *out);
+enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct sdp_hello_ack *h);
+
+void sdp_reject_to_wire(uint8_t code, struct sdp_reject_wire *out);
+/* Returns the code, or 0 if the data is not an sdpshim reject. */
+uint8_t sdp_reject_from_wire(const void *in, size_t len);
+
+/* Sequence arithmetic (mod 2^32): a is after b. */
+static inline bool sdp_seq_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+#endif

@@ -1,0 +1,642 @@
+/* Owns the path-choice rules: parsing libsdp-style rule text and files (a bad
+ * file is rejected as a whole), and finding the first rule for a connection. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ipoib_fallback/rules.h"
+
+#define RULES_LINE_MAX       4096                 /* bytes per line, without '\n' */
+#define RULES_MAX            10000                /* rules per file */
+#define RULES_FILE_MAX       (1024 * 1024)        /* bytes per file */
+#define RULES_FIELDS_MAX     8                    /* fields kept per line, see tokenize() */
+#define RULES_ADDRPORT_MAX   79                   /* bytes in an address:port field */
+#define ZCOPY_THRESH_MAX     ((uint64_t)1 << 40)
+#define CONNECT_TIMEOUT_MAX  600000
+#define ERR_MAX              400                  /* one problem description */
+#define DIAG_MAX             1024                 /* one whole diagnostic line */
+#define QUOTE_MAX            48                   /* bytes of a bad token shown */
+
+enum line_kind { LINE_EMPTY, LINE_RULE, LINE_BAD };
+
+struct parse_state {
+	struct sdp_rules rules;
+	size_t cap;
+	size_t rule_lines;
+	size_t bad_lines;
+	size_t first_bad_line;
+	char first_err[ERR_MAX];
+	bool out_of_memory;
+};
+
+struct fields {
+	char *f[RULES_FIELDS_MAX];
+	size_t n;
+};
+
+/* An address network to compare against: family, bytes, prefix bits. */
+struct net {
+	int family;
+	const uint8_t *addr;
+	unsigned prefix;
+};
+
+/* ---- diagnostics ------------------------------------------------------ */
+
+/* Copies src into dst for a one-line message: control bytes become \xNN and
+ * anything beyond max_src bytes becomes "...". */
+static void sanitize(char *dst, size_t dst_size, const char *src, size_t max_src)
+{
+	size_t len = strnlen(src, max_src + 1);
+	size_t shown = len > max_src ? max_src : len;
+	size_t o = 0, i;
+
+	for (i = 0; i < shown && o + 5 < dst_size; i++) {
+		unsigned char c = (unsigned char)src[i];
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(dst + o, dst_size - o, "\\x%02x", c);
+		else
+			dst[o++] = (char)c;
+	}
+	if (i < len && o + 4 <= dst_size) {
+		memcpy(dst + o, "...", 3);
+		o += 3;
+	}
+	dst[o] = '\0';
+}
+
+/* Writes "<what> '<tok>' (expected <expected>)" into err; returns LINE_BAD. */
+static int fail_token(char *err, const char *what, const char *tok, const char *expected)
+{
+	char quoted[QUOTE_MAX * 4 + 8];
+
+	sanitize(quoted, sizeof(quoted), tok, QUOTE_MAX);
+	snprintf(err, ERR_MAX, "%s '%s' (expected %s)", what, quoted, expected);
+	return LINE_BAD;
+}
+
+static int fail_msg(char *err, const char *msg)
+{
+	snprintf(err, ERR_MAX, "%s", msg);
+	return LINE_BAD;
+}
+
+static void report(rules_diag_fn diag, void *ctx, const char *filename,
+		   const char *where_and_what)
+{
+	char name[256], msg[DIAG_MAX];
+
+	if (diag == NULL)
+		return;
+	sanitize(name, sizeof(name), filename ? filename : "(rules)", 200);
+	snprintf(msg, sizeof(msg), "%s:%s; ignoring this file, defaults apply",
+		 name, where_and_what);
+	diag(ctx, msg);
+}
+
+/* ---- small parsers ----------------------------------------------------- */
+
+/* Strict unsigned decimal: one or more digits, value at most max. */
+static bool parse_decimal(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++) {
+		if (*s < '0' || *s > '9')
+			return false;
+		unsigned d = (unsigned)(*s - '0');
+		if (v > (max - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return true;
+}
+
+static int parse_use(const char *tok, struct sdp_rule *r, char *err)
+{
+	if (strcmp(tok, "rdma") == 0)
+		r->use = RULE_USE_RDMA;
+	else if (strcmp(tok, "tcp") == 0)
+		r->use = RULE_USE_TCP;
+	else if (strcmp(tok, "both") == 0)
+		r->use = RULE_USE_BOTH;
+	else
+		return fail_token(err, "unknown use", tok, "rdma|tcp|both");
+	return LINE_RULE;
+}
+
+static int parse_role(const char *tok, struct sdp_rule *r, char *err)
+{
+	if (strcmp(tok, "server") == 0)
+		r->role = RULE_ROLE_SERVER;
+	else if (strcmp(tok, "client") == 0)
+		r->role = RULE_ROLE_CLIENT;
+	else
+		return fail_token(err, "unknown role", tok, "server|client");
+	return LINE_RULE;
+}
+
+static int parse_glob(const char *tok, struct sdp_rule *r, char *err)
+{
+	size_t n = strlen(tok);
+
+	if (n >= RULE_PROG_MAX)
+		return fail_token(err, "over-long program glob", tok, "at most 127 bytes");
+	memcpy(r->prog_glob, tok, n + 1);
+	return LINE_RULE;
+}
+
+/* "[v6]" with brackets, or dotted-quad IPv4; sets family and bytes. */
+static bool parse_ip(char *s, struct sdp_rule *r)
+{
+	size_t n = strlen(s);
+
+	if (s[0] == '[') {
+		if (n < 2 || s[n - 1] != ']')
+			return false;
+		s[n - 1] = '\0';
+		r->family = AF_INET6;
+		return inet_pton(AF_INET6, s + 1, r->addr) == 1;
+	}
+	r->family = AF_INET;
+	return inet_pton(AF_INET, s, r->addr) == 1;
+}
+
+/* "*", "a.b.c.d[/n]" or "[ipv6][/n]"; s is modified. */
+static int parse_address(char *s, struct sdp_rule *r, char *err)
+{
+	static const char expected[] = "*, a.b.c.d[/n] or [ipv6][/n]";
+	char shown[RULES_ADDRPORT_MAX + 1];
+	uint64_t prefix;
+
+	if (strcmp(s, "*") == 0) {
+		r->family = AF_UNSPEC;
+		r->prefix = 0;
+		return LINE_RULE;
+	}
+	snprintf(shown, sizeof(shown), "%s", s);
+	char *slash = strchr(s, '/');
+	if (slash != NULL)
+		*slash = '\0';
+	if (!parse_ip(s, r))
+		return fail_token(err, "bad address", shown, expected);
+	unsigned max = r->family == AF_INET ? 32 : 128;
+	if (slash == NULL) {
+		r->prefix = (uint8_t)max;
+		return LINE_RULE;
+	}
+	if (!parse_decimal(slash + 1, max, &prefix))
+		return fail_token(err, "bad prefix", slash + 1,
+				  max == 32 ? "0..32 for IPv4" : "0..128 for IPv6");
+	r->prefix = (uint8_t)prefix;
+	return LINE_RULE;
+}
+
+/* "*", "N" or "N-M" with 0 <= N <= M <= 65535. */
+static int parse_ports(char *s, struct sdp_rule *r, char *err)
+{
+	static const char expected[] = "*, N or N-M with 0<=N<=M<=65535";
+	uint64_t lo = 0, hi;
+
+	if (strcmp(s, "*") == 0) {
+		r->port_lo = 0;
+		r->port_hi = 65535;
+		return LINE_RULE;
+	}
+	char *dash = strchr(s, '-');
+	if (dash != NULL)
+		*dash = '\0';
+	bool ok = parse_decimal(s, 65535, &lo);
+	hi = lo;
+	if (ok && dash != NULL)
+		ok = parse_decimal(dash + 1, 65535, &hi);
+	if (dash != NULL)
+		*dash = '-';
+	if (!ok || lo > hi)
+		return fail_token(err, "bad port", s, expected);
+	r->port_lo = (uint16_t)lo;
+	r->port_hi = (uint16_t)hi;
+	return LINE_RULE;
+}
+
+/* "<address>:<ports>", split at the last ':'. */
+static int parse_addrport(const char *tok, struct sdp_rule *r, char *err)
+{
+	static const char expected[] = "addr[/prefix]:port[-port], * allowed for either";
+	char buf[RULES_ADDRPORT_MAX + 1];
+	size_t n = strlen(tok);
+
+	if (n > RULES_ADDRPORT_MAX)
+		return fail_token(err, "over-long address:port", tok, "at most 79 bytes");
+	memcpy(buf, tok, n + 1);
+	char *colon = strrchr(buf, ':');
+	if (colon == NULL || (buf[0] == '[' && memchr(buf, ']', (size_t)(colon - buf)) == NULL))
+		return fail_token(err, "bad address:port", tok, expected);
+	*colon = '\0';
+	if (parse_address(buf, r, err) == LINE_BAD)
+		return LINE_BAD;
+	return parse_ports(colon + 1, r, err);
+}
+
+static int parse_option_value(const char *key, const char *value, uint64_t min,
+			      uint64_t max, int64_t *slot, char *err)
+{
+	uint64_t v;
+
+	if (*slot >= 0)
+		return fail_token(err, "duplicate option", key, "each option at most once");
+	if (!parse_decimal(value, max, &v) || v < min) {
+		char expected[64];
+		snprintf(expected, sizeof(expected), "%s=%llu..%llu", key,
+			 (unsigned long long)min, (unsigned long long)max);
+		return fail_token(err, "bad value", value, expected);
+	}
+	*slot = (int64_t)v;
+	return LINE_RULE;
+}
+
+/* "zcopy_thresh=N" or "connect_timeout_ms=N"; tok is modified. */
+static int parse_option(char *tok, struct sdp_rule *r, char *err)
+{
+	static const char expected[] = "zcopy_thresh=N or connect_timeout_ms=N";
+	char *eq = strchr(tok, '=');
+
+	if (eq == NULL)
+		return fail_token(err, "unknown option", tok, expected);
+	*eq = '\0';
+	if (strcmp(tok, "zcopy_thresh") == 0)
+		return parse_option_value(tok, eq + 1, 0, ZCOPY_THRESH_MAX,
+					  &r->zcopy_thresh, err);
+	if (strcmp(tok, "connect_timeout_ms") == 0)
+		return parse_option_value(tok, eq + 1, 1, CONNECT_TIMEOUT_MAX,
+					  &r->connect_timeout_ms, err);
+	*eq = '=';
+	return fail_token(err, "unknown option", tok, expected);
+}
+
+/* ---- one line ----------------------------------------------------------- */
+
+/* Splits at spaces/tabs in place.  Keeps at most RULES_FIELDS_MAX fields: a
+ * line with more always fails, because field 8 is a third option, which is
+ * necessarily unknown or a duplicate. */
+static void tokenize(char *line, struct fields *fl)
+{
+	char *save = NULL;
+
+	fl->n = 0;
+	for (char *t = strtok_r(line, " \t", &save); t != NULL && fl->n < RULES_FIELDS_MAX;
+	     t = strtok_r(NULL, " \t", &save))
+		fl->f[fl->n++] = t;
+}
+
+static int parse_fields(struct fields *fl, struct sdp_rule *r, char *err)
+{
+	if (strcmp(fl->f[0], "use") != 0)
+		return fail_token(err, "unknown keyword", fl->f[0], "use");
+	if (fl->n < 2)
+		return fail_msg(err, "missing use (expected rdma|tcp|both)");
+	if (parse_use(fl->f[1], r, err) == LINE_BAD)
+		return LINE_BAD;
+	if (fl->n < 3)
+		return fail_msg(err, "missing role (expected server|client)");
+	if (parse_role(fl->f[2], r, err) == LINE_BAD)
+		return LINE_BAD;
+	if (fl->n < 4)
+		return fail_msg(err, "missing program glob (expected e.g. * or redis-*)");
+	if (parse_glob(fl->f[3], r, err) == LINE_BAD)
+		return LINE_BAD;
+	if (fl->n < 5)
+		return fail_msg(err, "missing address:port (expected addr[/prefix]:port[-port])");
+	if (parse_addrport(fl->f[4], r, err) == LINE_BAD)
+		return LINE_BAD;
+	for (size_t i = 5; i < fl->n; i++)
+		if (parse_option(fl->f[i], r, err) == LINE_BAD)
+			return LINE_BAD;
+	return LINE_RULE;
+}
+
+/* Classifies one raw line (no '\n') and, for a rule, fills *r. */
+static int parse_line(const char *raw, size_t len, struct sdp_rule *r, char *err)
+{
+	char buf[RULES_LINE_MAX + 1];
+	struct fields fl;
+
+	if (len > RULES_LINE_MAX)
+		return fail_msg(err, "line longer than 4096 bytes (expected a shorter line)");
+	if (memchr(raw, '\0', len) != NULL)
+		return fail_msg(err, "NUL byte in line (expected text)");
+	memcpy(buf, raw, len);
+	buf[len] = '\0';
+	if (len > 0 && buf[len - 1] == '\r')
+		buf[len - 1] = '\0';
+	char *hash = strchr(buf, '#');
+	if (hash != NULL)
+		*hash = '\0';
+	tokenize(buf, &fl);
+	if (fl.n == 0)
+		return LINE_EMPTY;
+	memset(r, 0, sizeof(*r));
+	r->zcopy_thresh = -1;
+	r->connect_timeout_ms = -1;
+	return parse_fields(&fl, r, err);
+}
+
+/* ---- whole text --------------------------------------------------------- */
+
+static void note_bad_line(struct parse_state *st, size_t lineno, const char *err)
+{
+	if (st->bad_lines++ == 0) {
+		st->first_bad_line = lineno;
+		snprintf(st->first_err, sizeof(st->first_err), "%s", err);
+	}
+}
+
+static bool append_rule(struct parse_state *st, const struct sdp_rule *r)
+{
+	if (st->rules.count == st->cap) {
+		size_t cap = st->cap ? st->cap * 2 : 16;
+		if (cap > RULES_MAX)
+			cap = RULES_MAX;
+		struct sdp_rule *grown = realloc(st->rules.rule, cap * sizeof(*grown));
+		if (grown == NULL)
+			return false;
+		st->rules.rule = grown;
+		st->cap = cap;
+	}
+	st->rules.rule[st->rules.count++] = *r;
+	return true;
+}
+
+static void parse_one_line(struct parse_state *st, const char *raw, size_t len, size_t lineno)
+{
+	char err[ERR_MAX];
+	struct sdp_rule r;
+
+	switch (parse_line(raw, len, &r, err)) {
+	case LINE_EMPTY:
+		return;
+	case LINE_BAD:
+		note_bad_line(st, lineno, err);
+		return;
+	default:
+		break;
+	}
+	if (++st->rule_lines > RULES_MAX) {
+		note_bad_line(st, lineno, "more than 10000 rules (expected at most 10000)");
+		return;
+	}
+	r.line = lineno > UINT_MAX ? UINT_MAX : (unsigned)lineno;
+	if (st->bad_lines == 0 && !append_rule(st, &r)) {
+		st->out_of_memory = true;
+		note_bad_line(st, lineno, "out of memory (expected fewer rules)");
+	}
+}
+
+/* Hands the rules to *out, or rejects the file with one diagnostic line. */
+static int finish(struct parse_state *st, struct sdp_rules *out, const char *filename,
+		  rules_diag_fn diag, void *ctx)
+{
+	char where[ERR_MAX + 96];
+	size_t more = st->bad_lines - 1;
+
+	if (st->bad_lines == 0) {
+		*out = st->rules;
+		return 0;
+	}
+	rules_free(&st->rules);
+	if (st->out_of_memory || more == 0)
+		snprintf(where, sizeof(where), "%zu: %s", st->first_bad_line, st->first_err);
+	else
+		snprintf(where, sizeof(where), "%zu: %s (and %zu more bad line%s)",
+			 st->first_bad_line, st->first_err, more, more == 1 ? "" : "s");
+	report(diag, ctx, filename, where);
+	return -1;
+}
+
+int rules_parse(struct sdp_rules *out, const char *text, size_t len,
+		const char *filename, rules_diag_fn diag, void *diag_ctx)
+{
+	struct parse_state st;
+	size_t pos = 0, lineno = 0;
+
+	if (out == NULL)
+		return -1;
+	out->rule = NULL;
+	out->count = 0;
+	memset(&st, 0, sizeof(st));
+	if (text == NULL)
+		len = 0;
+	while (pos < len && !st.out_of_memory) {
+		const char *start = text + pos;
+		const char *nl = memchr(start, '\n', len - pos);
+		size_t line_len = nl != NULL ? (size_t)(nl - start) : len - pos;
+		pos += line_len + (nl != NULL);
+		parse_one_line(&st, start, line_len, ++lineno);
+	}
+	return finish(&st, out, filename, diag, diag_ctx);
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+static int reject_file(const char *filename, const char *problem, rules_diag_fn diag,
+		       void *ctx)
+{
+	char where[ERR_MAX + 2];
+
+	snprintf(where, sizeof(where), " %s", problem);
+	report(diag, ctx, filename, where);
+	return -1;
+}
+
+static int reject_errno(const char *filename, const char *action, int err,
+			rules_diag_fn diag, void *ctx)
+{
+	char problem[ERR_MAX], text[128];
+
+	snprintf(problem, sizeof(problem), "cannot %s: %s", action,
+		 strerror_r(err, text, sizeof(text)));
+	return reject_file(filename, problem, diag, ctx);
+}
+
+/* Reads up to RULES_FILE_MAX + 1 bytes; returns bytes read or -1 (errno). */
+static ssize_t read_capped(int fd, char *buf)
+{
+	size_t got = 0;
+
+	while (got <= RULES_FILE_MAX) {
+		ssize_t n = read(fd, buf + got, RULES_FILE_MAX + 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+/* Regular files and character devices (e.g. /dev/null) only: a FIFO could
+ * block forever. */
+static bool readable_kind(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) != 0)
+		return false;
+	return S_ISREG(st.st_mode) || S_ISCHR(st.st_mode);
+}
+
+static int parse_fd(struct sdp_rules *out, int fd, const char *filename,
+		    rules_diag_fn diag, void *ctx)
+{
+	if (!readable_kind(fd))
+		return reject_file(filename, "not a regular file (expected a text file)",
+				   diag, ctx);
+	char *buf = malloc(RULES_FILE_MAX + 1);
+	if (buf == NULL)
+		return reject_errno(filename, "read", ENOMEM, diag, ctx);
+	ssize_t n = read_capped(fd, buf);
+	int saved = errno;
+	int rc;
+	if (n < 0)
+		rc = reject_errno(filename, "read", saved, diag, ctx);
+	else if (n > RULES_FILE_MAX)
+		rc = reject_file(filename, "larger than 1 MiB (expected at most 1048576 bytes)",
+				 diag, ctx);
+	else
+		rc = rules_parse(out, buf, (size_t)n, filename, diag, ctx);
+	free(buf);
+	return rc;
+}
+
+int rules_load_file(struct sdp_rules *out, const char *filename, bool missing_ok,
+		    rules_diag_fn diag, void *diag_ctx)
+{
+	if (out == NULL)
+		return -1;
+	out->rule = NULL;
+	out->count = 0;
+	if (filename == NULL)
+		return missing_ok ? 0 : reject_file(filename, "no file name", diag, diag_ctx);
+	int fd = open(filename, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0 && errno == ENOENT && missing_ok)
+		return 0;
+	if (fd < 0)
+		return reject_errno(filename, "open", errno, diag, diag_ctx);
+	int rc = parse_fd(out, fd, filename, diag, diag_ctx);
+	close(fd);
+	return rc;
+}
+
+void rules_free(struct sdp_rules *rules)
+{
+	if (rules == NULL)
+		return;
+	free(rules->rule);
+	rules->rule = NULL;
+	rules->count = 0;
+}
+
+/* ---- matching ----------------------------------------------------------- */
+
+static const uint8_t v4_mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* The peer as a /32 or /128 network; IPv4-mapped IPv6 becomes IPv4. */
+static bool peer_net(const struct sockaddr *sa, struct net *peer, uint16_t *port)
+{
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		*peer = (struct net){ AF_INET, (const uint8_t *)&in->sin_addr, 32 };
+		*port = ntohs(in->sin_port);
+		return true;
+	}
+	if (sa->sa_family != AF_INET6)
+		return false;
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+	const uint8_t *a = in6->sin6_addr.s6_addr;
+	*port = ntohs(in6->sin6_port);
+	if (memcmp(a, v4_mapped_prefix, sizeof(v4_mapped_prefix)) == 0)
+		*peer = (struct net){ AF_INET, a + 12, 32 };
+	else
+		*peer = (struct net){ AF_INET6, a, 128 };
+	return true;
+}
+
+/* The rule's network; an IPv6 rule inside ::ffff:0:0/96 is an IPv4 rule, so
+ * that it keeps matching the peers it names. */
+static struct net rule_net(const struct sdp_rule *r)
+{
+	unsigned max = r->family == AF_INET ? 32 : 128;
+	unsigned prefix = r->prefix > max ? max : r->prefix;
+
+	if (r->family == AF_INET6 && prefix >= 96 &&
+	    memcmp(r->addr, v4_mapped_prefix, sizeof(v4_mapped_prefix)) == 0)
+		return (struct net){ AF_INET, r->addr + 12, prefix - 96 };
+	return (struct net){ r->family, r->addr, prefix };
+}
+
+static bool prefix_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
+{
+	unsigned whole = bits / 8, rest = bits % 8;
+
+	if (memcmp(a, b, whole) != 0)
+		return false;
+	if (rest == 0)
+		return true;
+	uint8_t mask = (uint8_t)(0xff << (8 - rest));
+	return (a[whole] & mask) == (b[whole] & mask);
+}
+
+static bool address_matches(const struct sdp_rule *r, const struct net *peer)
+{
+	if (r->family == AF_UNSPEC)
+		return true;
+	struct net rn = rule_net(r);
+	return rn.family == peer->family && prefix_equal(rn.addr, peer->addr, rn.prefix);
+}
+
+static bool program_matches(const struct sdp_rule *r, const char *progname)
+{
+	if (memchr(r->prog_glob, '\0', sizeof(r->prog_glob)) == NULL)
+		return false;
+	if (progname == NULL)
+		return strcmp(r->prog_glob, "*") == 0;
+	return fnmatch(r->prog_glob, progname, 0) == 0;
+}
+
+const struct sdp_rule *rules_match(const struct sdp_rules *rules, enum rule_role role,
+				   const char *progname, const struct sockaddr *addr)
+{
+	struct net peer;
+	uint16_t port;
+
+	if (rules == NULL || rules->rule == NULL || addr == NULL || !peer_net(addr, &peer, &port))
+		return NULL;
+	for (size_t i = 0; i < rules->count; i++) {
+		const struct sdp_rule *r = &rules->rule[i];
+		if (r->role == role && port >= r->port_lo && port <= r->port_hi &&
+		    address_matches(r, &peer) && program_matches(r, progname))
+			return r;
+	}
+	return NULL;
+}
+
+enum rule_use rules_decide(const struct sdp_rules *rules, enum rule_role role,
+			   const char *progname, const struct sockaddr *addr)
+{
+	const struct sdp_rule *r = rules_match(rules, role, progname, addr);
+
+	return r != NULL ? r->use : RULE_USE_BOTH;
+}

@@ -1,0 +1,75 @@
+/* Process hooks: fork, vfork, daemon and exec, and the pthread_atfork
+ * handlers that keep the fd table and stats consistent across them. */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/conn.h"
+#include "ipoib_fallback/path.h"
+#include "preload/init.h"
+#include "preload/procs.h"
+#include "preload/real.h"
+#include "preload/sock.h"
+
+void proc_atfork_prepare(void)
+{
+	sock_atfork_prepare();
+}
+
+void proc_atfork_parent(void)
+{
+	sock_atfork_parent();
+}
+
+void proc_atfork_child(void)
+{
+	sock_atfork_child();
+	path_atfork_child();
+	conn_layer_atfork_child();
+}
+
+SDP_EXPORT pid_t fork(void)
+{
+	sdp_ensure_init();
+	return real.fork(); /* the atfork handlers do the work */
+}
+
+/* vfork's child shares our stack and may only exec or _exit; running the
+ * fork handlers there is unsafe, so vfork is a fork (a strict superset). */
+SDP_EXPORT pid_t vfork(void)
+{
+	return fork();
+}
+
+/* daemon() re-points fds 0-2 at /dev/null internally; forget any tracked
+ * socket that was there. */
+SDP_EXPORT int daemon(int nochdir, int noclose)
+{
+	int rc;
+
+	sdp_ensure_init();
+	rc = real.daemon(nochdir, noclose);
+	if (rc == 0 && !noclose) {
+		for (int fd = 0; fd <= 2; fd++) {
+			struct stat st;
+
+			if (sock_of(fd) && (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)))
+				sock_forget_fd(fd);
+		}
+	}
+	return rc;
+}
+
+/* Sockets that exec closes (FD_CLOEXEC) end here: write their stats lines. */
+static void prepare_exec(void)
+{
+	sock_prepare_exec();
+}
+
+SDP_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execve(path, argv, envp);
+}

@@ -1,0 +1,44 @@
+/* Readiness of RDMA-backed sockets in poll/select/epoll sets mixed with
+ * ordinary fds.  Each RDMA channel exposes two level-triggered eventfds
+ * (readable-or-hangup, writable-or-error); poll and select wait on those
+ * instead of the idle kernel socket, and each app epoll instance that holds
+ * RDMA-backed sockets gets a shadow epoll set registered inside it. */
+#ifndef SDPSHIM_READINESS_H
+#define SDPSHIM_READINESS_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+
+#include "preload/fdtable.h"
+
+/* True when any socket of this process is RDMA-backed (or connecting). */
+bool rdy_any_rdma(void);
+
+static inline bool rdy_epoll_shadowed(int epfd)
+{
+	return fdt_kind_of(epfd) == FDT_EPOLL;
+}
+
+/* timeout_ns < 0: wait forever.  Both restore the caller's sets/revents. */
+int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask);
+int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
+	       const sigset_t *sigmask, struct timeval *tv_out);
+
+struct sdp_sock;
+/* Mode switches of a socket (called with s->lock held): its epoll
+ * registrations move between the kernel and the channel's indicators. */
+void rdy_sock_to_rdma(struct sdp_sock *s);
+void rdy_sock_to_kernel(struct sdp_sock *s);
+/* The socket's last fd is closing: drop its registrations. */
+void rdy_sock_closed(struct sdp_sock *s);
+/* An epoll fd is closing (or being replaced by dup2). */
+void rdy_epoll_forget(int epfd);
+
+int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		   const sigset_t *sigmask);
+
+#endif

@@ -1,0 +1,388 @@
+/* Lifecycle of tracked sockets: the fd-table entries that name them, their
+ * stats slots, the stats-file line written when they close, and fork. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "preload/real.h"
+#include "preload/sock.h"
+#include "preload/sock_close.h" /* sock_close_transport() */
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stats_seg proc_seg;
+static pid_t proc_seg_pid;
+static bool proc_seg_failed;
+/* Last resort when even calloc fails: shared, never freed, never exported. */
+static struct sdp_conn_stats orphan_slot;
+
+void sock_table_lock(void)
+{
+	pthread_mutex_lock(&table_lock);
+}
+
+void sock_table_unlock(void)
+{
+	pthread_mutex_unlock(&table_lock);
+}
+
+/* Called with table_lock held. */
+static struct stats_seg *seg_locked(void)
+{
+	pid_t pid = getpid();
+	int err;
+
+	if (proc_seg.hdr && proc_seg_pid == pid)
+		return &proc_seg;
+	if (proc_seg_failed)
+		return NULL;
+	err = stats_seg_create(&proc_seg, stats_dir(), pid, getuid(), path_progname(),
+			       sdp_tun.stats_slots);
+	if (err) {
+		proc_seg_failed = true;
+		sdp_warn("cannot create stats segment in %s: %s; sdpshim stat will not see this "
+			 "process", stats_dir(), strerror(-err));
+		return NULL;
+	}
+	proc_seg_pid = pid;
+	return &proc_seg;
+}
+
+struct stats_seg *sock_stats_seg(void)
+{
+	struct stats_seg *seg;
+
+	sock_table_lock();
+	seg = seg_locked();
+	sock_table_unlock();
+	return seg;
+}
+
+static struct sdp_conn_stats *slot_alloc_locked(void)
+{
+	struct stats_seg *seg = seg_locked();
+	struct sdp_conn_stats *slot = seg ? stats_slot_alloc(seg) : NULL;
+
+	if (!slot) {
+		/* Private slot: counters still work, only `sdpshim stat` misses it. */
+		slot = calloc(1, sizeof(*slot));
+		if (!slot)
+			return &orphan_slot;
+		slot->opened_ms = stats_now_ms();
+	}
+	return slot;
+}
+
+static bool slot_in_seg(const struct sdp_conn_stats *slot, const struct stats_seg *seg);
+
+static void slot_free_locked(struct sdp_conn_stats *slot)
+{
+	if (slot == &orphan_slot)
+		return;
+	if (slot_in_seg(slot, &proc_seg))
+		stats_slot_release(&proc_seg, slot);
+	else
+		free(slot);
+}
+
+struct sdp_sock *sock_track(int fd, int family, bool nonblock)
+{
+	struct sdp_sock *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	pthread_mutex_init(&s->lock, NULL);
+	s->family = family;
+	s->nonblock = nonblock;
+	s->rcvtimeo_ms = -1;
+	s->sndtimeo_ms = -1;
+	s->primary_fd = fd;
+	s->zcopy_thresh = sdp_tun.zcopy_thresh;
+	atomic_init(&s->mode, SOCK_MODE_FRESH);
+	atomic_init(&s->fd_refs, 1);
+	atomic_init(&s->obj_refs, 1);
+	sock_table_lock();
+	s->st = slot_alloc_locked();
+	if (fdt_set(fd, FDT_SOCK, s) != 0) {
+		slot_free_locked(s->st);
+		sock_table_unlock();
+		pthread_mutex_destroy(&s->lock);
+		free(s);
+		return NULL;
+	}
+	stats_slot_begin(s->st);
+	s->st->fd = fd;
+	s->st->reason = SDP_REASON_PENDING;
+	stats_slot_end(s->st);
+	sock_table_unlock();
+	return s;
+}
+
+void sock_add_fd(struct sdp_sock *s, int new_fd)
+{
+	sock_table_lock();
+	if (fdt_set(new_fd, FDT_SOCK, s) == 0)
+		atomic_fetch_add(&s->fd_refs, 1);
+	sock_table_unlock();
+}
+
+static bool is_connection(const struct sdp_sock *s)
+{
+	return s->st->role == STATS_ROLE_CLIENT || s->st->role == STATS_ROLE_SERVER;
+}
+
+static void append_stats_line(const struct sdp_conn_stats *st, pid_t pid, uint64_t closed_ms)
+{
+	const char *file = getenv("SDPSHIM_STATS_FILE");
+	const char *comm = path_progname();
+	char line[2048];
+	int len, fd;
+
+	if (!file || !*file)
+		return;
+	len = stats_conn_json(st, pid, comm, closed_ms, line, sizeof(line) - 1);
+	if (len < 0)
+		return;
+	line[len++] = '\n';
+	fd = (int)syscall(SYS_openat, AT_FDCWD, file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		static _Atomic int warned;
+		if (!warned++)
+			sdp_warn("cannot open SDPSHIM_STATS_FILE %s: %s", file, strerror(errno));
+		return;
+	}
+	/* One write with O_APPEND: lines from many processes never interleave. */
+	syscall(SYS_write, fd, line, (size_t)len);
+	syscall(SYS_close, fd);
+}
+
+static void count_path_locked(struct sdp_sock *s);
+
+void sock_hold(struct sdp_sock *s)
+{
+	atomic_fetch_add(&s->obj_refs, 1);
+}
+
+void sock_release(struct sdp_sock *s)
+{
+	if (atomic_fetch_sub(&s->obj_refs, 1) != 1)
+		return;
+	sock_table_lock();
+	slot_free_locked(s->st);
+	sock_table_unlock();
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static void sock_free(struct sdp_sock *s)
+{
+	if (is_connection(s))
+		append_stats_line(s->st, getpid(), stats_now_ms());
+	sock_release(s);
+}
+
+void sock_drop_fd(int fd)
+{
+	struct sdp_sock *s;
+	int left;
+
+	sock_table_lock();
+	s = sock_of(fd);
+	if (!s) {
+		sock_table_unlock();
+		return;
+	}
+	fdt_clear(fd);
+	left = atomic_fetch_sub(&s->fd_refs, 1) - 1;
+	if (left > 0 && s->primary_fd == fd)
+		s->primary_fd = -1; /* found again lazily by sock_primary_fd() */
+	sock_table_unlock();
+	if (left > 0)
+		return;
+	sock_close_transport(s, fd);
+	sock_free(s);
+}
+
+void sock_forget_fd(int fd)
+{
+	sock_drop_fd(fd);
+}
+
+static void flush_cloexec(int fd, void *obj, void *ctx)
+{
+	struct sdp_sock *s = obj;
+	int flags = real.fcntl(fd, F_GETFD);
+
+	(void)ctx;
+	if (flags >= 0 && (flags & FD_CLOEXEC) && atomic_load(&s->fd_refs) == 1 &&
+	    is_connection(s))
+		append_stats_line(s->st, getpid(), stats_now_ms());
+}
+
+void sock_prepare_exec(void)
+{
+	fdt_for_each(FDT_SOCK, flush_cloexec, NULL);
+}
+
+static void count_path_locked(struct sdp_sock *s)
+{
+	struct stats_seg *seg = seg_locked();
+
+	if (!seg)
+		return;
+	atomic_fetch_add(&seg->hdr->conns_by_path[s->st->path], 1);
+	if (s->st->reason < STATS_REASON_SLOTS)
+		atomic_fetch_add(&seg->hdr->conns_by_reason[s->st->reason], 1);
+	if (s->st->negcached)
+		atomic_fetch_add(&seg->hdr->negcache_hits, 1);
+}
+
+void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
+{
+	stats_slot_begin(s->st);
+	s->st->path = SDP_PATH_TCP;
+	s->st->reason = (uint16_t)reason;
+	s->st->negcached = negcached;
+	stats_slot_end(s->st);
+	atomic_store_explicit(&s->mode, SOCK_MODE_TCP, memory_order_release);
+	if (is_connection(s)) {
+		char local[64], remote[64];
+
+		sock_table_lock();
+		count_path_locked(s);
+		sock_table_unlock();
+		if (sdp_log_level >= SDP_LOG_INFO) {
+			stats_addr_format(&s->st->local, local, sizeof(local));
+			stats_addr_format(&s->st->remote, remote, sizeof(remote));
+			sdp_info("fd %d %s %s -> %s: path=tcp reason=%s%s (%s)", s->st->fd,
+				 stats_role_name(s->st->role), local, remote, sdp_reason_name(reason),
+				 negcached ? " (cached)" : "", sdp_reason_text(reason));
+		}
+	}
+}
+
+void sock_set_rdma(struct sdp_sock *s)
+{
+	char local[64], remote[64];
+
+	if (s->st->path == SDP_PATH_RDMA)
+		return;
+	stats_slot_begin(s->st);
+	s->st->path = SDP_PATH_RDMA;
+	s->st->reason = SDP_REASON_NONE;
+	stats_slot_end(s->st);
+	sock_table_lock();
+	count_path_locked(s);
+	sock_table_unlock();
+	if (sdp_log_level >= SDP_LOG_INFO) {
+		stats_addr_format(&s->st->local, local, sizeof(local));
+		stats_addr_format(&s->st->remote, remote, sizeof(remote));
+		sdp_info("fd %d %s %s -> %s: path=rdma", s->st->fd, stats_role_name(s->st->role),
+			 local, remote);
+	}
+}
+
+void sock_set_role(struct sdp_sock *s, enum stats_role role)
+{
+	stats_slot_begin(s->st);
+	s->st->role = (uint8_t)role;
+	stats_slot_end(s->st);
+}
+
+void sock_note_addresses(struct sdp_sock *s, int fd)
+{
+	struct sockaddr_storage local, remote;
+	socklen_t llen = sizeof(local), rlen = sizeof(remote);
+	bool have_local = real.getsockname(fd, (struct sockaddr *)&local, &llen) == 0;
+	bool have_remote = real.getpeername(fd, (struct sockaddr *)&remote, &rlen) == 0;
+
+	stats_slot_begin(s->st);
+	if (have_local)
+		stats_addr_set(&s->st->local, (struct sockaddr *)&local);
+	if (have_remote)
+		stats_addr_set(&s->st->remote, (struct sockaddr *)&remote);
+	stats_slot_end(s->st);
+}
+
+static void flush_one(int fd, void *obj, void *ctx)
+{
+	struct sdp_sock *s = obj;
+	uint64_t now = *(uint64_t *)ctx;
+
+	(void)fd;
+	/* A socket named by several fds is written once. */
+	if (s->exit_flushed)
+		return;
+	s->exit_flushed = true;
+	if (is_connection(s))
+		append_stats_line(s->st, getpid(), now);
+}
+
+void sock_flush_all_stats(void)
+{
+	uint64_t now = stats_now_ms();
+
+	fdt_for_each(FDT_SOCK, flush_one, &now);
+	sock_table_lock();
+	if (proc_seg.hdr && proc_seg_pid == getpid())
+		stats_seg_destroy(&proc_seg);
+	sock_table_unlock();
+}
+
+void sock_atfork_prepare(void)
+{
+	sock_table_lock();
+}
+
+void sock_atfork_parent(void)
+{
+	sock_table_unlock();
+}
+
+static bool slot_in_seg(const struct sdp_conn_stats *slot, const struct stats_seg *seg)
+{
+	const char *base = (const char *)seg->hdr;
+
+	return base && (const char *)slot >= base && (const char *)slot < base + seg->map_len;
+}
+
+static void rehome_in_child(int fd, void *obj, void *ctx)
+{
+	const struct stats_seg *parent = ctx;
+	struct sdp_sock *s = obj;
+	struct sdp_conn_stats *fresh;
+
+	if (!slot_in_seg(s->st, parent))
+		return; /* a private slot (copied by fork), or already re-homed */
+	pthread_mutex_init(&s->lock, NULL);
+	fresh = slot_alloc_locked();
+	if (!fresh)
+		fresh = &orphan_slot;
+	/* Copy identity and counters; the parent keeps its own slot. */
+	uint32_t in_use = atomic_load(&fresh->in_use), seq = atomic_load(&fresh->seq);
+	memcpy(fresh, s->st, sizeof(*fresh));
+	atomic_store(&fresh->seq, seq + 2);
+	atomic_store(&fresh->in_use, in_use);
+	fresh->fd = fd;
+	s->st = fresh;
+}
+
+void sock_atfork_child(void)
+{
+	struct stats_seg parent = proc_seg;
+
+	/* The table lock was taken in prepare; re-create it in the child. */
+	pthread_mutex_init(&table_lock, NULL);
+	pthread_mutex_lock(&table_lock);
+	memset(&proc_seg, 0, sizeof(proc_seg));
+	proc_seg_failed = false;
+	fdt_for_each(FDT_SOCK, rehome_in_child, &parent);
+	if (parent.hdr)
+		stats_seg_detach(&parent); /* the parent's segment: unmap, never unlink */
+	pthread_mutex_unlock(&table_lock);
+}

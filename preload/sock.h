@@ -1,0 +1,109 @@
+/* Per-socket state of a tracked AF_INET/AF_INET6 stream socket, shared by
+ * every fd that dup()s it, and the operations that keep the fd table, the
+ * stats slot and the path decision consistent. */
+#ifndef SDPSHIM_SOCK_H
+#define SDPSHIM_SOCK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/stats_shm.h"
+#include "ipoib_fallback/path.h"
+#include "ipoib_fallback/reason.h"
+#include "preload/fdtable.h"
+
+/* Explicit states; transitions are listed next to each state. */
+enum sock_mode {
+	SOCK_MODE_FRESH,  /* socket(): -> TCP, LISTEN or RDMA (connect/accept) */
+	SOCK_MODE_TCP,    /* kernel TCP carries the bytes; terminal */
+	SOCK_MODE_LISTEN, /* listen(): accepts; may own an RDMA listener; terminal */
+	SOCK_MODE_RDMA,   /* an RDMA channel carries the bytes; -> TCP on fallback */
+};
+
+struct sdp_conn;     /* core/conn.h: the RDMA channel */
+struct sdp_listener; /* core/listener.h: the rdma_cm listener */
+struct ep_reg;       /* preload/epoll_shadow.c: epoll registrations */
+
+struct sdp_sock {
+	pthread_mutex_t lock;       /* mode, conn, lsn, regs */
+	_Atomic int fd_refs;        /* fds (dups) naming this socket */
+	_Atomic int obj_refs;       /* fd_refs > 0 counts as one; plus callbacks in flight */
+	_Atomic int mode;           /* enum sock_mode */
+	int family;
+	bool nonblock;              /* O_NONBLOCK of the open file description */
+	bool require_rdma;          /* rule "use rdma" */
+	bool exit_flushed;          /* stats line written at exit */
+	int64_t zcopy_thresh;
+	int rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO/SO_SNDTIMEO, -1 = none */
+	struct linger linger;
+	pid_t owner_pid;            /* process that created the RDMA state */
+	int primary_fd;             /* one fd number that names the socket */
+	struct sdp_conn_stats *st;  /* live counters (never NULL: falls back to a private slot) */
+	struct sdp_conn *conn;
+	struct sdp_listener *lsn;
+	struct ep_reg *regs;
+};
+
+/* The tracked socket behind fd, or NULL (the common, fast case). */
+static inline struct sdp_sock *sock_of(int fd)
+{
+	return (struct sdp_sock *)fdt_get(fd, FDT_SOCK);
+}
+
+static inline bool sock_is_rdma(const struct sdp_sock *s)
+{
+	return atomic_load_explicit(&s->mode, memory_order_acquire) == SOCK_MODE_RDMA;
+}
+
+void sock_hold(struct sdp_sock *s);
+void sock_release(struct sdp_sock *s);
+
+void sock_table_lock(void);
+void sock_table_unlock(void);
+
+/* Starts tracking a fresh socket fd (socket(), accept()). */
+struct sdp_sock *sock_track(int fd, int family, bool nonblock);
+/* Records that new_fd now names the same socket as s (dup family). */
+void sock_add_fd(struct sdp_sock *s, int new_fd);
+/* Forgets fd; frees the socket when it was the last fd (after the stats
+ * line is written and the RDMA state is handed to its close path). */
+void sock_drop_fd(int fd);
+
+/* Forgets fd without touching the kernel fd (it was replaced behind our back). */
+void sock_forget_fd(int fd);
+/* Before exec: connections on FD_CLOEXEC fds end; write their stats lines. */
+void sock_prepare_exec(void);
+
+/* Decides the path: sets mode, path, reason and counts it once. */
+void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached);
+/* The channel is attached: path rdma, counted and logged once. */
+void sock_set_rdma(struct sdp_sock *s);
+void sock_set_role(struct sdp_sock *s, enum stats_role role);
+void sock_note_addresses(struct sdp_sock *s, int fd);
+
+/* Byte counters of the kernel-TCP path. */
+static inline void sock_count_sent(struct sdp_sock *s, ssize_t n)
+{
+	if (n > 0)
+		atomic_fetch_add_explicit(&s->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
+}
+
+static inline void sock_count_received(struct sdp_sock *s, ssize_t n)
+{
+	if (n > 0)
+		atomic_fetch_add_explicit(&s->st->bytes_received, (uint64_t)n, memory_order_relaxed);
+}
+
+/* Process-wide stats segment (created on first tracked socket). */
+struct stats_seg *sock_stats_seg(void);
+/* Writes every open connection to SDPSHIM_STATS_FILE (at exit). */
+void sock_flush_all_stats(void);
+/* After fork in the child: fresh locks, own stats segment. */
+void sock_atfork_child(void);
+void sock_atfork_prepare(void);
+void sock_atfork_parent(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* Closing the transport behind a tracked socket's last fd: an RDMA channel
+ * goes to its background linger (or aborts under SO_LINGER 0); a listener
+ * drops its rdma_cm listener; kernel TCP needs nothing. */
+#include "core/conn.h"
+#include "core/listener.h"
+#include "preload/readiness.h"
+#include "preload/sock_close.h"
+
+void sock_close_transport(struct sdp_sock *s, int fd)
+{
+	struct sdp_conn *c;
+	struct sdp_listener *l;
+
+	(void)fd;
+	pthread_mutex_lock(&s->lock);
+	rdy_sock_closed(s);
+	c = s->conn;
+	l = s->lsn;
+	s->conn = NULL;
+	s->lsn = NULL;
+	switch ((enum sock_mode)atomic_load(&s->mode)) {
+	case SOCK_MODE_RDMA:
+		atomic_store(&s->mode, SOCK_MODE_TCP);
+		break;
+	case SOCK_MODE_FRESH:
+	case SOCK_MODE_TCP:
+	case SOCK_MODE_LISTEN:
+		break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (c)
+		conn_app_close(c, s->linger.l_onoff && s->linger.l_linger == 0);
+	if (l)
+		listener_close(l);
+}

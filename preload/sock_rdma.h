@@ -1,0 +1,17 @@
+/* Binding a tracked socket to an RDMA channel and back: the owner
+ * callbacks the channel raises, and the mode switches they cause. */
+#ifndef SDPSHIM_SOCK_RDMA_H
+#define SDPSHIM_SOCK_RDMA_H
+
+#include "core/conn.h"
+#include "preload/sock.h"
+
+extern const struct conn_owner_ops sock_conn_ops;
+
+/* s takes c (and the caller's reference to it): mode RDMA, readiness moves
+ * to the channel.  Called with s->lock held. */
+void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c);
+/* The channel of s, with a reference, or NULL if s is not RDMA-backed. */
+struct sdp_conn *sock_conn_get(struct sdp_sock *s);
+
+#endif
