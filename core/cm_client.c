@@ -132,6 +132,16 @@ enum conn_phase conn_wait_resolved(struct sdp_conn *c)
 	return phase;
 }
 
+bool conn_connect_in_progress(struct sdp_conn *c)
+{
+	bool busy;
+
+	conn_lock(c);
+	busy = c->phase == CONN_RESOLVING || c->phase == CONN_TCP_CONNECTING;
+	conn_unlock(c);
+	return busy;
+}
+
 void conn_tcp_connected(struct sdp_conn *c, int rc)
 {
 	conn_lock(c);
@@ -220,6 +230,10 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 	c->established = true;
 	progress_timer_cancel(&c->timer);
 	c->phase = CONN_TCP_CONNECTING;
+	/* From here on this channel is our choice: say so before the SYN, so
+	 * the server never attaches a channel a client gave up on. */
+	tx_queue_ctrl(c, SDP_MID_COMMIT);
+	tx_kick(c);
 	pthread_cond_broadcast(&c->cond);
 	if (c->async_connect)
 		kernel_connect_async(c);

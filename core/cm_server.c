@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/config.h"
 #include "core/conn_internal.h"
@@ -207,6 +208,8 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	SDP_GUARD_LEAVE();
 	if (rc != 0)
 		sdp_warn("rdma_accept failed: %s", strerror(errno)); /* the peer times out: TCP */
+	else
+		sdp_debug("accepted an RDMA channel for port %u (%u pending)", l->port, l->pending_count);
 }
 
 void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
@@ -314,6 +317,28 @@ static bool tuple_equal(const struct sdp_tuple *a, const struct sdp_tuple *b)
 	       memcmp(a->src_addr, b->src_addr, 16) == 0 && memcmp(a->dst_addr, b->dst_addr, 16) == 0;
 }
 
+/* The client sends COMMIT before its SYN, but our progress thread may not
+ * have read it when accept() returns: wait a little for it.  A channel
+ * without COMMIT was abandoned by its client (its RDMA attempt timed out),
+ * so the accepted socket stays on TCP. */
+static bool wait_for_commit(struct sdp_conn *c)
+{
+	struct timespec until;
+	unsigned ms = sdp_tun.connect_timeout_ms < 2000 ? sdp_tun.connect_timeout_ms : 2000;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (!c->committed && c->phase == CONN_PENDING && !c->carrier_dead)
+		if (pthread_cond_timedwait(&c->cond, &c->lock, &until) != 0)
+			break;
+	return c->committed && c->phase == CONN_PENDING && !c->carrier_dead;
+}
+
 struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const struct sockaddr *local,
 				      const struct sockaddr *peer, void *owner,
 				      const struct conn_owner_ops *ops, struct sdp_conn_stats *st)
@@ -337,6 +362,15 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->lsn = NULL;
 	listener_put(l);
 	progress_timer_cancel(&c->timer);
+	if (!wait_for_commit(c)) {
+		sdp_info("an RDMA channel for an accepted connection was never committed by its "
+			 "client; using TCP");
+		c->phase = CONN_DEAD;
+		conn_schedule_destroy(c);
+		conn_unlock(c);
+		conn_put(c);
+		return NULL;
+	}
 	c->owner = owner;
 	c->owner_ops = ops;
 	c->st = st;

@@ -97,6 +97,8 @@ struct sdp_conn {
 	bool destroy_queued;
 	bool carrier_dead;      /* QP or cm id failed */
 	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
+	bool committed;         /* server: the client's COMMIT arrived */
+	bool lingering;         /* counted in progress_linger_*() until destroyed */
 	int error;              /* pending socket error (errno), reported once */
 	int hard_error;         /* error that ends the stream (ECONNRESET, EPIPE...) */
 	enum sdp_reason fail_reason;
@@ -205,6 +207,9 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 enum conn_phase conn_wait_resolved(struct sdp_conn *c);
 /* The app thread's blocking kernel connect finished: rc 0 or -errno. */
 void conn_tcp_connected(struct sdp_conn *c, int rc);
+/* True while the RDMA phase or the kernel connect is still in flight
+ * (a second connect() gets EALREADY). */
+bool conn_connect_in_progress(struct sdp_conn *c);
 
 /* ---- server ---- */
 /* Looks up and attaches the channel of an accepted TCP connection.

@@ -271,6 +271,10 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 {
 	conn_lock(c);
 	c->app_closed = true;
+	if (!c->lingering && !c->destroy_queued) {
+		c->lingering = true;
+		progress_linger_begin();
+	}
 	c->owner = NULL;
 	c->owner_ops = NULL;
 	c->st = NULL; /* the slot belongs to the socket, which is going away */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -48,7 +49,15 @@ void sdp_logf(int level, const char *fmt, ...)
 
 	if (level < SDP_LOG_ERROR || level > SDP_LOG_DEBUG)
 		level = SDP_LOG_ERROR;
-	len = snprintf(line, sizeof(line), "sdpshim[%d]: %s: ", (int)getpid(), level_names[level]);
+	if (sdp_log_level >= SDP_LOG_DEBUG) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		len = snprintf(line, sizeof(line), "sdpshim[%d] %ld.%03ld: %s: ", (int)getpid(),
+			       (long)ts.tv_sec, ts.tv_nsec / 1000000, level_names[level]);
+	} else {
+		len = snprintf(line, sizeof(line), "sdpshim[%d]: %s: ", (int)getpid(),
+			       level_names[level]);
+	}
 	va_start(ap, fmt);
 	len += vsnprintf(line + len, sizeof(line) - (size_t)len, fmt, ap);
 	va_end(ap);

@@ -32,7 +32,10 @@ static struct {
 	struct deferred *work_head, *work_tail;
 	struct progress_timer *timers;
 	struct progress_source wake_src, timer_src;
-} prog = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1 };
+	pthread_cond_t parked_cond;
+	bool stopping, parked;
+	_Atomic int lingering;
+} prog = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .parked_cond = PTHREAD_COND_INITIALIZER };
 
 static __thread bool on_progress_thread;
 
@@ -251,6 +254,19 @@ static void on_timer(struct progress_source *src, uint32_t events)
 	fire_due_timers();
 }
 
+/* Called between batches: at exit the thread parks here for good. */
+static void park_if_stopping(void)
+{
+	pthread_mutex_lock(&prog.lock);
+	if (prog.stopping) {
+		prog.parked = true;
+		pthread_cond_broadcast(&prog.parked_cond);
+		for (;;)
+			pthread_cond_wait(&prog.parked_cond, &prog.lock);
+	}
+	pthread_mutex_unlock(&prog.lock);
+}
+
 static void *progress_main(void *arg)
 {
 	struct epoll_event evs[64];
@@ -259,6 +275,7 @@ static void *progress_main(void *arg)
 	on_progress_thread = true;
 	SDP_GUARD_ENTER(); /* every libc call made here is the library's own */
 	for (;;) {
+		park_if_stopping();
 		int n = real.epoll_wait(prog.epfd, evs, 64, -1);
 
 		if (n < 0 && errno != EINTR) {
@@ -321,9 +338,46 @@ int progress_start(void)
 	return err;
 }
 
+void progress_linger_begin(void)
+{
+	atomic_fetch_add(&prog.lingering, 1);
+}
+
+void progress_linger_end(void)
+{
+	atomic_fetch_sub(&prog.lingering, 1);
+}
+
+void progress_quiesce_for_exit(unsigned max_wait_ms)
+{
+	uint64_t until = progress_now_ms() + max_wait_ms;
+	struct timespec abs;
+
+	if (prog.pid != getpid() || on_progress_thread)
+		return;
+	while (atomic_load(&prog.lingering) > 0 && progress_now_ms() < until) {
+		struct timespec nap = { 0, 2000000 };
+		nanosleep(&nap, NULL);
+	}
+	clock_gettime(CLOCK_REALTIME, &abs);
+	abs.tv_sec += 2;
+	pthread_mutex_lock(&prog.lock);
+	prog.stopping = true;
+	pthread_mutex_unlock(&prog.lock);
+	wake();
+	pthread_mutex_lock(&prog.lock);
+	while (!prog.parked)
+		if (pthread_cond_timedwait(&prog.parked_cond, &prog.lock, &abs) != 0)
+			break;
+	pthread_mutex_unlock(&prog.lock);
+}
+
 void progress_atfork_child(void)
 {
 	pthread_mutex_init(&prog.lock, NULL);
+	pthread_cond_init(&prog.parked_cond, NULL);
+	prog.stopping = prog.parked = false;
+	atomic_store(&prog.lingering, 0);
 	if (prog.pid == 0)
 		return;
 	progress_close_hidden(prog.epfd);

@@ -38,6 +38,14 @@ void progress_timer_cancel(struct progress_timer *t);
 
 uint64_t progress_now_ms(void);
 
+/* At exit: waits until no channel is lingering (bounded by max_wait_ms),
+ * then parks the thread outside every handler so library destructors never
+ * race with it.  Idempotent. */
+void progress_quiesce_for_exit(unsigned max_wait_ms);
+/* Channels the app closed that are still flushing, counted for exit. */
+void progress_linger_begin(void);
+void progress_linger_end(void);
+
 /* In a forked child: forget the parent's thread and fds (they are the
  * parent's); the next progress_start() builds new ones. */
 void progress_atfork_child(void);

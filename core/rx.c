@@ -2,6 +2,7 @@
  * buffers, queues data in order, dispatches control messages, and returns
  * buffers (and credits) as the app consumes the bytes. */
 #include <errno.h>
+#include <sys/epoll.h>
 #include <string.h>
 
 #include "core/conn_internal.h"
@@ -49,19 +50,28 @@ void rx_maybe_update_credits(struct sdp_conn *c)
 		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE);
 }
 
+/* The server can only accept (and ATTACH or DETACH) once the kernel TCP
+ * connect completed, which we may not have noticed yet. */
+static bool client_waits_for_attach(const struct sdp_conn *c)
+{
+	return !c->is_server && (c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_TCP_CONNECTING);
+}
+
 static void on_attach(struct sdp_conn *c)
 {
-	if (c->is_server || c->phase != CONN_AWAIT_ATTACH) {
+	if (!client_waits_for_attach(c)) {
 		protocol_violation(c, "unexpected ATTACH");
 		return;
 	}
 	c->phase = CONN_OPEN;
+	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+	pthread_cond_broadcast(&c->cond);
 	conn_signal_owner(c, CONN_EV_STATE);
 }
 
 static void on_detach(struct sdp_conn *c)
 {
-	if (c->is_server || c->phase != CONN_AWAIT_ATTACH) {
+	if (!client_waits_for_attach(c)) {
 		protocol_violation(c, "unexpected DETACH");
 		return;
 	}
@@ -87,6 +97,14 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 		break;
 	case SDP_MID_ATTACH:
 		on_attach(c);
+		break;
+	case SDP_MID_COMMIT:
+		if (!c->is_server || c->committed) {
+			protocol_violation(c, "unexpected COMMIT");
+			break;
+		}
+		c->committed = true;
+		pthread_cond_broadcast(&c->cond);
 		break;
 	case SDP_MID_DETACH:
 		on_detach(c);

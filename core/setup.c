@@ -237,6 +237,10 @@ static void destroy_on_progress(void *arg)
 	progress_timer_cancel(&c->timer);
 	conn_destroy_resources(c);
 	conn_lock(c);
+	if (c->lingering) {
+		c->lingering = false;
+		progress_linger_end();
+	}
 	if (c->phase != CONN_FALLBACK)
 		c->phase = CONN_DEAD;
 	conn_update_readiness(c, false);

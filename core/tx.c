@@ -16,7 +16,7 @@
 /* Control messages that may overtake queued data (they carry no stream
  * position); the others (DisConn, Detach, Switch) wait behind the data. */
 #define CTRL_OVERTAKING (CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE) | \
-			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH))
+			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH) | CTRL_BIT(SDP_MID_COMMIT))
 
 uint32_t tx_credits(const struct sdp_conn *c)
 {
@@ -90,12 +90,28 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 	return taken;
 }
 
+/* Data messages posted and not yet consumed by the peer. */
+static uint32_t data_in_flight(const struct sdp_conn *c)
+{
+	return ring_used(c->tx_posted, c->tx_tail);
+}
+
+/* Past this many unconsumed messages, a partial slot waits for the peer's
+ * ack instead of spending a whole receive buffer on a few bytes (Nagle on
+ * the credit clock).  Below it, small writes go at once: latency first. */
+static uint32_t coalesce_threshold(const struct sdp_conn *c)
+{
+	return c->peer_buf_count / 4 > 2 ? c->peer_buf_count / 4 : 2;
+}
+
 static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out)
 {
 	uint32_t after = tx_credits(c) - 1;
+	bool want_ack = after <= CREDIT_RESERVE ||
+			(mid == SDP_MID_DATA && data_in_flight(c) + 1 >= coalesce_threshold(c));
 	struct sdp_bsdh h = {
 		.mid = mid,
-		.flags = after <= CREDIT_RESERVE ? SDP_FLAG_STARVING : 0,
+		.flags = want_ack ? SDP_FLAG_STARVING : 0,
 		.bufs = c->buf_count,
 		.len = len,
 		.mseq = ++c->tx_seq,
@@ -213,7 +229,7 @@ static bool phase_sends_data(enum conn_phase phase)
 static bool phase_sends_ctrl(enum conn_phase phase)
 {
 	return phase == CONN_OPEN || phase == CONN_ATTACHING || phase == CONN_PENDING ||
-	       phase == CONN_AWAIT_ATTACH;
+	       phase == CONN_AWAIT_ATTACH || phase == CONN_TCP_CONNECTING;
 }
 
 void tx_kick(struct sdp_conn *c)
@@ -226,10 +242,15 @@ void tx_kick(struct sdp_conn *c)
 	if (!phase_sends_data(c->phase))
 		return;
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
+		struct tx_slot *slot = slot_at(c, c->tx_posted);
+		bool partial = c->tx_posted + 1 == c->tx_head && slot->len < c->peer_buf_size;
+
 		if (!credits_allow_data(tx_credits(c))) {
 			starving = true;
 			break;
 		}
+		if (partial && data_in_flight(c) >= coalesce_threshold(c))
+			break; /* the last message asked for an ack; more bytes may join */
 		if (!post_data_slot(c))
 			return;
 	}

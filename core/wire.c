@@ -29,6 +29,7 @@ size_t sdp_mid_fixed_len(uint8_t mid)
 	case SDP_MID_DISCONN:
 	case SDP_MID_KEEPALIVE:
 	case SDP_MID_ATTACH:
+	case SDP_MID_COMMIT:
 		return SDP_BSDH_SIZE;
 	case SDP_MID_ABORT:
 	case SDP_MID_DETACH:

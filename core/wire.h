@@ -30,6 +30,7 @@ enum sdp_mid {
 	SDP_MID_SINK_CANCEL   = 0x0d, /* zero-copy: receiver withdraws a SinkAvail */
 	SDP_MID_SINK_CANCEL_ACK = 0x0e,
 	SDP_MID_SWITCH        = 0x0f, /* move the stream to TCP: ext = offsets */
+	SDP_MID_COMMIT        = 0x10, /* client: I will use this channel (sent before my SYN) */
 };
 
 /* Header flags. */

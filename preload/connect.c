@@ -31,8 +31,7 @@ static int connect_tcp(struct sdp_sock *s, int fd, const struct sockaddr *addr, 
 	int rc = real.connect(fd, addr, len);
 	int saved = errno;
 
-	if (rc == 0 || errno == EINPROGRESS)
-		note_remote(s, fd, addr);
+	note_remote(s, fd, addr);
 	sock_set_tcp(s, reason, negcached);
 	errno = saved;
 	return rc;
@@ -116,8 +115,16 @@ int sock_connect(struct sdp_sock *s, int fd, const struct sockaddr *addr, sockle
 	struct path_decision d;
 
 	if (atomic_load(&s->mode) == SOCK_MODE_RDMA) {
-		errno = EALREADY; /* the RDMA phase of an earlier non-blocking connect */
-		return -1;
+		struct sdp_conn *c = sock_conn_get(s);
+		bool busy = c && conn_connect_in_progress(c);
+
+		if (c)
+			conn_put(c);
+		if (busy) {
+			errno = EALREADY; /* an earlier non-blocking connect is in flight */
+			return -1;
+		}
+		return real.connect(fd, addr, len); /* connected: the kernel says EISCONN */
 	}
 	if (atomic_load(&s->mode) != SOCK_MODE_FRESH || !sockaddr_is_inet(addr, len))
 		return real.connect(fd, addr, len);

@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "ipoib_fallback/path.h"
 #include "preload/fdtable.h"
 #include "preload/init.h"
@@ -76,9 +77,15 @@ static void adopt_inherited_sockets(void)
 	closedir(dir);
 }
 
+/* Normal exit: RDMA-backed sockets still open end like TCP sockets do at
+ * exit (their queued bytes go out, then DisConn), bounded by the linger
+ * tunable; then the progress thread parks so no library destructor races
+ * with it. */
 static void at_exit_flush(void)
 {
+	sock_close_all_rdma(); /* first: channels stop using the stats slots */
 	sock_flush_all_stats();
+	progress_quiesce_for_exit(sdp_tun.linger_ms < 5000 ? sdp_tun.linger_ms : 5000);
 }
 
 static void init_once_fn(void)

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "core/conn.h"
+#include "core/log.h"
+#include "preload/init.h"
 #include "preload/rdma_io.h"
 #include "preload/real.h"
 #include "preload/sock_rdma.h"
@@ -40,11 +42,29 @@ static ssize_t kernel_send(struct sdp_sock *s, int fd, const struct iovec *iov, 
 	return n;
 }
 
+/* A channel belongs to the process that built it; a forked child cannot
+ * touch its verbs resources.  (Moving such a socket to TCP is issue 6.) */
+static bool inherited_channel(struct sdp_sock *s)
+{
+	static _Atomic int warned;
+
+	if (likely(s->owner_pid == getpid()))
+		return false;
+	if (!warned++)
+		sdp_warn("an RDMA-backed socket inherited from process %d was used after fork; "
+			 "this is not supported yet: the call fails with EIO", (int)s->owner_pid);
+	errno = EIO;
+	return true;
+}
+
 ssize_t rdma_io_recv(struct sdp_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct sdp_conn *c = sock_conn_get(s);
+	struct sdp_conn *c;
 	ssize_t rc;
 
+	if (inherited_channel(s))
+		return -1;
+	c = sock_conn_get(s);
 	if (!c)
 		return kernel_recv(s, fd, iov, iovcnt, flags);
 	rc = conn_recv(c, iov, iovcnt, flags, s->nonblock, s->rcvtimeo_ms);
@@ -105,9 +125,12 @@ static ssize_t finish_send(ssize_t rc, int flags)
 
 ssize_t rdma_io_send(struct sdp_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
-	struct sdp_conn *c = sock_conn_get(s);
+	struct sdp_conn *c;
 	ssize_t rc;
 
+	if (inherited_channel(s))
+		return -1;
+	c = sock_conn_get(s);
 	if (!c)
 		return kernel_send(s, fd, iov, iovcnt, flags);
 	rc = conn_send(c, iov, iovcnt, flags, s->nonblock, s->sndtimeo_ms);

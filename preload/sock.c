@@ -334,6 +334,21 @@ void sock_flush_all_stats(void)
 	sock_table_unlock();
 }
 
+static void close_rdma_at_exit(int fd, void *obj, void *ctx)
+{
+	struct sdp_sock *s = obj;
+
+	(void)ctx;
+	(void)fd;
+	if (sock_is_rdma(s) && s->owner_pid == getpid())
+		sock_close_transport(s, fd); /* the fd stays open; the kernel closes it at exit */
+}
+
+void sock_close_all_rdma(void)
+{
+	fdt_for_each(FDT_SOCK, close_rdma_at_exit, NULL);
+}
+
 void sock_atfork_prepare(void)
 {
 	sock_table_lock();

@@ -101,6 +101,9 @@ static inline void sock_count_received(struct sdp_sock *s, ssize_t n)
 struct stats_seg *sock_stats_seg(void);
 /* Writes every open connection to SDPSHIM_STATS_FILE (at exit). */
 void sock_flush_all_stats(void);
+/* At exit: every open RDMA-backed socket is closed the way the kernel
+ * closes a TCP socket at exit (queued bytes flushed in the background). */
+void sock_close_all_rdma(void);
 /* After fork in the child: fresh locks, own stats segment. */
 void sock_atfork_child(void);
 void sock_atfork_prepare(void);

@@ -1,0 +1,1053 @@
+/* readiness: checks the readiness semantics apps see on a TCP connection (epoll LT/ET/ONESHOT/
+ * RDHUP, poll, ppoll, select, pselect, mixed fd sets, connects).  Usage: readiness ADDR PORT CASE */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/eventfd.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHORT_MS   150   /* a wait that must time out: nothing is ready */
+#define READY_MS   5000  /* a wait that must be cut short: something is ready */
+#define PROMPT_MS  2000  /* "cut short" means returning within this */
+#define LATER_MS   200   /* delay before a helper thread makes something ready */
+#define GUARD_SECS 30
+
+static const char *case_name = "?";
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("FAIL %s: ", case_name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	exit(1);
+}
+
+#define CHECK(cond, ...) do { if (!(cond)) fail(__VA_ARGS__); } while (0)
+#define ERR strerror(errno)
+
+static char alarm_msg[128];
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	if (write(STDOUT_FILENO, alarm_msg, strlen(alarm_msg)) < 0)
+		_exit(1);
+	_exit(1);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* --- endpoints and the connected pair ------------------------------------ */
+
+struct endpoint {
+	struct sockaddr_storage addr;
+	socklen_t len;
+	int family;
+};
+
+static void parse_endpoint(const char *host, const char *port, struct endpoint *ep)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV };
+	struct addrinfo *ai;
+	int err = getaddrinfo(host, port, &hints, &ai);
+
+	CHECK(err == 0, "bad address %s port %s: %s", host, port, gai_strerror(err));
+	memcpy(&ep->addr, ai->ai_addr, ai->ai_addrlen);
+	ep->len = ai->ai_addrlen;
+	ep->family = ai->ai_family;
+	freeaddrinfo(ai);
+}
+
+static void set_nonblock(int fd)
+{
+	CHECK(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0, "O_NONBLOCK: %s", ERR);
+}
+
+/* A socket bound to the endpoint with SO_REUSEADDR; listening if asked. */
+static int bound_socket(const struct endpoint *ep, bool listening)
+{
+	int one = 1, fd = socket(ep->family, SOCK_STREAM, 0);
+
+	CHECK(fd >= 0, "socket: %s", ERR);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	CHECK(bind(fd, (const struct sockaddr *)&ep->addr, ep->len) == 0, "bind: %s", ERR);
+	if (listening)
+		CHECK(listen(fd, 16) == 0, "listen: %s", ERR);
+	return fd;
+}
+
+struct pair {
+	int listener, client, server;
+};
+
+/* Blocking connect and accept; both ends are then made non-blocking. */
+static void open_pair(const struct endpoint *ep, struct pair *p)
+{
+	p->listener = bound_socket(ep, true);
+	p->client = socket(ep->family, SOCK_STREAM, 0);
+	CHECK(p->client >= 0, "socket: %s", ERR);
+	CHECK(connect(p->client, (const struct sockaddr *)&ep->addr, ep->len) == 0,
+	      "blocking connect: %s", ERR);
+	p->server = accept(p->listener, NULL, NULL);
+	CHECK(p->server >= 0, "accept: %s", ERR);
+	set_nonblock(p->client);
+	set_nonblock(p->server);
+}
+
+/* --- byte flows: every byte is a function of (seed, offset) -------------- */
+
+struct flow {
+	uint64_t sent, received;
+	uint8_t seed;
+};
+
+static uint8_t flow_byte(const struct flow *f, uint64_t off)
+{
+	return (uint8_t)(off * 131 + (off >> 8) * 7 + f->seed * 29);
+}
+
+static void wait_fd(int fd, short events)
+{
+	struct pollfd p = { fd, events, 0 };
+
+	CHECK(poll(&p, 1, READY_MS) == 1, "fd %d not ready for 0x%x within %d ms", fd, events,
+	      READY_MS);
+}
+
+static void flow_send(int fd, struct flow *f, size_t len)
+{
+	uint8_t buf[4096];
+
+	CHECK(len <= sizeof(buf), "flow_send: %zu bytes is too many", len);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = flow_byte(f, f->sent + i);
+	for (size_t done = 0; done < len;) {
+		ssize_t n = write(fd, buf + done, len - done);
+		if (n < 0 && errno == EAGAIN) {
+			wait_fd(fd, POLLOUT);
+			continue;
+		}
+		CHECK(n > 0, "write: %s", n < 0 ? ERR : "wrote 0");
+		done += (size_t)n;
+	}
+	f->sent += len;
+}
+
+/* One read of at most max bytes; returns its count (-1 on EAGAIN, 0 at EOF). */
+static ssize_t flow_read_once(int fd, struct flow *f, size_t max)
+{
+	uint8_t buf[4096];
+	ssize_t n = read(fd, buf, max < sizeof(buf) ? max : sizeof(buf));
+
+	if (n < 0 && errno == EAGAIN)
+		return -1;
+	CHECK(n >= 0, "read: %s", ERR);
+	for (ssize_t i = 0; i < n; i++)
+		CHECK(buf[i] == flow_byte(f, f->received + (uint64_t)i),
+		      "byte %llu of the stream is wrong",
+		      (unsigned long long)(f->received + (uint64_t)i));
+	f->received += (uint64_t)n;
+	return n;
+}
+
+static void flow_recv_exact(int fd, struct flow *f, size_t len)
+{
+	while (len) {
+		ssize_t n = flow_read_once(fd, f, len);
+		if (n < 0) {
+			wait_fd(fd, POLLIN);
+			continue;
+		}
+		CHECK(n > 0, "EOF with %zu bytes still expected", len);
+		len -= (size_t)n;
+	}
+}
+
+/* Reads until EAGAIN; everything sent must have arrived by then. */
+static void flow_drain(int fd, struct flow *f)
+{
+	ssize_t n;
+
+	while ((n = flow_read_once(fd, f, 4096)) > 0)
+		;
+	CHECK(n < 0, "EOF while draining");
+	CHECK(f->received == f->sent, "drained %llu bytes, %llu were sent",
+	      (unsigned long long)f->received, (unsigned long long)f->sent);
+}
+
+/* --- doing something later, from a helper thread ------------------------- */
+
+struct later {
+	pthread_t thread;
+	int delay_ms;
+	void (*action)(void *);
+	void *arg;
+};
+
+static void *later_main(void *p)
+{
+	struct later *l = p;
+
+	sleep_ms(l->delay_ms);
+	l->action(l->arg);
+	return NULL;
+}
+
+static void later_start(struct later *l, void (*action)(void *), void *arg)
+{
+	l->delay_ms = LATER_MS;
+	l->action = action;
+	l->arg = arg;
+	CHECK(pthread_create(&l->thread, NULL, later_main, l) == 0, "pthread_create failed");
+}
+
+static void later_join(struct later *l)
+{
+	pthread_join(l->thread, NULL);
+}
+
+struct send_job {
+	int fd;
+	struct flow *flow;
+	size_t len;
+};
+
+static void send_job_run(void *p)
+{
+	struct send_job *j = p;
+
+	flow_send(j->fd, j->flow, j->len);
+}
+
+/* --- epoll helpers -------------------------------------------------------- */
+
+static int epoll_with(int fd, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.fd = fd };
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+
+	CHECK(ep >= 0, "epoll_create1: %s", ERR);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "EPOLL_CTL_ADD: %s", ERR);
+	return ep;
+}
+
+static void epoll_rearm(int ep, int fd, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.fd = fd };
+
+	CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "EPOLL_CTL_MOD: %s", ERR);
+}
+
+static void expect_epoll_none(int ep, const char *when)
+{
+	struct epoll_event ev[4];
+	long long t0 = now_ms();
+	int n = epoll_wait(ep, ev, 4, SHORT_MS);
+	long long took = now_ms() - t0;
+
+	CHECK(n >= 0, "%s: epoll_wait: %s", when, ERR);
+	CHECK(n == 0, "%s: epoll_wait reported fd %d events 0x%x, expected nothing", when,
+	      ev[0].data.fd, ev[0].events);
+	CHECK(took >= SHORT_MS, "%s: epoll_wait timed out after %lld ms, before its %d ms", when,
+	      took, SHORT_MS);
+}
+
+/* Exactly one event, for fd, with exactly the events want. */
+static void expect_epoll_exact(int ep, int fd, uint32_t want, const char *when)
+{
+	struct epoll_event ev[4];
+	long long t0 = now_ms();
+	int n = epoll_wait(ep, ev, 4, READY_MS);
+
+	CHECK(n >= 0, "%s: epoll_wait: %s", when, ERR);
+	CHECK(n == 1, "%s: epoll_wait returned %d after %lld ms, expected 1 event", when, n,
+	      now_ms() - t0);
+	CHECK(ev[0].data.fd == fd, "%s: event for fd %d, expected fd %d", when, ev[0].data.fd, fd);
+	CHECK(ev[0].events == want, "%s: events 0x%x, expected exactly 0x%x", when, ev[0].events,
+	      want);
+	CHECK(now_ms() - t0 < PROMPT_MS, "%s: the event took %lld ms", when, now_ms() - t0);
+}
+
+/* Waits (up to READY_MS) until the fd's events include the bits in want. */
+static void wait_epoll_bits(int fd, uint32_t want, const char *when)
+{
+	int ep = epoll_with(fd, want);
+	struct epoll_event ev;
+	int n = epoll_wait(ep, &ev, 1, READY_MS);
+
+	CHECK(n == 1 && (ev.events & want) == want, "%s: events 0x%x never showed up", when, want);
+	close(ep);
+}
+
+/* --- epoll cases ---------------------------------------------------------- */
+
+/* A new arrival after LATER_MS must cut a long wait short. */
+static void expect_epoll_wakeup(int ep, struct pair *p, struct flow *up, uint32_t want)
+{
+	struct send_job job = { p->client, up, 300 };
+	struct later later;
+
+	later_start(&later, send_job_run, &job);
+	expect_epoll_exact(ep, p->server, want, "data arriving during a long epoll_wait");
+	later_join(&later);
+}
+
+static void case_epoll_lt(struct pair *p)
+{
+	struct flow up = { .seed = 1 };
+	int ep = epoll_with(p->server, EPOLLIN), wep;
+
+	expect_epoll_none(ep, "before any data");
+	flow_send(p->client, &up, 100);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "after 100 bytes arrived");
+	flow_recv_exact(p->server, &up, 10);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "after reading 10 of 100 bytes");
+	expect_epoll_exact(ep, p->server, EPOLLIN, "asking again without reading");
+	flow_drain(p->server, &up);
+	expect_epoll_none(ep, "after draining");
+	expect_epoll_wakeup(ep, p, &up, EPOLLIN);
+	flow_drain(p->server, &up);
+	expect_epoll_none(ep, "after draining again");
+	wep = epoll_with(p->client, EPOLLOUT);
+	expect_epoll_exact(wep, p->client, EPOLLOUT, "an idle connected socket is writable");
+	expect_epoll_exact(wep, p->client, EPOLLOUT, "and stays writable (level-triggered)");
+	close(wep);
+	close(ep);
+}
+
+static void case_epoll_et(struct pair *p)
+{
+	struct flow up = { .seed = 2 };
+	int ep = epoll_with(p->server, EPOLLIN | EPOLLET);
+
+	expect_epoll_none(ep, "before any data");
+	flow_send(p->client, &up, 100);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "after the first 100 bytes");
+	expect_epoll_none(ep, "second wait without new data (edge-triggered reports once)");
+	flow_recv_exact(p->server, &up, 10);
+	expect_epoll_none(ep, "after a partial read, no new data");
+	flow_send(p->client, &up, 50);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "after 50 more bytes (a new edge, undrained)");
+	expect_epoll_none(ep, "again without new data");
+	flow_drain(p->server, &up);
+	expect_epoll_none(ep, "after draining");
+	expect_epoll_wakeup(ep, p, &up, EPOLLIN);
+	expect_epoll_none(ep, "after the wake-up, not drained, no new data");
+	flow_drain(p->server, &up);
+	close(ep);
+}
+
+static void check_epoll_ctl_errors(int ep, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+	errno = 0;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0 && errno == EEXIST,
+	      "adding an fd twice: want EEXIST, got %s", ERR);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0, "EPOLL_CTL_DEL: %s", ERR);
+	errno = 0;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) < 0 && errno == ENOENT,
+	      "modifying a deleted fd: want ENOENT, got %s", ERR);
+}
+
+static void case_epoll_oneshot(struct pair *p)
+{
+	const uint32_t oneshot = EPOLLIN | EPOLLONESHOT;
+	struct flow up = { .seed = 3 };
+	int ep = epoll_with(p->server, oneshot);
+
+	expect_epoll_none(ep, "before any data");
+	flow_send(p->client, &up, 100);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "after 100 bytes");
+	expect_epoll_none(ep, "after reporting once, data still pending");
+	flow_send(p->client, &up, 50);
+	expect_epoll_none(ep, "new data must not re-arm a one-shot fd");
+	epoll_rearm(ep, p->server, oneshot);
+	expect_epoll_exact(ep, p->server, EPOLLIN, "EPOLL_CTL_MOD re-armed it, 150 bytes pending");
+	expect_epoll_none(ep, "disarmed again");
+	flow_drain(p->server, &up);
+	epoll_rearm(ep, p->server, oneshot);
+	expect_epoll_none(ep, "re-armed with nothing to read");
+	expect_epoll_wakeup(ep, p, &up, EPOLLIN);
+	expect_epoll_none(ep, "disarmed after the wake-up");
+	flow_drain(p->server, &up);
+	check_epoll_ctl_errors(ep, p->server);
+	close(ep);
+}
+
+static void expect_poll_revents(int fd, short events, short want, const char *when)
+{
+	struct pollfd pfd = { fd, events, 0 };
+	int n = poll(&pfd, 1, READY_MS);
+
+	CHECK(n == 1, "%s: poll returned %d (%s)", when, n, n < 0 ? ERR : "timeout");
+	CHECK(pfd.revents == want, "%s: revents 0x%x, expected exactly 0x%x", when, pfd.revents,
+	      want);
+}
+
+static void expect_eof(int fd, const char *who)
+{
+	char c;
+
+	CHECK(read(fd, &c, 1) == 0, "%s: read after the peer's FIN: want 0 (EOF), got %s", who,
+	      ERR);
+	CHECK(read(fd, &c, 1) == 0, "%s: EOF must be sticky", who);
+}
+
+#define RDHUP_ALL (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
+
+/* The client half-closes: the server sees data, then RDHUP and EOF, and stays writable. */
+static void client_half_closes(struct pair *p, int ep)
+{
+	struct flow up = { .seed = 4 };
+
+	flow_send(p->client, &up, 10);
+	CHECK(shutdown(p->client, SHUT_WR) == 0, "shutdown(SHUT_WR): %s", ERR);
+	wait_epoll_bits(p->server, EPOLLRDHUP, "the peer's shutdown(SHUT_WR)");
+	expect_epoll_exact(ep, p->server, RDHUP_ALL, "data and FIN pending, still writable");
+	expect_poll_revents(p->server, POLLIN | POLLOUT | POLLRDHUP, POLLIN | POLLOUT | POLLRDHUP,
+			    "poll after the peer's FIN");
+	flow_recv_exact(p->server, &up, 10);
+	expect_eof(p->server, "server");
+	expect_epoll_exact(ep, p->server, RDHUP_ALL, "at EOF: readable (EOF), RDHUP, writable");
+}
+
+/* Then the server replies and half-closes too: both sides are fully shut (HUP). */
+static void server_half_closes(struct pair *p, int ep)
+{
+	struct flow down = { .seed = 5 };
+
+	flow_send(p->server, &down, 300);
+	flow_recv_exact(p->client, &down, 300);
+	CHECK(shutdown(p->server, SHUT_WR) == 0, "server shutdown(SHUT_WR): %s", ERR);
+	wait_epoll_bits(p->client, EPOLLRDHUP, "client sees the server's FIN");
+	expect_eof(p->client, "client");
+	expect_epoll_exact(ep, p->server, RDHUP_ALL | EPOLLHUP, "both directions shut: EPOLLHUP");
+}
+
+static void case_epoll_rdhup(struct pair *p)
+{
+	int ep = epoll_with(p->server, RDHUP_ALL);
+
+	expect_epoll_exact(ep, p->server, EPOLLOUT, "an idle connection: writable only");
+	client_half_closes(p, ep);
+	server_half_closes(p, ep);
+	close(ep);
+}
+
+/* --- poll, ppoll, select, pselect through one interface ------------------ */
+
+enum wait_api { API_POLL, API_PPOLL, API_SELECT, API_PSELECT };
+
+struct wait_result {
+	int rc;
+	bool readable, writable;
+	long long took_ms;
+};
+
+static struct timespec ms_to_timespec(int ms)
+{
+	return (struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000L };
+}
+
+static int poll_like(enum wait_api api, struct pollfd *pfd, nfds_t n, int ms, const sigset_t *mask)
+{
+	struct timespec ts = ms_to_timespec(ms);
+
+	if (api == API_POLL)
+		return poll(pfd, n, ms);
+	return ppoll(pfd, n, ms < 0 ? NULL : &ts, mask);
+}
+
+static int select_like(enum wait_api api, int nfds, fd_set *r, fd_set *w, int ms,
+		       const sigset_t *mask)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	struct timespec ts = ms_to_timespec(ms);
+
+	if (api == API_SELECT)
+		return select(nfds, r, w, NULL, ms < 0 ? NULL : &tv);
+	return pselect(nfds, r, w, NULL, ms < 0 ? NULL : &ts, mask);
+}
+
+/* Waits for rfd readable and/or wfd writable (-1: not asked). */
+static struct wait_result wait_api_call(enum wait_api api, int rfd, int wfd, int ms,
+					const sigset_t *mask)
+{
+	struct wait_result res = { 0, false, false, 0 };
+	long long t0 = now_ms();
+
+	if (api == API_POLL || api == API_PPOLL) {
+		struct pollfd pfd[2] = { { rfd, POLLIN, 0 }, { wfd, POLLOUT, 0 } };
+		res.rc = poll_like(api, pfd, 2, ms, mask);
+		res.readable = pfd[0].revents & POLLIN;
+		res.writable = pfd[1].revents & POLLOUT;
+	} else {
+		fd_set r, w;
+		FD_ZERO(&r);
+		FD_ZERO(&w);
+		if (rfd >= 0)
+			FD_SET(rfd, &r);
+		if (wfd >= 0)
+			FD_SET(wfd, &w);
+		res.rc = select_like(api, (rfd > wfd ? rfd : wfd) + 1, &r, &w, ms, mask);
+		res.readable = rfd >= 0 && FD_ISSET(rfd, &r);
+		res.writable = wfd >= 0 && FD_ISSET(wfd, &w);
+	}
+	res.took_ms = now_ms() - t0;
+	return res;
+}
+
+static void expect_wait(enum wait_api api, int rfd, int wfd, int want_r, int want_w,
+			const char *when)
+{
+	struct wait_result res = wait_api_call(api, rfd, wfd, READY_MS, NULL);
+	int want_rc = want_r + want_w;
+
+	CHECK(res.rc >= 0, "%s: %s", when, ERR);
+	CHECK(res.rc == want_rc, "%s: returned %d, expected %d", when, res.rc, want_rc);
+	CHECK(res.readable == want_r && res.writable == want_w,
+	      "%s: readable=%d writable=%d, expected %d/%d", when, res.readable, res.writable,
+	      want_r, want_w);
+	CHECK(res.took_ms < PROMPT_MS, "%s: took %lld ms", when, res.took_ms);
+}
+
+static void expect_wait_timeout(enum wait_api api, int rfd, int ms, const char *when)
+{
+	struct wait_result res = wait_api_call(api, rfd, -1, ms, NULL);
+
+	CHECK(res.rc == 0, "%s: returned %d (%s), expected a timeout", when, res.rc,
+	      res.rc < 0 ? ERR : "ready");
+	CHECK(!res.readable, "%s: fd marked readable on timeout", when);
+	CHECK(res.took_ms >= ms, "%s: timed out after %lld ms, before its %d ms", when,
+	      res.took_ms, ms);
+	CHECK(res.took_ms < ms + PROMPT_MS, "%s: a %d ms timeout took %lld ms", when, ms,
+	      res.took_ms);
+}
+
+static void expect_wait_wakeup(enum wait_api api, struct pair *p, struct flow *up)
+{
+	struct send_job job = { p->client, up, 64 };
+	struct later later;
+	struct wait_result res;
+
+	later_start(&later, send_job_run, &job);
+	res = wait_api_call(api, p->server, -1, READY_MS, NULL);
+	later_join(&later);
+	CHECK(res.rc == 1 && res.readable, "data arriving during a long wait: rc %d readable %d",
+	      res.rc, res.readable);
+	CHECK(res.took_ms >= LATER_MS - 20 && res.took_ms < PROMPT_MS,
+	      "woke after %lld ms; the data came after %d ms", res.took_ms, LATER_MS);
+	flow_drain(p->server, up);
+}
+
+/* The sequence every readiness API must get right. */
+static void check_wait_api(enum wait_api api, struct pair *p)
+{
+	struct flow up = { .seed = 6 };
+
+	expect_wait_timeout(api, p->server, SHORT_MS, "nothing to read");
+	expect_wait(api, -1, p->client, 0, 1, "an idle connected socket is writable");
+	expect_wait(api, p->server, p->client, 0, 1, "readable not yet, writable yes");
+	flow_send(p->client, &up, 64);
+	wait_fd(p->server, POLLIN);
+	expect_wait(api, p->server, p->client, 1, 1, "64 bytes pending, and writable");
+	expect_wait(api, p->server, -1, 1, 0, "still pending (level-triggered)");
+	flow_drain(p->server, &up);
+	expect_wait_timeout(api, p->server, SHORT_MS, "after draining");
+	expect_wait_timeout(api, p->server, 0, "a zero timeout");
+	expect_wait_wakeup(api, p, &up);
+	expect_wait_timeout(api, p->server, SHORT_MS, "after draining the wake-up data");
+}
+
+static void poll_extras(struct pair *p)
+{
+	struct pollfd pfd[3] = { { -1, POLLIN, 7 }, { p->server, POLLIN, 0 },
+				 { p->server, POLLOUT, 0 } };
+	int n = poll(pfd, 3, READY_MS);
+
+	CHECK(n == 1, "poll with a -1 entry and the socket twice: %d, expected 1", n);
+	CHECK(pfd[0].revents == 0, "a negative fd must get revents 0, got 0x%x", pfd[0].revents);
+	CHECK(pfd[1].revents == 0 && pfd[2].revents == POLLOUT,
+	      "revents 0x%x/0x%x, expected 0/POLLOUT", pfd[1].revents, pfd[2].revents);
+	expect_poll_revents(p->server, POLLIN | POLLOUT | POLLRDHUP, POLLOUT,
+			    "an idle socket: POLLOUT, no RDHUP");
+}
+
+static volatile sig_atomic_t got_usr1;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	got_usr1 = 1;
+}
+
+/* The mask a ppoll/pselect passes must be the one in force while it waits. */
+static void check_sigmask(enum wait_api api, int fd)
+{
+	struct sigaction sa = { .sa_handler = on_usr1 };
+	sigset_t blocked, unblocked, old;
+	struct wait_result res;
+
+	sigemptyset(&blocked);
+	sigaddset(&blocked, SIGUSR1);
+	sigemptyset(&unblocked);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigprocmask(SIG_BLOCK, &blocked, &old);
+	got_usr1 = 0;
+	raise(SIGUSR1);
+	res = wait_api_call(api, fd, -1, SHORT_MS, &blocked);
+	CHECK(res.rc == 0 && !got_usr1, "a pending SIGUSR1 kept blocked by the mask: rc %d, "
+	      "handler %s", res.rc, got_usr1 ? "ran" : "did not run");
+	res = wait_api_call(api, fd, -1, READY_MS, &unblocked);
+	CHECK(res.rc < 0 && errno == EINTR, "a pending SIGUSR1 unblocked by the mask: want "
+	      "EINTR, got rc %d (%s)", res.rc, res.rc < 0 ? ERR : "no error");
+	CHECK(got_usr1 && res.took_ms < PROMPT_MS, "handler %d, took %lld ms", got_usr1,
+	      res.took_ms);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* select must handle an fd far above the others (fd_set bit 1000). */
+static void select_high_fd(struct pair *p)
+{
+	struct flow up = { .seed = 7 };
+	struct rlimit lim;
+	int want = 1000, high;
+
+	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur <= (rlim_t)want)
+		want = (int)lim.rlim_cur - 1;
+	high = dup2(p->server, want);
+	CHECK(high == want, "dup2 to fd %d: %s", want, ERR);
+	expect_wait_timeout(API_SELECT, high, SHORT_MS, "fd 1000, nothing to read");
+	flow_send(p->client, &up, 33);
+	wait_fd(p->server, POLLIN);
+	expect_wait(API_SELECT, high, -1, 1, 0, "fd 1000 with data pending");
+	flow_drain(high, &up);
+	close(high);
+}
+
+static void case_poll(struct pair *p)
+{
+	check_wait_api(API_POLL, p);
+	poll_extras(p);
+}
+
+static void case_ppoll(struct pair *p)
+{
+	check_wait_api(API_PPOLL, p);
+	check_sigmask(API_PPOLL, p->server);
+}
+
+static void case_select(struct pair *p)
+{
+	check_wait_api(API_SELECT, p);
+	select_high_fd(p);
+}
+
+static void case_pselect(struct pair *p)
+{
+	check_wait_api(API_PSELECT, p);
+	check_sigmask(API_PSELECT, p->server);
+}
+
+/* --- mixed: a socket, a pipe, an eventfd and a timerfd in one set -------- */
+
+enum { SRC_SOCK = 1, SRC_PIPE = 2, SRC_EVENT = 4, SRC_TIMER = 8, SRC_ALL = 15 };
+
+struct mixed {
+	struct pair *p;
+	struct flow up;
+	int fds[4]; /* indexed by the bit number of SRC_* */
+	int pipe_w, ep;
+	struct pollfd pfd[4];
+};
+
+static void mixed_open(struct mixed *m, struct pair *p)
+{
+	int pipefd[2];
+
+	m->p = p;
+	m->up = (struct flow){ .seed = 8 };
+	CHECK(pipe2(pipefd, O_NONBLOCK) == 0, "pipe2: %s", ERR);
+	m->fds[0] = p->server;
+	m->fds[1] = pipefd[0];
+	m->pipe_w = pipefd[1];
+	m->fds[2] = eventfd(0, EFD_NONBLOCK);
+	m->fds[3] = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+	CHECK(m->fds[2] >= 0 && m->fds[3] >= 0, "eventfd/timerfd: %s", ERR);
+	m->ep = epoll_create1(0);
+	for (int i = 0; i < 4; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = 1u << i };
+		CHECK(epoll_ctl(m->ep, EPOLL_CTL_ADD, m->fds[i], &ev) == 0, "epoll add: %s", ERR);
+		m->pfd[i] = (struct pollfd){ m->fds[i], POLLIN, 0 };
+	}
+}
+
+static unsigned mixed_epoll_bits(struct mixed *m, int ms)
+{
+	struct epoll_event ev[8];
+	int n = epoll_wait(m->ep, ev, 8, ms);
+	unsigned bits = 0;
+
+	CHECK(n >= 0, "epoll_wait: %s", ERR);
+	for (int i = 0; i < n; i++) {
+		CHECK(ev[i].events == EPOLLIN, "events 0x%x for source 0x%x, expected EPOLLIN",
+		      ev[i].events, ev[i].data.u32);
+		bits |= ev[i].data.u32;
+	}
+	return bits;
+}
+
+static unsigned mixed_poll_bits(struct mixed *m, int ms)
+{
+	int n = poll(m->pfd, 4, ms), counted = 0;
+	unsigned bits = 0;
+
+	CHECK(n >= 0, "poll: %s", ERR);
+	for (int i = 0; i < 4; i++) {
+		if (!m->pfd[i].revents)
+			continue;
+		CHECK(m->pfd[i].revents == POLLIN, "revents 0x%x for source 0x%x",
+		      m->pfd[i].revents, 1u << i);
+		bits |= 1u << i;
+		counted++;
+	}
+	CHECK(counted == n, "poll returned %d but %d entries have revents", n, counted);
+	return bits;
+}
+
+/* Sources become ready one by one; both sets must converge on exactly want. */
+static void mixed_expect(struct mixed *m, unsigned want, const char *when)
+{
+	for (int use_poll = 0; use_poll < 2; use_poll++) {
+		long long until = now_ms() + READY_MS;
+		unsigned got;
+
+		for (;;) {
+			got = use_poll ? mixed_poll_bits(m, READY_MS) : mixed_epoll_bits(m, READY_MS);
+			CHECK(!(got & ~want), "%s: %s reported sources 0x%x, expected 0x%x", when,
+			      use_poll ? "poll" : "epoll", got, want);
+			if (got == want || now_ms() > until)
+				break;
+			sleep_ms(2);
+		}
+		CHECK(got == want, "%s: %s reported 0x%x, expected 0x%x", when,
+		      use_poll ? "poll" : "epoll", got, want);
+	}
+}
+
+static void mixed_expect_none(struct mixed *m, const char *when)
+{
+	long long t0 = now_ms();
+	unsigned e = mixed_epoll_bits(m, SHORT_MS), q = mixed_poll_bits(m, SHORT_MS);
+
+	CHECK(e == 0 && q == 0, "%s: epoll 0x%x poll 0x%x ready, expected none", when, e, q);
+	CHECK(now_ms() - t0 >= 2 * SHORT_MS, "%s: two %d ms timeouts took %lld ms", when, SHORT_MS,
+	      now_ms() - t0);
+}
+
+static void mixed_trigger(struct mixed *m, unsigned which)
+{
+	uint64_t one = 1;
+	struct itimerspec its = { .it_value = { 0, 50 * 1000000L } };
+
+	if (which & SRC_SOCK)
+		flow_send(m->p->client, &m->up, 77);
+	if (which & SRC_PIPE)
+		CHECK(write(m->pipe_w, "p", 1) == 1, "pipe write: %s", ERR);
+	if (which & SRC_EVENT)
+		CHECK(write(m->fds[2], &one, 8) == 8, "eventfd write: %s", ERR);
+	if (which & SRC_TIMER)
+		CHECK(timerfd_settime(m->fds[3], 0, &its, NULL) == 0, "timerfd: %s", ERR);
+}
+
+static void mixed_consume(struct mixed *m, unsigned which)
+{
+	uint64_t count = 0;
+	char c;
+
+	if (which & SRC_SOCK)
+		flow_drain(m->p->server, &m->up);
+	if (which & SRC_PIPE)
+		CHECK(read(m->fds[1], &c, 1) == 1 && c == 'p', "pipe read: %s", ERR);
+	if (which & SRC_EVENT)
+		CHECK(read(m->fds[2], &count, 8) == 8 && count == 1, "eventfd read: %s", ERR);
+	if (which & SRC_TIMER)
+		CHECK(read(m->fds[3], &count, 8) == 8 && count == 1, "timerfd read: %s", ERR);
+}
+
+static void mixed_step(struct mixed *m, unsigned which, const char *name)
+{
+	char when[96];
+
+	snprintf(when, sizeof(when), "only the %s is ready", name);
+	mixed_trigger(m, which);
+	mixed_expect(m, which, when);
+	mixed_consume(m, which);
+	mixed_expect_none(m, "after consuming it");
+}
+
+static void mixed_trigger_sock(void *p)
+{
+	mixed_trigger(p, SRC_SOCK);
+}
+
+static void case_mixed(struct pair *p)
+{
+	struct mixed m;
+	struct later later;
+
+	mixed_open(&m, p);
+	mixed_expect_none(&m, "nothing triggered");
+	mixed_step(&m, SRC_TIMER, "timerfd");
+	mixed_step(&m, SRC_PIPE, "pipe");
+	mixed_step(&m, SRC_EVENT, "eventfd");
+	mixed_step(&m, SRC_SOCK, "socket");
+	mixed_step(&m, SRC_ALL, "all four");
+	mixed_step(&m, SRC_PIPE | SRC_SOCK, "pipe and socket");
+	later_start(&later, mixed_trigger_sock, &m);
+	CHECK(mixed_epoll_bits(&m, READY_MS) == SRC_SOCK, "socket data during a long epoll_wait");
+	later_join(&later);
+	mixed_expect(&m, SRC_SOCK, "the socket after the wake-up");
+	mixed_consume(&m, SRC_SOCK);
+	mixed_expect_none(&m, "the end");
+}
+
+/* --- connects ------------------------------------------------------------- */
+
+/* connect() again on a socket whose connect completed: 0 (Linux finishes the
+ * state change) at most once, then EISCONN. */
+static void expect_eisconn(int fd, const struct endpoint *ep)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		errno = 0;
+		int rc = connect(fd, (const struct sockaddr *)&ep->addr, ep->len);
+		if (rc < 0 && errno == EISCONN)
+			return;
+		CHECK(rc == 0 && attempt == 0, "connect on a connected socket: want EISCONN, got "
+		      "rc %d (%s)", rc, ERR);
+	}
+}
+
+static void exchange_both_ways(int client, int server, uint8_t seed)
+{
+	struct flow up = { .seed = seed }, down = { .seed = (uint8_t)(seed + 1) };
+
+	flow_send(client, &up, 1000);
+	flow_send(server, &down, 2000);
+	flow_recv_exact(server, &up, 1000);
+	flow_recv_exact(client, &down, 2000);
+}
+
+static void expect_so_error(int fd, int want, const char *when)
+{
+	int err = -1;
+	socklen_t len = sizeof(err);
+
+	CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0, "SO_ERROR: %s", ERR);
+	CHECK(err == want, "%s: SO_ERROR %d (%s), expected %d (%s)", when, err, strerror(err),
+	      want, strerror(want));
+}
+
+static void case_nbconnect(const struct endpoint *ep)
+{
+	int lfd = bound_socket(ep, true), fd = socket(ep->family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	int rc, sfd;
+
+	CHECK(fd >= 0, "socket: %s", ERR);
+	errno = 0;
+	rc = connect(fd, (const struct sockaddr *)&ep->addr, ep->len);
+	CHECK(rc == 0 || errno == EINPROGRESS, "non-blocking connect: want 0 or EINPROGRESS, "
+	      "got %s", ERR);
+	if (rc < 0) {
+		errno = 0;
+		rc = connect(fd, (const struct sockaddr *)&ep->addr, ep->len);
+		CHECK(rc == 0 || errno == EALREADY || errno == EISCONN,
+		      "second connect while in progress: want EALREADY, 0 or EISCONN, got %s", ERR);
+	}
+	expect_poll_revents(fd, POLLOUT, POLLOUT, "connect completion");
+	expect_so_error(fd, 0, "after POLLOUT");
+	expect_eisconn(fd, ep);
+	sfd = accept(lfd, NULL, NULL);
+	CHECK(sfd >= 0, "accept: %s", ERR);
+	set_nonblock(sfd);
+	exchange_both_ways(fd, sfd, 9);
+	close(sfd);
+	close(fd);
+	close(lfd);
+}
+
+static void expect_refused_blocking(const struct endpoint *ep)
+{
+	int fd = socket(ep->family, SOCK_STREAM, 0);
+
+	errno = 0;
+	CHECK(connect(fd, (const struct sockaddr *)&ep->addr, ep->len) < 0 &&
+	      errno == ECONNREFUSED, "blocking connect to a closed port: want ECONNREFUSED, got %s",
+	      errno ? ERR : "success");
+	close(fd);
+}
+
+/* Returns a non-blocking socket whose connect to the closed port is under way
+ * or already refused (then *refused_now is set). */
+static int start_refused_connect(const struct endpoint *ep, bool *refused_now)
+{
+	int fd = socket(ep->family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	errno = 0;
+	CHECK(connect(fd, (const struct sockaddr *)&ep->addr, ep->len) < 0 &&
+	      (errno == EINPROGRESS || errno == ECONNREFUSED),
+	      "non-blocking connect to a closed port: want EINPROGRESS or ECONNREFUSED, got %s",
+	      errno ? ERR : "success");
+	*refused_now = errno == ECONNREFUSED;
+	return fd;
+}
+
+static void expect_refused_poll(const struct endpoint *ep)
+{
+	bool now;
+	int fd = start_refused_connect(ep, &now);
+	struct pollfd pfd = { fd, POLLOUT, 0 };
+
+	if (!now) {
+		CHECK(poll(&pfd, 1, READY_MS) == 1, "poll after a refused connect: %s", ERR);
+		CHECK(pfd.revents & (POLLERR | POLLHUP), "refused connect: revents 0x%x, expected "
+		      "POLLERR or POLLHUP", pfd.revents);
+		expect_so_error(fd, ECONNREFUSED, "refused non-blocking connect");
+		expect_so_error(fd, 0, "SO_ERROR read twice");
+	}
+	close(fd);
+}
+
+static void expect_refused_epoll(const struct endpoint *ep)
+{
+	bool now;
+	int fd = start_refused_connect(ep, &now), ep_fd;
+	struct epoll_event ev;
+
+	if (!now) {
+		ep_fd = epoll_with(fd, EPOLLOUT);
+		CHECK(epoll_wait(ep_fd, &ev, 1, READY_MS) == 1, "epoll after a refused connect");
+		CHECK(ev.events & (EPOLLERR | EPOLLHUP), "refused connect: epoll events 0x%x",
+		      ev.events);
+		expect_so_error(fd, ECONNREFUSED, "refused connect seen by epoll");
+		close(ep_fd);
+	}
+	close(fd);
+}
+
+static void case_refused(const struct endpoint *ep)
+{
+	/* Bound but not listening: the port is ours and SYNs get a RST. */
+	int hold = bound_socket(ep, false);
+
+	expect_refused_blocking(ep);
+	expect_refused_poll(ep);
+	expect_refused_epoll(ep);
+	expect_refused_blocking(ep);
+	close(hold);
+}
+
+/* --- main ----------------------------------------------------------------- */
+
+struct pair_case {
+	const char *name;
+	void (*run)(struct pair *p);
+};
+
+static const struct pair_case pair_cases[] = {
+	{ "epoll_lt", case_epoll_lt },	   { "epoll_et", case_epoll_et },
+	{ "epoll_oneshot", case_epoll_oneshot }, { "epoll_rdhup", case_epoll_rdhup },
+	{ "poll", case_poll },		   { "ppoll", case_ppoll },
+	{ "select", case_select },	   { "pselect", case_pselect },
+	{ "mixed", case_mixed },
+};
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: readiness ADDR PORT CASE\n  CASE: ");
+	for (size_t i = 0; i < sizeof(pair_cases) / sizeof(pair_cases[0]); i++)
+		fprintf(stderr, "%s ", pair_cases[i].name);
+	fprintf(stderr, "nbconnect refused\n");
+	return 2;
+}
+
+static bool run_case(const char *name, const struct endpoint *ep)
+{
+	struct pair p;
+
+	if (!strcmp(name, "nbconnect")) {
+		case_nbconnect(ep);
+		return true;
+	}
+	if (!strcmp(name, "refused")) {
+		case_refused(ep);
+		return true;
+	}
+	for (size_t i = 0; i < sizeof(pair_cases) / sizeof(pair_cases[0]); i++) {
+		if (strcmp(name, pair_cases[i].name))
+			continue;
+		open_pair(ep, &p);
+		pair_cases[i].run(&p);
+		close(p.client);
+		close(p.server);
+		close(p.listener);
+		return true;
+	}
+	return false;
+}
+
+int main(int argc, char **argv)
+{
+	struct endpoint ep;
+
+	if (argc != 4)
+		return usage();
+	case_name = argv[3];
+	snprintf(alarm_msg, sizeof(alarm_msg), "FAIL %s: still running after %d s\n", case_name,
+		 GUARD_SECS);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGALRM, on_alarm);
+	alarm(GUARD_SECS);
+	parse_endpoint(argv[1], argv[2], &ep);
+	if (!run_case(argv[3], &ep))
+		return usage();
+	printf("ok %s\n", argv[3]);
+	return 0;
+}

@@ -1,0 +1,443 @@
+/* stream: a byte-exact TCP stream checker for the test suites.  The client
+ * sends a header naming the byte count, direction and seed; both ends
+ * generate the same pseudo-random stream, write it in messages of random
+ * sizes (1 byte to -m), and the receiver compares every byte and prints the
+ * SHA-256 of what it received.  -e picks blocking I/O or a readiness API. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sha256.h"
+
+#define MAGIC 0x5354524dU /* "STRM" */
+
+enum dir { DIR_UP = 1, DIR_DOWN = 2, DIR_BOTH = 3 };
+enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL, IO_EPOLL_ET };
+
+struct header {
+	uint32_t magic, dir;
+	uint64_t bytes, seed;
+	uint32_t max_msg, pad;
+};
+
+static struct {
+	enum io_mode mode;
+	size_t max_msg;
+	int quiet;
+} opt = { IO_BLOCK, 65536, 0 };
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Byte i of the stream is a pure function of (seed, i): any offset checks. */
+static void fill(uint64_t seed, uint64_t off, uint8_t *buf, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		uint64_t word_index = (off + i) / 8, s = seed ^ (word_index * 0x2545f4914f6cdd1dULL);
+		uint64_t w = splitmix(&s);
+		unsigned k = (unsigned)((off + i) % 8);
+		for (; k < 8 && i < len; k++, i++)
+			buf[i] = (uint8_t)(w >> (8 * k));
+	}
+}
+
+/* Message sizes: mostly small, sometimes up to max (1 byte to 1 MiB). */
+static size_t next_size(uint64_t *s, size_t max)
+{
+	uint64_t r = splitmix(s);
+	size_t cap;
+
+	switch (r & 3) {
+	case 0: cap = 16; break;
+	case 1: cap = 1024; break;
+	case 2: cap = 65536; break;
+	default: cap = max; break;
+	}
+	if (cap > max)
+		cap = max;
+	return 1 + (size_t)((r >> 8) % cap);
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "stream: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+static void wait_ready(int fd, int for_write)
+{
+	static __thread int epfd = -1; /* per thread: two epoll sets on one socket */
+	struct epoll_event ev;
+	int rc = 1;
+
+	switch (opt.mode) {
+	case IO_BLOCK:
+		return;
+	case IO_POLL: {
+		struct pollfd p = { fd, (short)(for_write ? POLLOUT : POLLIN), 0 };
+		rc = poll(&p, 1, 60000);
+		break;
+	}
+	case IO_SELECT: {
+		fd_set set;
+		struct timeval tv = { 60, 0 };
+		FD_ZERO(&set);
+		FD_SET(fd, &set);
+		rc = select(fd + 1, for_write ? NULL : &set, for_write ? &set : NULL, NULL, &tv);
+		break;
+	}
+	case IO_EPOLL:
+	case IO_EPOLL_ET:
+		if (epfd < 0) {
+			epfd = epoll_create1(0);
+			ev.events = EPOLLIN | EPOLLOUT | (opt.mode == IO_EPOLL_ET ? EPOLLET : 0);
+			ev.data.fd = fd;
+			if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+				die("epoll");
+		}
+		if (opt.mode == IO_EPOLL) {
+			ev.events = for_write ? EPOLLOUT : EPOLLIN;
+			ev.data.fd = fd;
+			epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+		}
+		rc = epoll_wait(epfd, &ev, 1, 60000);
+		break;
+	}
+	if (rc == 0) {
+		fprintf(stderr, "stream: no readiness for 60 s (%s)\n", for_write ? "write" : "read");
+		exit(3);
+	}
+	if (rc < 0 && errno != EINTR)
+		die("wait");
+}
+
+static void set_nonblock(int fd)
+{
+	if (opt.mode != IO_BLOCK)
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static void write_all(int fd, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			wait_ready(fd, 1);
+			continue;
+		}
+		if (n <= 0)
+			die("write");
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+static size_t read_some(int fd, uint8_t *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = read(fd, buf, len);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			wait_ready(fd, 0);
+			continue;
+		}
+		if (n < 0)
+			die("read");
+		return (size_t)n;
+	}
+}
+
+static void read_exact(int fd, void *buf, size_t len)
+{
+	while (len) {
+		size_t n = read_some(fd, buf, len);
+		if (n == 0) {
+			fprintf(stderr, "stream: unexpected EOF in header\n");
+			exit(4);
+		}
+		buf = (uint8_t *)buf + n;
+		len -= n;
+	}
+}
+
+static void send_stream(int fd, const struct header *h)
+{
+	uint8_t *buf = malloc(h->max_msg);
+	uint64_t sizes = h->seed ^ 0x51ed, off = 0;
+
+	if (!buf)
+		die("malloc");
+	while (off < h->bytes) {
+		size_t len = next_size(&sizes, h->max_msg);
+		if (len > h->bytes - off)
+			len = (size_t)(h->bytes - off);
+		fill(h->seed, off, buf, len);
+		write_all(fd, buf, len);
+		off += len;
+	}
+	free(buf);
+}
+
+/* Returns 0 if every byte matched. */
+static int recv_stream(int fd, const struct header *h, const char *who)
+{
+	size_t cap = 1 << 20;
+	uint8_t *buf = malloc(cap), *want = malloc(cap);
+	uint64_t off = 0;
+	sha256_ctx sha;
+	uint8_t digest[32];
+	char hex[65];
+
+	if (!buf || !want)
+		die("malloc");
+	sha256_init(&sha);
+	while (off < h->bytes) {
+		size_t ask = h->bytes - off < cap ? (size_t)(h->bytes - off) : cap;
+		size_t n = read_some(fd, buf, ask);
+		if (n == 0) {
+			fprintf(stderr, "stream: %s: EOF after %llu of %llu bytes\n", who,
+				(unsigned long long)off, (unsigned long long)h->bytes);
+			return 5;
+		}
+		fill(h->seed, off, want, n);
+		if (memcmp(buf, want, n) != 0) {
+			size_t i = 0;
+			while (buf[i] == want[i])
+				i++;
+			fprintf(stderr, "stream: %s: MISMATCH at byte %llu\n", who,
+				(unsigned long long)(off + i));
+			return 6;
+		}
+		sha256_update(&sha, buf, n);
+		off += n;
+	}
+	sha256_final(&sha, digest);
+	sha256_hex(digest, hex);
+	printf("stream: %s received %llu bytes sha256=%s OK\n", who, (unsigned long long)off, hex);
+	fflush(stdout);
+	free(buf);
+	free(want);
+	return 0;
+}
+
+struct writer_arg {
+	int fd;
+	struct header h;
+};
+
+static void *writer_main(void *p)
+{
+	struct writer_arg *w = p;
+
+	send_stream(w->fd, &w->h);
+	shutdown(w->fd, SHUT_WR);
+	return NULL;
+}
+
+static int run_both(int fd, const struct header *h, int sending_dir, const char *who)
+{
+	struct writer_arg w = { fd, *h };
+	struct header theirs = *h;
+	pthread_t writer;
+	int rc;
+
+	/* Both directions at once: a writer thread and a reading main thread,
+	 * so one socket is used by two threads concurrently. */
+	w.h.seed ^= (uint64_t)sending_dir;
+	if (pthread_create(&writer, NULL, writer_main, &w) != 0)
+		die("pthread_create");
+	theirs.seed ^= (uint64_t)(sending_dir == DIR_UP ? DIR_DOWN : DIR_UP);
+	rc = recv_stream(fd, &theirs, who);
+	pthread_join(writer, NULL);
+	return rc;
+}
+
+static int serve_one(int fd)
+{
+	struct header h;
+	char eof;
+	int rc = 0;
+
+	read_exact(fd, &h, sizeof(h));
+	if (h.magic != MAGIC || h.max_msg == 0 || h.max_msg > (64u << 20)) {
+		fprintf(stderr, "stream: bad header\n");
+		return 8;
+	}
+	if (h.dir == DIR_UP)
+		rc = recv_stream(fd, &h, "server");
+	else if (h.dir == DIR_DOWN)
+		send_stream(fd, &h);
+	else
+		rc = run_both(fd, &h, DIR_DOWN, "server");
+	if (h.dir == DIR_UP)
+		write_all(fd, (const uint8_t *)(rc ? "F" : "K"), 1); /* verdict to the client */
+	shutdown(fd, SHUT_WR);
+	while (read_some(fd, (uint8_t *)&eof, 1) > 0)
+		;
+	return rc;
+}
+
+static int listen_on(int port, int family)
+{
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int one = 1, fd = socket(family, SOCK_STREAM, 0);
+
+	if (fd < 0)
+		die("socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (family == AF_INET6 ? bind(fd, (struct sockaddr *)&a6, sizeof(a6))
+			       : bind(fd, (struct sockaddr *)&a4, sizeof(a4)))
+		die("bind");
+	if (listen(fd, 64))
+		die("listen");
+	return fd;
+}
+
+static int server(int port, int count, int family)
+{
+	int lfd = listen_on(port, family), failures = 0;
+
+	printf("stream: listening on %d\n", port);
+	fflush(stdout);
+	for (int i = 0; count == 0 || i < count; i++) {
+		int fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			die("accept");
+		set_nonblock(fd);
+		failures += serve_one(fd) != 0;
+		close(fd);
+	}
+	close(lfd);
+	return failures ? 1 : 0;
+}
+
+static int connect_to(const char *host, const char *port)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int fd, err = getaddrinfo(host, port, &hints, &ai);
+
+	if (err) {
+		fprintf(stderr, "stream: %s: %s\n", host, gai_strerror(err));
+		exit(2);
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	if (fd < 0)
+		die("socket");
+	set_nonblock(fd);
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+		if (errno != EINPROGRESS)
+			die("connect");
+		int soerr = 0;
+		socklen_t len = sizeof(soerr);
+		wait_ready(fd, 1);
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+		if (soerr) {
+			errno = soerr;
+			die("connect (non-blocking)");
+		}
+	}
+	freeaddrinfo(ai);
+	return fd;
+}
+
+static int client(const char *host, const char *port, uint64_t bytes, int dir, uint64_t seed)
+{
+	struct header h = { MAGIC, (uint32_t)dir, bytes, seed, (uint32_t)opt.max_msg, 0 };
+	int fd = connect_to(host, port), rc = 0;
+	char verdict = 0;
+
+	write_all(fd, (const uint8_t *)&h, sizeof(h));
+	if (dir == DIR_UP) {
+		send_stream(fd, &h);
+		if (read_some(fd, (uint8_t *)&verdict, 1) != 1 || verdict != 'K') {
+			fprintf(stderr, "stream: server reported a bad stream\n");
+			rc = 9;
+		} else {
+			printf("stream: client sent %llu bytes, server verified\n",
+			       (unsigned long long)bytes);
+		}
+	} else if (dir == DIR_DOWN) {
+		rc = recv_stream(fd, &h, "client");
+	} else {
+		rc = run_both(fd, &h, DIR_UP, "client");
+	}
+	close(fd);
+	return rc;
+}
+
+static enum io_mode parse_mode(const char *s)
+{
+	if (!strcmp(s, "block")) return IO_BLOCK;
+	if (!strcmp(s, "poll")) return IO_POLL;
+	if (!strcmp(s, "select")) return IO_SELECT;
+	if (!strcmp(s, "epoll")) return IO_EPOLL;
+	if (!strcmp(s, "epollet")) return IO_EPOLL_ET;
+	fprintf(stderr, "stream: unknown -e %s\n", s);
+	exit(2);
+}
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	uint64_t v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'k': case 'K': return v << 10;
+	case 'm': case 'M': return v << 20;
+	case 'g': case 'G': return v << 30;
+	default: return v;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *host = NULL, *dirs = "up";
+	int port = 0, count = 1, c, family = AF_INET, dir;
+	uint64_t bytes = 1 << 20, seed = 1;
+
+	signal(SIGPIPE, SIG_IGN);
+	while ((c = getopt(argc, argv, "s:c:p:b:d:m:e:n:S:6q")) != -1) {
+		switch (c) {
+		case 's': port = atoi(optarg); break;
+		case 'c': host = optarg; break;
+		case 'p': port = atoi(optarg); break;
+		case 'b': bytes = parse_size(optarg); break;
+		case 'd': dirs = optarg; break;
+		case 'm': opt.max_msg = (size_t)parse_size(optarg); break;
+		case 'e': opt.mode = parse_mode(optarg); break;
+		case 'n': count = atoi(optarg); break;
+		case 'S': seed = strtoull(optarg, NULL, 0); break;
+		case '6': family = AF_INET6; break;
+		case 'q': opt.quiet = 1; break;
+		default:
+			fprintf(stderr, "usage: stream -s PORT [-n COUNT] [-6] [-e MODE]\n"
+					"       stream -c HOST -p PORT [-b BYTES] [-d up|down|both] "
+					"[-m MAXMSG] [-S SEED] [-e block|poll|select|epoll|epollet]\n");
+			return 2;
+		}
+	}
+	if (!host)
+		return server(port, count, family);
+	dir = !strcmp(dirs, "down") ? DIR_DOWN : !strcmp(dirs, "both") ? DIR_BOTH : DIR_UP;
+	char port_text[16];
+	snprintf(port_text, sizeof(port_text), "%d", port);
+	return client(host, port_text, bytes, dir, seed);
+}
