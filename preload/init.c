@@ -7,7 +7,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -26,12 +28,49 @@ __thread int sdp_in_lib;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static __thread bool initialising;
 
+struct adopted {
+	dev_t dev;
+	ino_t ino;
+	struct sdp_sock *sock;
+};
+
+/* The socket already adopted under another fd (inetd: stdin and stdout). */
+static struct sdp_sock *already_adopted(const struct stat *st, const struct adopted *seen, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (seen[i].dev == st->st_dev && seen[i].ino == st->st_ino)
+			return seen[i].sock;
+	return NULL;
+}
+
+/* Who connected is not recorded by the kernel: a local port in the
+ * ephemeral range (and a remote one outside it) means we were the client. */
+static enum stats_role guess_role(const struct sdp_sock *s)
+{
+	int lo = 32768, hi = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2) {
+			lo = 32768;
+			hi = 60999;
+		}
+		fclose(f);
+	}
+	if (!s->st->remote.family)
+		return STATS_ROLE_NONE;
+	bool local_eph = s->st->local.port >= lo && s->st->local.port <= hi;
+	bool remote_eph = s->st->remote.port >= lo && s->st->remote.port <= hi;
+	return local_eph && !remote_eph ? STATS_ROLE_CLIENT : STATS_ROLE_SERVER;
+}
+
 /* An inherited AF_INET/AF_INET6 stream socket (exec, inetd, systemd). */
-static void adopt_inherited_fd(int fd)
+static void adopt_inherited_fd(int fd, struct adopted *seen, int *nseen, int max_seen)
 {
 	int domain = 0, type = 0, listening = 0, flags;
 	socklen_t len = sizeof(int);
 	struct sdp_sock *s;
+	struct stat st;
 
 	if (real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
 	    (domain != AF_INET && domain != AF_INET6))
@@ -39,12 +78,18 @@ static void adopt_inherited_fd(int fd)
 	len = sizeof(int);
 	if (real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
 		return;
+	if (fstat(fd, &st) == 0 && (s = already_adopted(&st, seen, *nseen)) != NULL) {
+		sock_add_fd(s, fd);
+		return;
+	}
 	len = sizeof(int);
 	real.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
 	flags = real.fcntl(fd, F_GETFL);
 	s = sock_track(fd, domain, flags >= 0 && (flags & O_NONBLOCK));
 	if (!s)
 		return;
+	if (*nseen < max_seen)
+		seen[(*nseen)++] = (struct adopted){ st.st_dev, st.st_ino, s };
 	sock_note_addresses(s, fd);
 	if (listening) {
 		sock_set_role(s, STATS_ROLE_LISTENER);
@@ -53,15 +98,16 @@ static void adopt_inherited_fd(int fd)
 		s->st->reason = SDP_REASON_INHERITED;
 		return;
 	}
-	sock_set_role(s, s->st->remote.family ? STATS_ROLE_SERVER : STATS_ROLE_NONE);
+	sock_set_role(s, guess_role(s));
 	sock_set_tcp(s, SDP_REASON_INHERITED, false);
 }
 
 static void adopt_inherited_sockets(void)
 {
 	DIR *dir = opendir("/proc/self/fd");
+	struct adopted seen[64];
 	struct dirent *de;
-	int self;
+	int self, nseen = 0;
 
 	if (!dir)
 		return;
@@ -72,7 +118,7 @@ static void adopt_inherited_sockets(void)
 
 		if (*end || de->d_name[0] == '.' || fd == self || fd < 0)
 			continue;
-		adopt_inherited_fd((int)fd);
+		adopt_inherited_fd((int)fd, seen, &nseen, 64);
 	}
 	closedir(dir);
 }

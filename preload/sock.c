@@ -136,6 +136,18 @@ static bool is_connection(const struct sdp_sock *s)
 	return s->st->role == STATS_ROLE_CLIENT || s->st->role == STATS_ROLE_SERVER;
 }
 
+/* One line per connection per process that used it: a copy shared across
+ * fork writes a line only from a process that moved bytes on it, so the
+ * lines of one connection add up without double counting. */
+static bool owes_stats_line(const struct sdp_sock *s)
+{
+	uint64_t moved = atomic_load(&s->st->bytes_sent) + atomic_load(&s->st->bytes_received);
+
+	if (!is_connection(s))
+		return false;
+	return moved > 0 || (!s->shared_with_child && !s->from_parent);
+}
+
 static void append_stats_line(const struct sdp_conn_stats *st, pid_t pid, uint64_t closed_ms)
 {
 	const char *file = getenv("SDPSHIM_STATS_FILE");
@@ -181,7 +193,7 @@ void sock_release(struct sdp_sock *s)
 
 static void sock_free(struct sdp_sock *s)
 {
-	if (is_connection(s))
+	if (owes_stats_line(s))
 		append_stats_line(s->st, getpid(), stats_now_ms());
 	sock_release(s);
 }
@@ -220,7 +232,7 @@ static void flush_cloexec(int fd, void *obj, void *ctx)
 
 	(void)ctx;
 	if (flags >= 0 && (flags & FD_CLOEXEC) && atomic_load(&s->fd_refs) == 1 &&
-	    is_connection(s))
+	    owes_stats_line(s))
 		append_stats_line(s->st, getpid(), stats_now_ms());
 }
 
@@ -319,7 +331,7 @@ static void flush_one(int fd, void *obj, void *ctx)
 	if (s->exit_flushed)
 		return;
 	s->exit_flushed = true;
-	if (is_connection(s))
+	if (owes_stats_line(s))
 		append_stats_line(s->st, getpid(), now);
 }
 
@@ -354,9 +366,30 @@ void sock_atfork_prepare(void)
 	sock_table_lock();
 }
 
+static void mark_shared(int fd, void *obj, void *ctx)
+{
+	(void)fd;
+	(void)ctx;
+	((struct sdp_sock *)obj)->shared_with_child = true;
+}
+
 void sock_atfork_parent(void)
 {
+	fdt_for_each(FDT_SOCK, mark_shared, NULL);
 	sock_table_unlock();
+}
+
+/* The child's counters start at zero: its line reports its own bytes. */
+static void zero_counters(struct sdp_conn_stats *st)
+{
+	atomic_store(&st->bytes_sent, 0);
+	atomic_store(&st->bytes_received, 0);
+	atomic_store(&st->copy_bytes_sent, 0);
+	atomic_store(&st->copy_bytes_received, 0);
+	atomic_store(&st->zcopy_bytes_sent, 0);
+	atomic_store(&st->zcopy_bytes_received, 0);
+	atomic_store(&st->zcopy_ops, 0);
+	atomic_store(&st->zcopy_cancels, 0);
 }
 
 static bool slot_in_seg(const struct sdp_conn_stats *slot, const struct stats_seg *seg)
@@ -366,24 +399,37 @@ static bool slot_in_seg(const struct sdp_conn_stats *slot, const struct stats_se
 	return base && (const char *)slot >= base && (const char *)slot < base + seg->map_len;
 }
 
+static uint32_t fork_generation;
+
+/* In a forked child, once per socket: fresh lock, a slot of the child's
+ * own segment with the identity copied and the counters at zero. */
 static void rehome_in_child(int fd, void *obj, void *ctx)
 {
 	const struct stats_seg *parent = ctx;
 	struct sdp_sock *s = obj;
 	struct sdp_conn_stats *fresh;
+	uint32_t in_use, seq;
 
-	if (!slot_in_seg(s->st, parent))
-		return; /* a private slot (copied by fork), or already re-homed */
+	if (s->fork_gen == fork_generation)
+		return; /* another fd of the same socket */
+	s->fork_gen = fork_generation;
+	s->from_parent = true;
+	s->shared_with_child = false;
 	pthread_mutex_init(&s->lock, NULL);
+	if (!slot_in_seg(s->st, parent)) {
+		zero_counters(s->st); /* a private slot: fork copied it */
+		return;
+	}
 	fresh = slot_alloc_locked();
 	if (!fresh)
 		fresh = &orphan_slot;
-	/* Copy identity and counters; the parent keeps its own slot. */
-	uint32_t in_use = atomic_load(&fresh->in_use), seq = atomic_load(&fresh->seq);
+	in_use = atomic_load(&fresh->in_use);
+	seq = atomic_load(&fresh->seq);
 	memcpy(fresh, s->st, sizeof(*fresh));
 	atomic_store(&fresh->seq, seq + 2);
 	atomic_store(&fresh->in_use, in_use);
 	fresh->fd = fd;
+	zero_counters(fresh);
 	s->st = fresh;
 }
 
@@ -396,6 +442,7 @@ void sock_atfork_child(void)
 	pthread_mutex_lock(&table_lock);
 	memset(&proc_seg, 0, sizeof(proc_seg));
 	proc_seg_failed = false;
+	fork_generation++;
 	fdt_for_each(FDT_SOCK, rehome_in_child, &parent);
 	if (parent.hdr)
 		stats_seg_detach(&parent); /* the parent's segment: unmap, never unlink */

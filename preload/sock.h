@@ -36,6 +36,9 @@ struct sdp_sock {
 	bool nonblock;              /* O_NONBLOCK of the open file description */
 	bool require_rdma;          /* rule "use rdma" */
 	bool exit_flushed;          /* stats line written at exit */
+	bool shared_with_child;     /* a fork gave a child a copy of this socket */
+	bool from_parent;           /* this process got it from its parent by fork */
+	uint32_t fork_gen;          /* last fork handled (one visit per socket) */
 	int64_t zcopy_thresh;
 	int rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO/SO_SNDTIMEO, -1 = none */
 	struct linger linger;

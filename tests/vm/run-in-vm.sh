@@ -193,6 +193,13 @@ case "$ACCEL" in kvm*) CPU=${RXE_VM_CPU:-host} ;; *) CPU=${RXE_VM_CPU:-max} ;; e
 # ---------------------------------------------------------------------------
 # 4. Boot. -nodefaults/-nic none: no network to the outside world at all.
 # ---------------------------------------------------------------------------
+# One guest at a time: two TCG guests on a 2-core machine slow each other
+# down enough to break timing-sensitive tests.  Later invocations queue here
+# (RXE_VM_NO_QUEUE=1 skips the queue).
+if [ -z "${RXE_VM_NO_QUEUE:-}" ]; then
+  exec 8>"${TMPDIR:-/tmp}/rxe-vm.run.lock"
+  flock 8 || true
+fi
 T0=$(date +%s%N)
 # The guest creates $RUN/started just before the command runs (the run dir is 9p with
 # cache=none, so the file shows up here at once): a host-side watcher timestamps it.
