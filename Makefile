@@ -20,6 +20,7 @@ ifeq ($(SAN),1)
 BUILD    := build-san
 ALLCFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDSAN    := -fsanitize=address,undefined
+SANPROGS := 1
 endif
 RDMA_LIBS := -lrdmacm -libverbs
 SANFLAGS  := -fsanitize=address,undefined
@@ -48,7 +49,7 @@ PROG_BINS := $(PROG_SRCS:tests/progs/%.c=$(BUILD)/tests/progs/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-.PHONY: all install uninstall test unit native vm check fuzz clean help progs
+.PHONY: all install uninstall test unit native vm check fuzz clean help progs san
 
 all: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim progs
 
@@ -101,7 +102,11 @@ native: all
 vm: all
 	@tests/run-bats.sh vm
 
-test: all $(UNIT_BINS)
+# The suites also preload the ASan+UBSan build (tests/*/..-sanitizers.bats).
+san:
+	@$(MAKE) --no-print-directory SAN=1 all
+
+test: all $(UNIT_BINS) san
 	@tests/run-all.sh
 
 fuzz: $(FUZZ_BINS)

@@ -7,6 +7,7 @@
 
 #include "core/conn_internal.h"
 #include "core/dev.h"
+#include "core/mrcache.h"
 #include "core/listener.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -83,5 +84,6 @@ void conn_layer_atfork_child(void)
 	pthread_mutex_init(&cm_lock, NULL);
 	cm_channel = NULL; /* the parent's; left alone */
 	dev_atfork_child();
+	mrcache_atfork_child();
 	progress_atfork_child();
 }

@@ -24,6 +24,16 @@ struct ibv_qp;
 struct ibv_mr;
 struct sdp_dev;
 struct sdp_listener;
+struct mrc_entry;
+struct ibv_mw;
+
+enum { ZC_WIN_SRC, ZC_WIN_SINK, ZC_WINDOWS };
+
+struct zc_window {
+	struct ibv_mw *mw;
+	uint32_t rkey;
+	bool bound, busy; /* bound now / a bind or invalidate in flight */
+};
 
 /* Where the channel is in its life.  Transitions:
  *   client: RESOLVING -> TCP_CONNECTING -> AWAIT_ATTACH -> OPEN
@@ -77,8 +87,45 @@ struct rx_entry {
 	uint32_t seq;
 	uint16_t slot;     /* receive buffer index */
 	bool     consumed; /* acked once every earlier entry is consumed too */
-	bool     is_data;
-	uint32_t off, len; /* unread payload of a DATA message */
+	bool     is_data;  /* bytes in our buffer (DATA) */
+	bool     is_src;   /* bytes at the peer (SrcAvail), read by RDMA READ */
+	uint32_t off, len; /* DATA: unread payload; SrcAvail: len = bytes not yet consumed */
+	uint64_t raddr;    /* SrcAvail: next remote address to read */
+	uint32_t rkey;
+	uint32_t total;    /* SrcAvail: bytes it announced */
+	uint32_t unread;   /* SrcAvail: bytes not yet READ (len minus staged) */
+};
+
+/* Our outstanding SrcAvail (sender side of read zero-copy). */
+struct zc_src {
+	bool active, answered, cancel_sent;
+	uint64_t stream_off, addr;
+	uint32_t len, consumed;  /* consumed: the peer's RdmaRdCompl */
+	uint32_t rkey;
+	struct mrc_entry *mre;
+};
+
+/* Our RDMA READ in flight (receiver side of read zero-copy). */
+struct zc_read {
+	bool active, done, direct;
+	uint32_t len;
+	struct mrc_entry *mre;   /* the app buffer's entry for a direct READ */
+};
+
+/* Our outstanding SinkAvail (receiver side of write zero-copy). */
+struct zc_sink {
+	bool active, answered, cancel_sent;
+	uint64_t stream_off, addr;
+	uint32_t len, written;   /* written: the peer's RdmaWrCompl */
+	uint32_t rkey;
+	struct mrc_entry *mre;
+};
+
+/* A SinkAvail the peer advertised (sender side of write zero-copy). */
+struct zc_peer_sink {
+	bool valid;
+	uint64_t stream_off, addr;
+	uint32_t len, rkey;
 };
 
 #define CM_KIND_CONN     1
@@ -161,6 +208,29 @@ struct sdp_conn {
 	uint32_t detach_reason;
 	int abort_errno;
 
+	/* Zero-copy (core/zcopy.c).  Two windows, one per direction (our
+	 * SrcAvail, our SinkAvail), each bound to one range per transfer. */
+	int64_t zcopy_thresh;      /* 0: off */
+	uint64_t tx_stream_off;    /* bytes the app handed to the stream */
+	uint64_t rx_stream_off;    /* bytes the peer put in the stream, as queued here */
+	struct zc_window win[ZC_WINDOWS];
+	struct zc_src src;
+	struct zc_read rd;
+	struct zc_sink sink;
+	uint8_t zc_nb_backoff;     /* non-blocking writes to copy before trying zero-copy again */
+	bool sink_voided;          /* our last sink was given up unanswered, at: */
+	uint64_t sink_void_off;
+	struct zc_peer_sink psink;
+	bool write_active;         /* our RDMA WRITE into the peer's sink */
+	bool src_cancel_pending;   /* the peer's SrcAvailCancel waits for our READ */
+	/* Values the pending answers carry. */
+	uint32_t rd_compl_bytes, wr_compl_bytes;
+	uint64_t rd_compl_off, wr_compl_off, sink_ack_off;
+	uint8_t *stage;            /* staging buffer for READs nobody waits for */
+	struct ibv_mr *stage_mr;
+	uint32_t stage_len, stage_off, stage_fill;
+	int rx_waiters;            /* threads blocked in recv (they READ directly) */
+
 	/* Bytes moving to TCP after a fallback (DRAINING phase). */
 	uint8_t *drain_buf;
 	size_t drain_len, drain_off;
@@ -238,6 +308,8 @@ int conn_shutdown(struct sdp_conn *c, int how);
  * (bounded by SDPSHIM_LINGER_MS).  abort: SO_LINGER with l_linger 0.
  * Drops the owner's reference. */
 void conn_app_close(struct sdp_conn *c, bool abort);
+/* Zero-copy threshold of this connection (0: buffer copy only). */
+void conn_set_zcopy_thresh(struct sdp_conn *c, int64_t bytes);
 enum conn_phase conn_get_phase(struct sdp_conn *c);
 enum sdp_reason conn_get_fail_reason(struct sdp_conn *c);
 bool conn_is_server(const struct sdp_conn *c);

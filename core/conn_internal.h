@@ -10,7 +10,13 @@
 #include "core/wire.h"
 
 /* wr_id = kind << 32 | index */
-enum wr_kind { WR_RECV = 1, WR_SEND_DATA = 2, WR_SEND_CTRL = 3 };
+enum wr_kind {
+	WR_RECV = 1, WR_SEND_DATA = 2, WR_SEND_CTRL = 3,
+	WR_READ = 4,   /* receiver: RDMA READ of a SrcAvail */
+	WR_WRITE = 5,  /* sender: RDMA WRITE into the peer's SinkAvail */
+	WR_BIND = 6,   /* memory window bind */
+	WR_INV = 7,    /* memory window invalidate */
+};
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id)      ((enum wr_kind)((id) >> 32))
 #define WR_INDEX(id)     ((uint32_t)(id))
@@ -50,6 +56,11 @@ void rx_maybe_update_credits(struct sdp_conn *c);
 /* Copies unread payload into iov (MSG_PEEK: without consuming). */
 size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		   size_t len, bool peek);
+
+/* conn_io.c: waiting.  conn_wait is called locked; it sleeps unlocked on
+ * the readiness eventfd (0 changed, -EAGAIN timeout, -EINTR signal). */
+int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us);
+uint64_t conn_now_us(void);
 
 /* cq.c */
 void cq_poll(struct sdp_conn *c);

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/conn_internal.h"
 #include "core/log.h"
+#include "core/zcopy.h"
 #include "preload/real.h"
 
 const char *conn_phase_name(enum conn_phase phase)
@@ -43,7 +44,7 @@ static bool has_qp_phase(enum conn_phase phase)
 	return phase == CONN_OPEN || phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING;
 }
 
-static uint64_t now_us(void)
+uint64_t conn_now_us(void)
 {
 	struct timespec ts;
 
@@ -63,8 +64,8 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 
 	if (!sdp_tun.spin_us || !has_qp_phase(c->phase))
 		return false;
-	until = now_us() + sdp_tun.spin_us;
-	while (now_us() < until) {
+	until = conn_now_us() + sdp_tun.spin_us;
+	while (conn_now_us() < until) {
 		cq_poll(c);
 		if (ready_for(c, for_write))
 			return true;
@@ -77,7 +78,7 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 
 /* Called locked; sleeps unlocked.  0 when something changed, -EAGAIN on
  * timeout (as SO_RCVTIMEO/SO_SNDTIMEO do), -EINTR on a signal. */
-static int wait_for(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us)
+int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us)
 {
 	struct pollfd pfd = { .fd = for_write ? c->wr_fd : c->rd_fd, .events = POLLIN };
 	int remaining = -1, rc;
@@ -85,7 +86,7 @@ static int wait_for(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t
 	if (spin_until_ready(c, for_write))
 		return 0;
 	if (timeout_ms >= 0) {
-		int64_t left = (int64_t)timeout_ms - (int64_t)((now_us() - start_us) / 1000);
+		int64_t left = (int64_t)timeout_ms - (int64_t)((conn_now_us() - start_us) / 1000);
 		if (left <= 0)
 			return -EAGAIN;
 		remaining = (int)left;
@@ -101,10 +102,42 @@ static int wait_for(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t
 
 static void count_received(struct sdp_conn *c, size_t n)
 {
-	if (!c->st || !n)
-		return;
-	atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
-	atomic_fetch_add_explicit(&c->st->copy_bytes_received, n, memory_order_relaxed);
+	if (c->st && n)
+		atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
+}
+
+/* The contiguous piece of iov at byte offset skip: where a READ can land. */
+static void *iov_cursor(const struct iovec *iov, int iovcnt, size_t skip, size_t *room)
+{
+	for (int i = 0; i < iovcnt; i++) {
+		if (skip < iov[i].iov_len) {
+			*room = iov[i].iov_len - skip;
+			return (uint8_t *)iov[i].iov_base + skip;
+		}
+		skip -= iov[i].iov_len;
+	}
+	*room = 0;
+	return NULL;
+}
+
+/* Zero-copy receive, for a blocking recv that found nothing buffered:
+ * READ a waiting SrcAvail straight into the app's buffer, or offer the
+ * buffer as a sink.  Returns bytes placed, 0, or -errno. */
+static ssize_t recv_zero_copy(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			      int flags, int timeout_ms, uint64_t start_us)
+{
+	struct rx_entry *e;
+	size_t room;
+	void *dst = iov_cursor(iov, iovcnt, done, &room);
+
+	if (!dst || (flags & (MSG_PEEK | MSG_TRUNC)) || c->phase != CONN_OPEN)
+		return 0;
+	e = zc_head_source(c);
+	if (e)
+		return zc_recv_direct(c, e, dst, room);
+	if (done == 0 && zc_sink_eligible(c, room, flags))
+		return zc_recv_sink(c, dst, room, timeout_ms, start_us);
+	return 0;
 }
 
 /* One step of recv: >0 bytes, 0 EOF, -errno, or 1 + INT_MAX style "keep
@@ -152,7 +185,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 {
 	struct iovec discard = { NULL, iov_total(iov, iovcnt) };
 	size_t total = discard.iov_len, done = 0;
-	uint64_t start = now_us();
+	uint64_t start = conn_now_us();
 	ssize_t rc;
 	bool again;
 
@@ -165,21 +198,39 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 	if (total == 0)
 		return 0;
 	conn_lock(c);
+	c->rx_waiters++;
 	for (;;) {
 		rc = recv_step(c, iov, iovcnt, done, total, flags, &again);
 		if (!again)
 			break;
 		done = (size_t)rc;
 		if (nonblock || (flags & MSG_DONTWAIT)) {
+			zc_stage_kick(c); /* a SrcAvail becomes readable through the staging buffer */
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		int w = wait_for(c, false, timeout_ms, start);
+		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms, start);
+		if (z < 0) {
+			rc = done ? (ssize_t)done : z;
+			break;
+		}
+		if (z > 0) {
+			done += (size_t)z;
+			if (done == total || !(flags & MSG_WAITALL)) {
+				rc = (ssize_t)done;
+				break;
+			}
+			continue;
+		}
+		int w = conn_wait(c, false, timeout_ms, start);
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;
 		}
 	}
+	c->rx_waiters--;
+	if (!c->rx_waiters)
+		zc_stage_kick(c);
 	conn_unlock(c);
 	return rc;
 }
@@ -207,7 +258,7 @@ static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 		c->error = 0;
 		return done ? (ssize_t)done : -err;
 	}
-	if (has_qp_phase(c->phase) && c->tx_slots) {
+	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c)) {
 		cq_poll(c);
 		n = tx_append(c, iov, iovcnt, done, total - done);
 		if (n) {
@@ -226,7 +277,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		  bool nonblock, int timeout_ms)
 {
 	size_t total = iov_total(iov, iovcnt), done = 0;
-	uint64_t start = now_us();
+	uint64_t start = conn_now_us();
 	ssize_t rc;
 	bool again;
 
@@ -234,8 +285,38 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		sdp_debug("MSG_OOB on an RDMA socket is sent as ordinary data");
 	if (total == 0)
 		return 0;
+	bool nb = nonblock || (flags & MSG_DONTWAIT);
+	bool try_zc = true;
+
 	conn_lock(c);
 	for (;;) {
+		size_t room;
+		const void *seg = iov_cursor(iov, iovcnt, done, &room);
+
+		if (try_zc && seg && zc_send_eligible(c, room)) {
+			ssize_t z = zc_send(c, seg, room, nb, nb ? (int)sdp_tun.zcopy_nb_wait_ms : timeout_ms,
+					    start);
+
+			if (z < 0) {
+				rc = done ? (ssize_t)done : z;
+				break;
+			}
+			if (z > 0 && c->st)
+				atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)z,
+							  memory_order_relaxed);
+			done += (size_t)z;
+			if (done == total) {
+				rc = (ssize_t)done;
+				break;
+			}
+			if (nb && z > 0 && (size_t)z < room) {
+				rc = (ssize_t)done; /* partial progress, as TCP would */
+				break;
+			}
+			if (z > 0)
+				continue;
+			try_zc = false; /* use buffer copy for the rest of this call */
+		}
 		rc = send_step(c, iov, iovcnt, done, total, &again);
 		if (!again)
 			break;
@@ -244,7 +325,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		int w = wait_for(c, true, timeout_ms, start);
+		int w = conn_wait(c, true, timeout_ms, start);
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;
@@ -282,6 +363,9 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 	case CONN_OPEN:
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:
+		/* Closing with unread bytes resets the connection, as TCP does. */
+		if (c->rx_bytes_ready > 0 || zc_head_source(c))
+			abort = true;
 		if (abort) {
 			close_ev_abort(c, ECONNRESET, true);
 			conn_schedule_destroy(c);
@@ -321,12 +405,16 @@ int conn_take_error(struct sdp_conn *c)
 
 uint64_t conn_readable_bytes(struct sdp_conn *c)
 {
+	struct rx_entry *e;
 	uint64_t n;
 
 	conn_lock(c);
 	if (has_qp_phase(c->phase))
 		cq_poll(c);
 	n = c->rx_bytes_ready;
+	e = zc_head_source(c);
+	if (e)
+		n += e->unread; /* bytes the peer offered but we have not READ yet */
 	conn_unlock(c);
 	return n;
 }
@@ -385,4 +473,11 @@ bool conn_is_server(const struct sdp_conn *c)
 const struct sockaddr *conn_peer_addr(const struct sdp_conn *c)
 {
 	return (const struct sockaddr *)&c->peer_addr;
+}
+
+void conn_set_zcopy_thresh(struct sdp_conn *c, int64_t bytes)
+{
+	conn_lock(c);
+	c->zcopy_thresh = bytes;
+	conn_unlock(c);
 }

@@ -7,15 +7,23 @@
 #include "core/cq.h"
 #include "core/dev.h"
 #include "core/log.h"
+#include "core/zcopy.h"
 #include "preload/init.h"
 
 static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 {
+	enum wr_kind kind = WR_KIND(wc->wr_id);
+
 	if (wc->status != IBV_WC_SUCCESS) {
+		static const char *const kinds[] = { "?", "recv", "send", "control send", "RDMA READ",
+						     "RDMA WRITE", "window bind", "window invalidate" };
 		if (!c->carrier_dead && wc->status != IBV_WC_WR_FLUSH_ERR)
-			sdp_info("RDMA completion error: %s", ibv_wc_status_str(wc->status));
-		if (WR_KIND(wc->wr_id) != WR_RECV && c->sq_outstanding)
+			sdp_info("RDMA completion error on %s: %s",
+				 kind <= WR_INV ? kinds[kind] : "?", ibv_wc_status_str(wc->status));
+		if (kind != WR_RECV && c->sq_outstanding)
 			c->sq_outstanding--;
+		if (kind >= WR_READ)
+			zc_on_completion(c, kind, WR_INDEX(wc->wr_id), false);
 		close_ev_carrier_failed(c, ECONNRESET);
 		return;
 	}
@@ -31,6 +39,13 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 		c->sq_outstanding--;
 		if (c->ctrl_outstanding)
 			c->ctrl_outstanding--;
+		break;
+	case WR_READ:
+	case WR_WRITE:
+	case WR_BIND:
+	case WR_INV:
+		c->sq_outstanding--;
+		zc_on_completion(c, kind, WR_INDEX(wc->wr_id), true);
 		break;
 	}
 }

@@ -11,6 +11,7 @@
 #include "core/cq.h" /* cq_on_channel_ready() */
 #include "core/dev.h"
 #include "core/log.h"
+#include "core/mrcache.h"
 #include "preload/init.h"
 #include "preload/real.h"
 
@@ -34,6 +35,12 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 		free(d);
 		return NULL;
 	}
+	struct ibv_device_attr attr;
+	if (ibv_query_device(ctx, &attr) == 0)
+		d->mw_type2 = (attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
+	if (!d->mw_type2)
+		sdp_info("device %s has no type 2 memory windows: zero-copy off",
+			 ibv_get_device_name(ctx->device));
 	d->cc->fd = progress_hide_fd(d->cc->fd);
 	real.fcntl(d->cc->fd, F_SETFL, real.fcntl(d->cc->fd, F_GETFL) | O_NONBLOCK);
 	d->cc_src.on_ready = cq_on_channel_ready;
@@ -96,6 +103,17 @@ void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr)
 	}
 	if (mem)
 		munmap(mem, len);
+}
+
+void dev_conn_added(struct sdp_dev *dev)
+{
+	atomic_fetch_add(&dev->conns, 1);
+}
+
+void dev_conn_gone(struct sdp_dev *dev)
+{
+	if (atomic_fetch_sub(&dev->conns, 1) == 1)
+		mrcache_flush_dev(dev);
 }
 
 void dev_atfork_child(void)

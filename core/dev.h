@@ -15,6 +15,8 @@ struct sdp_dev {
 	struct ibv_comp_channel *cc;
 	struct progress_source cc_src;
 	uint32_t max_inline; /* what a QP of this device accepted */
+	bool mw_type2;       /* type 2 memory windows: zero-copy can scope exposure */
+	_Atomic int conns;   /* channels using it; the last one flushes the MR cache */
 	struct sdp_dev *next;
 };
 
@@ -26,6 +28,10 @@ struct sdp_dev *dev_get(struct ibv_context *ctx);
  * *err = -errno (-ENOMEM typically means RLIMIT_MEMLOCK). */
 void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, int *err);
 void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr);
+
+void dev_conn_added(struct sdp_dev *dev);
+/* A channel on dev went away; with none left, cached registrations go. */
+void dev_conn_gone(struct sdp_dev *dev);
 
 /* Forget device records in a forked child (the contexts are the parent's). */
 void dev_atfork_child(void);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/conn_internal.h"
+#include "core/zcopy.h"
 #include "preload/real.h"
 
 void conn_lock(struct sdp_conn *c)
@@ -77,8 +78,11 @@ static bool phase_wakes_everyone(enum conn_phase phase)
 
 bool conn_readable_locked(const struct sdp_conn *c)
 {
-	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error ||
-	       phase_wakes_everyone(c->phase);
+	/* A waiting recv also wakes for a SrcAvail it can READ directly. */
+	bool direct_read = c->rx_waiters && !c->rd.active && zc_head_source((struct sdp_conn *)c);
+
+	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error || direct_read ||
+	       (c->sink.active && c->sink.answered) || phase_wakes_everyone(c->phase);
 }
 
 static bool phase_takes_writes(enum conn_phase phase)
@@ -90,7 +94,10 @@ bool conn_writable_locked(const struct sdp_conn *c)
 {
 	if (c->hard_error || c->error || phase_wakes_everyone(c->phase) || tx_shut(c))
 		return true;
-	return phase_takes_writes(c->phase) && c->tx_slots && tx_free_space(c) > 0;
+	if (c->src.active)
+		return c->src.answered; /* the sender waits for RdmaRdCompl */
+	return phase_takes_writes(c->phase) && c->tx_slots && tx_free_space(c) > 0 &&
+	       !c->write_active;
 }
 
 static void indicator_set(int fd, bool *is_set, bool force_edge)

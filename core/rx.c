@@ -8,6 +8,7 @@
 #include "core/conn_internal.h"
 #include "core/credits.h"
 #include "core/log.h"
+#include "core/zcopy.h"
 
 static struct rx_entry *entry_at(struct sdp_conn *c, uint32_t pos)
 {
@@ -78,7 +79,8 @@ static void on_detach(struct sdp_conn *c)
 	conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
 }
 
-static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8_t *msg)
+static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8_t *msg,
+		       struct rx_entry *e)
 {
 	struct sdp_ext ext = { 0 };
 
@@ -109,7 +111,6 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 	case SDP_MID_DETACH:
 		on_detach(c);
 		break;
-	case SDP_MID_DATA:
 	case SDP_MID_SRC_AVAIL:
 	case SDP_MID_RDMA_RD_COMPL:
 	case SDP_MID_SRC_CANCEL:
@@ -117,6 +118,9 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 	case SDP_MID_RDMA_WR_COMPL:
 	case SDP_MID_SINK_CANCEL:
 	case SDP_MID_SINK_CANCEL_ACK:
+		zc_on_message(c, h, &ext, e);
+		break;
+	case SDP_MID_DATA:
 	case SDP_MID_SWITCH:
 		protocol_violation(c, "message not supported by this channel");
 		break;
@@ -145,6 +149,10 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 		protocol_violation(c, "data after DisConn or before ATTACH");
 		return false;
 	}
+	if (h->mid == SDP_MID_DATA && zc_head_source(c)) {
+		protocol_violation(c, "data behind an unfinished SrcAvail");
+		return false;
+	}
 	return true;
 }
 
@@ -165,16 +173,20 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 	c->rx_seq = h.mseq;
 	if (h.bufs)
 		c->tx_peer_bufs = h.bufs;
-	c->peer_starving = (h.flags & SDP_FLAG_STARVING) != 0;
+	/* Sticky until our next message carries the ack (see fill_header). */
+	c->peer_starving |= (h.flags & SDP_FLAG_STARVING) != 0;
 	tx_free_acked(c, h.mseq_ack);
 	close_check_orphan(c);
 	e = entry_at(c, c->rx_head++);
 	e->seq = h.mseq;
 	e->slot = (uint16_t)slot;
 	e->is_data = h.mid == SDP_MID_DATA;
+	e->is_src = false;
 	e->off = (uint32_t)SDP_BSDH_SIZE;
 	e->len = e->is_data ? h.len - (uint32_t)SDP_BSDH_SIZE : 0;
 	e->consumed = !e->is_data;
+	if (e->is_data)
+		c->rx_stream_off += e->len;
 	if (e->is_data && c->app_closed) {
 		/* Bytes for a socket the app closed: TCP answers with a reset. */
 		e->consumed = true;
@@ -190,7 +202,7 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 		return;
 	}
 	conn_repost_recv(c, slot);
-	on_control(c, &h, msg);
+	on_control(c, &h, msg, e);
 	rx_advance(c);
 }
 
@@ -207,6 +219,14 @@ size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size
 		struct rx_entry *e = entry_at(c, pos);
 		size_t avail = e->is_data ? e->len - peek_off : 0, chunk;
 
+		if (e->is_src && e->len) {
+			/* Bytes at the peer: only what a READ already staged here. */
+			size_t skipped = skip;
+			for (int k = 0; k < i; k++)
+				skipped += iov[k].iov_len;
+			copied += zc_copy_staged(c, e, iov, iovcnt, skipped, len - copied, peek);
+			break;
+		}
 		if (avail == 0) {
 			pos++;
 			peek_off = 0;
@@ -233,6 +253,9 @@ size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size
 		e->off += (uint32_t)chunk;
 		e->len -= (uint32_t)chunk;
 		c->rx_bytes_ready -= chunk;
+		if (c->st)
+			atomic_fetch_add_explicit(&c->st->copy_bytes_received, chunk,
+						  memory_order_relaxed);
 		if (e->len == 0)
 			e->consumed = true;
 	}

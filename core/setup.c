@@ -11,6 +11,7 @@
 #include "core/conn_internal.h"
 #include "core/dev.h"
 #include "core/log.h"
+#include "core/zcopy.h"
 #include "core/progress.h"
 #include "preload/init.h"
 #include "preload/real.h"
@@ -38,6 +39,7 @@ struct sdp_conn *conn_alloc(bool is_server)
 	c->buf_size = sdp_tun.buf_size;
 	c->buf_count = (uint16_t)sdp_tun.buf_count;
 	c->timer.fn = conn_timer_fired;
+	c->zcopy_thresh = sdp_tun.zcopy_thresh;
 	c->timer.arg = c;
 	c->rd_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	c->wr_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -55,16 +57,29 @@ void conn_get(struct sdp_conn *c)
 	atomic_fetch_add(&c->refs, 1);
 }
 
-void conn_put(struct sdp_conn *c)
+static void conn_free(void *arg)
 {
-	if (atomic_fetch_sub(&c->refs, 1) != 1)
-		return;
+	struct sdp_conn *c = arg;
+
 	progress_close_hidden(c->rd_fd);
 	progress_close_hidden(c->wr_fd);
 	free(c->drain_buf);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+/* The last reference frees the channel on the progress thread, which is
+ * also where its timer fires: a timer callback never meets freed memory,
+ * and the timer list never keeps a freed node (a close after teardown may
+ * have armed the linger timer again). */
+void conn_put(struct sdp_conn *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	progress_timer_cancel(&c->timer);
+	if (progress_defer(conn_free, c) != 0)
+		conn_free(c);
 }
 
 static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)
@@ -139,6 +154,7 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 		*reason = SDP_REASON_RDMA_CM_ERROR;
 		return -ENODEV;
 	}
+	dev_conn_added(c->dev);
 	SDP_GUARD_ENTER();
 	err = create_cq_qp(c, id);
 	SDP_GUARD_LEAVE();
@@ -202,6 +218,7 @@ void conn_post_all_recvs(struct sdp_conn *c)
 
 void conn_destroy_resources(struct sdp_conn *c)
 {
+	zc_release(c);
 	SDP_GUARD_ENTER();
 	if (c->qp)
 		rdma_destroy_qp(c->cm_id);
@@ -221,6 +238,10 @@ void conn_destroy_resources(struct sdp_conn *c)
 	free(c->tx_slots);
 	c->rx_ring = NULL;
 	c->tx_slots = NULL;
+	if (c->dev) {
+		dev_conn_gone(c->dev);
+		c->dev = NULL;
+	}
 	if (c->tcp_fd >= 0) {
 		if (c->tcp_watched)
 			progress_unwatch(c->tcp_fd);

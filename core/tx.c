@@ -8,6 +8,7 @@
 #include "core/conn_internal.h"
 #include "core/credits.h"
 #include "core/log.h"
+#include "core/zcopy.h"
 #include "preload/init.h"
 
 #define CTRL_SLOTS     32u
@@ -16,7 +17,9 @@
 /* Control messages that may overtake queued data (they carry no stream
  * position); the others (DisConn, Detach, Switch) wait behind the data. */
 #define CTRL_OVERTAKING (CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE) | \
-			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH) | CTRL_BIT(SDP_MID_COMMIT))
+			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH) | CTRL_BIT(SDP_MID_COMMIT) | \
+			 CTRL_BIT(SDP_MID_RDMA_RD_COMPL) | CTRL_BIT(SDP_MID_SRC_CANCEL) |             \
+			 CTRL_BIT(SDP_MID_SINK_AVAIL) | CTRL_BIT(SDP_MID_SINK_CANCEL))
 
 uint32_t tx_credits(const struct sdp_conn *c)
 {
@@ -81,6 +84,7 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 		       chunk);
 		slot->len += (uint32_t)chunk;
 		taken += chunk;
+		zc_note_bcopy(c, chunk);
 		skip += chunk;
 		if (skip == iov[i].iov_len) {
 			skip = 0;
@@ -119,6 +123,8 @@ static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out
 	};
 
 	c->rx_ack_sent = c->rx_ack;
+	if (c->rx_ack == c->rx_seq)
+		c->peer_starving = false; /* this message acknowledges everything it asked for */
 	sdp_bsdh_to_wire(&h, out);
 }
 
@@ -178,6 +184,8 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 			ext.a = (uint32_t)c->abort_errno;
 		else if (mid == SDP_MID_DETACH)
 			ext.a = c->detach_reason;
+		else
+			zc_fill_ext(c, mid, &ext);
 		sdp_ext_to_wire(&ext, mem + SDP_BSDH_SIZE);
 	}
 	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len) != 0) {

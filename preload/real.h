@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>

@@ -14,6 +14,8 @@
 #   sha256_of FILE            print the SHA-256 hex digest of FILE
 #   show TEXT...              print lines into the TAP stream as "# ..." comments (visible
 #                             even when the test passes)
+#   stop_recorded_pids        TERM every pid in $BATS_TEST_TMPDIR/*.pid, SIGKILL what is
+#                             still alive 5 s later (teardown of start_bg-style tests)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-build}
@@ -116,4 +118,18 @@ sha256_of() {
 show() {
   local line
   printf '%s\n' "$@" | while IFS= read -r line; do echo "# $line" >&3; done
+}
+
+# TERM first: a `timeout` wrapper passes it on to its command (SIGKILL would
+# orphan the command); whatever is still alive after 5 s gets SIGKILL.
+stop_recorded_pids() {
+  local pids pid
+  pids=$(cat "$BATS_TEST_TMPDIR"/*.pid 2>/dev/null) || return 0
+  for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && break; pid=; done
+    [ -z "$pid" ] && return 0
+    sleep 0.1
+  done
+  for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
 }

@@ -16,7 +16,8 @@ PKGS=(
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2   # soft-RoCE VM
   bats                                                     # test runner
   iperf3 redis-server redis-tools sockperf                 # apps under test
-  strace procps psmisc clang python3                       # debugging, fuzzing
+  strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
+  gnuplot-nox                                              # bench/ plots (PNG)
 )
 
 missing=()

@@ -66,19 +66,7 @@ setup() {
   STATS=$BATS_TEST_TMPDIR/stats.jsonl
 }
 
-# TERM first: a `timeout` wrapper passes it on to its command (SIGKILL would
-# orphan the command); whatever is still alive after 5 s gets SIGKILL.
-teardown() {
-  local pids pid
-  pids=$(cat "$BATS_TEST_TMPDIR"/*.pid 2>/dev/null) || return 0
-  for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 50); do
-    for pid in $pids; do kill -0 "$pid" 2>/dev/null && break; pid=; done
-    [ -z "$pid" ] && return 0
-    sleep 0.1
-  done
-  for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
-}
+teardown() { stop_recorded_pids; }
 
 need() {
   local prog

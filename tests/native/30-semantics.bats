@@ -95,19 +95,7 @@ setup() {
   PRELOADED=(env SDPSHIM_STATS_FILE="$STATS" "$SDPSHIM_BIN" run --)   # prefix: CMD preloaded
 }
 
-# TERM first: a `timeout` wrapper passes it on to its command (SIGKILL would
-# orphan the command); whatever is still alive after 5 s gets SIGKILL.
-teardown() {
-  local pids pid
-  pids=$(cat "$BATS_TEST_TMPDIR"/*.pid 2>/dev/null) || return 0
-  for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 50); do
-    for pid in $pids; do kill -0 "$pid" 2>/dev/null && break; pid=; done
-    [ -z "$pid" ] && return 0
-    sleep 0.1
-  done
-  for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
-}
+teardown() { stop_recorded_pids; }
 
 have_ipv6_loopback() {
   grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6 2>/dev/null

@@ -30,14 +30,15 @@ enum io_mode { IO_BLOCK, IO_POLL, IO_SELECT, IO_EPOLL, IO_EPOLL_ET };
 struct header {
 	uint32_t magic, dir;
 	uint64_t bytes, seed;
-	uint32_t max_msg, pad;
+	uint32_t max_msg, flags; /* flags bit 0: fixed-size writes (-F) */
 };
 
 static struct {
 	enum io_mode mode;
 	size_t max_msg;
 	int quiet;
-} opt = { IO_BLOCK, 65536, 0 };
+	int fixed; /* -F: every write is exactly max_msg bytes */
+} opt = { IO_BLOCK, 65536, 0, 0 };
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -185,7 +186,7 @@ static void send_stream(int fd, const struct header *h)
 	if (!buf)
 		die("malloc");
 	while (off < h->bytes) {
-		size_t len = next_size(&sizes, h->max_msg);
+		size_t len = (h->flags & 1) ? h->max_msg : next_size(&sizes, h->max_msg);
 		if (len > h->bytes - off)
 			len = (size_t)(h->bytes - off);
 		fill(h->seed, off, buf, len);
@@ -360,7 +361,8 @@ static int connect_to(const char *host, const char *port)
 
 static int client(const char *host, const char *port, uint64_t bytes, int dir, uint64_t seed)
 {
-	struct header h = { MAGIC, (uint32_t)dir, bytes, seed, (uint32_t)opt.max_msg, 0 };
+	struct header h = { MAGIC, (uint32_t)dir, bytes, seed, (uint32_t)opt.max_msg,
+			    (uint32_t)opt.fixed };
 	int fd = connect_to(host, port), rc = 0;
 	char verdict = 0;
 
@@ -414,7 +416,7 @@ int main(int argc, char **argv)
 	uint64_t bytes = 1 << 20, seed = 1;
 
 	signal(SIGPIPE, SIG_IGN);
-	while ((c = getopt(argc, argv, "s:c:p:b:d:m:e:n:S:6q")) != -1) {
+	while ((c = getopt(argc, argv, "s:c:p:b:d:m:e:n:S:6qF")) != -1) {
 		switch (c) {
 		case 's': port = atoi(optarg); break;
 		case 'c': host = optarg; break;
@@ -427,10 +429,12 @@ int main(int argc, char **argv)
 		case 'S': seed = strtoull(optarg, NULL, 0); break;
 		case '6': family = AF_INET6; break;
 		case 'q': opt.quiet = 1; break;
+		case 'F': opt.fixed = 1; break;
 		default:
 			fprintf(stderr, "usage: stream -s PORT [-n COUNT] [-6] [-e MODE]\n"
 					"       stream -c HOST -p PORT [-b BYTES] [-d up|down|both] "
-					"[-m MAXMSG] [-S SEED] [-e block|poll|select|epoll|epollet]\n");
+					"[-m MAXMSG [-F: all writes MAXMSG]] [-S SEED] "
+					"[-e block|poll|select|epoll|epollet]\n");
 			return 2;
 		}
 	}

@@ -1,0 +1,514 @@
+#!/bin/bash
+# shellcheck disable=SC2046  # $(prefix ...) is an env prefix, split on purpose
+# vm_bench_inside.sh: the measurements of bench/vm_bench.sh.  Runs INSIDE the
+# soft-RoCE guest (tests/vm/run-in-vm.sh), as root, and compares three setups
+# on the same rxe device(s) in the same boot:
+#
+#   TCP      kernel TCP, nothing preloaded
+#   sdpshim  both ends LD_PRELOAD=libsdpshim.so; every connection must report
+#            path rdma in SDPSHIM_STATS_FILE, or the cell reads FALLBACK
+#   rsocket  both ends LD_PRELOAD=librspreload.so (rdma-core's rsocket
+#            preload); a failure is recorded as "fails" with its error
+#
+# Workloads: redis-benchmark GET/SET (-c 10, and -P 16), iperf3 (-P 1, -P 4),
+# rstream (native rsocket vs `-T s` plain sockets: 64 KiB and 64 B messages),
+# and syscalls per redis GET (strace -f on redis-server), with the writes to
+# /dev/infiniband/uverbs* (rxe's post_send doorbell and CQ arm, which are
+# syscalls only on soft-RoCE) counted apart.  Prints one table at the end.
+#
+# Layouts (BENCH_LAYOUTS, space separated, run in this order):
+#   single  client and server on $RXE_IP: one rxe device, traffic loops back
+#           inside rxe0 (the "dummy" layout).  In a `pair` boot the pair's
+#           policy rule (pref 100) is removed for this phase so 10.77.0.1 ->
+#           10.77.0.1 stays on rxe0; the veth counters prove it.
+#   pair    server on $RXE_IP2 (rxe1), client from $RXE_IP (rxe0): packets
+#           cross the veth (needs a `run-in-vm.sh -n pair` boot).
+#
+# Env: BENCH_LAYOUTS (default "single"), BENCH_OUT (directory for raw results;
+# default a temp dir), BUILD (default build), REDIS_N (20000), REDIS_NP
+# (requests for -P 16, default 2*REDIS_N), IPERF_T (5), RS_BIG_C (2000),
+# RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
+# even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
+# hung).  Under TCG rxe is slower than kernel TCP: the ratios compare setups
+# on this test bed, not on real hardware.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
+RSPRE=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
+LAYOUTS=${BENCH_LAYOUTS:-single}
+REDIS_N=${REDIS_N:-20000}
+REDIS_NP=${REDIS_NP:-$((REDIS_N * 2))}
+IPERF_T=${IPERF_T:-5}
+RS_BIG_C=${RS_BIG_C:-2000}
+RS_SMALL_C=${RS_SMALL_C:-5000}
+STRACE_N=${STRACE_N:-3000}
+REDIS_CAP=${REDIS_CAP:-120}   # seconds before a redis-benchmark run counts as hung
+IP1=${RXE_IP:-10.77.0.1}
+IP2=${RXE_IP2:-10.77.0.2}
+
+[ -f "$BUILD/libsdpshim.so" ] || { echo "vm_bench: $BUILD/libsdpshim.so missing: run make" >&2; exit 2; }
+for p in redis-server redis-benchmark iperf3 rstream strace python3 rdma; do
+	command -v "$p" >/dev/null || { echo "vm_bench: $p is not installed" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d /tmp/vm_bench.XXXXXX)
+OUT=${BENCH_OUT:-$WORK/out}
+mkdir -p "$OUT"
+# A private copy of the library: other engineers may rebuild on the host
+# while this runs, and the guest sees the host's files live.
+LIB=$WORK/libsdpshim.so
+cp "$BUILD/libsdpshim.so" "$LIB"
+LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
+
+export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_RUN_DIR=$WORK SDPSHIM_NEGCACHE_TTL_MS=0
+unset LD_PRELOAD SDPSHIM_STATS_FILE SDPSHIM_MODE SDPSHIM_CONFIG
+
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	# keep the small raw files; the strace logs are big
+	if [ "$OUT" != "$WORK/out" ]; then
+		(cd "$WORK" && find . -path ./out -prune -o -type f ! -name 'strace.log' ! -name '*.so' \
+			! -name '*.stats' -print | cpio -pdm --quiet "$OUT/raw" 2>/dev/null)
+	fi
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+T_START=$(date +%s%N)
+ms() { echo $(( ($(date +%s%N) - T_START) / 1000000 )); }
+say() { printf '[%6.1fs] %s\n' "$(awk -v m="$(ms)" 'BEGIN { print m / 1000 }')" "$*" >&2; }
+
+declare -A HUNG=()    # HUNG[layout.setup]=1: redis stopped answering in that setup
+declare -A VAL=()     # VAL[layout|metric|setup] = number, "fails", "FALLBACK" or ""
+declare -A ROWNAME=() # ROWNAME[metric] = label in the table
+ROWS=()               # metric keys in table order
+NOTES=()
+row() { ROWS+=("$1"); ROWNAME[$1]=$2; }
+row redis.get.rps   "redis GET req/s (-c 10)"
+row redis.get.p50   "redis GET p50 ms (-c 10)"
+row redis.set.rps   "redis SET req/s (-c 10)"
+row redis.set.p50   "redis SET p50 ms (-c 10)"
+row redis16.get.rps "redis GET req/s (-c 10 -P 16)"
+row redis16.get.p50 "redis GET p50 ms (-P 16)"
+row redis16.set.rps "redis SET req/s (-c 10 -P 16)"
+row redis16.set.p50 "redis SET p50 ms (-P 16)"
+row iperf.1         "iperf3 -t $IPERF_T Gbit/s (-P 1)"
+row iperf.4         "iperf3 -t $IPERF_T Gbit/s (-P 4)"
+row rs.big.gbps     "rstream 64KiB x$RS_BIG_C Gb/s"
+row rs.small.gbps   "rstream 64B x$RS_SMALL_C Gb/s"
+row rs.small.us     "rstream 64B us/xfer"
+row sc.total        "syscalls/GET (redis-server)"
+row sc.excl         "syscalls/GET excl. rxe doorbells"
+row sc.excl2        "  ... and excl. clock reads"
+row sc.uverbs       "  uverbs writes/GET (rxe only)"
+row sc.postsend     "    of which post_send doorbell"
+row sc.arm          "    of which CQ arm (notify)"
+
+set_val() { VAL["$1|$2|$3"]=$4; }
+note() { NOTES+=("$*"); say "note: $*"; }
+
+PORT=21000   # every server gets a fresh port (call as `next_port; port=$PORT`, not in $(...))
+next_port() { PORT=$((PORT + 1)); }
+
+# listening PORT: "tcp" if a kernel TCP listener is up, "rdma" if an rdma_cm
+# id listens on it (rsocket's listeners are rdma_cm only), both, or nothing.
+listening() {
+	local hex t="" r=""
+	hex=$(printf '%04X' "$1")
+	awk -v p=":$hex" 'NR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+		/proc/net/tcp && t=tcp
+	# "link rxe0/1 cm-idn 0 state LISTEN ps TCP pid 160 comm redis-server src-addr 10.77.0.1:31907 ..."
+	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)" && r=rdma
+	echo "$t$r"
+}
+
+# wait_up PORT PID WANT SECS: WANT = tcp, tcprdma (both) or any.
+# Returns 0 when up, 2 when PID died, 1 on timeout.
+wait_up() {
+	local port=$1 pid=$2 want=$3 got until=$((SECONDS + $4))
+	while [ "$SECONDS" -lt "$until" ]; do
+		got=$(listening "$port")
+		case "$want:$got" in
+			tcp:tcp*|tcprdma:tcprdma|any:?*) return 0 ;;
+		esac
+		kill -0 "$pid" 2>/dev/null || return 2
+		sleep 0.1
+	done
+	return 1
+}
+
+STOP_ST=0
+stop() {   # stop PID: TERM, then KILL after 5 s; the exit status goes to STOP_ST
+	local pid=$1
+	kill "$pid" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null; STOP_ST=$?
+	# 0, or killed by our TERM (143): anything else is worth a note
+	case $STOP_ST in 0|143) ;; *) note "${2:-process $pid} ended with status $STOP_ST at stop" ;; esac
+}
+
+# prefix SETUP STATSFILE: the env prefix of one process of SETUP.
+prefix() {
+	case $1 in
+		tcp) echo "env" ;;
+		sdpshim) echo "env LD_PRELOAD=$LIB SDPSHIM_STATS_FILE=$2" ;;
+		rsocket) echo "env LD_PRELOAD=$RSPRE" ;;
+	esac
+}
+
+# check_rdma DIR: every stats line in DIR/*.jsonl says path rdma, and both
+# ends wrote some.  Prints "N" (connections seen) or "FALLBACK: why".
+check_rdma() {
+	local d=$1 n bad srv cli
+	srv=$(cat "$d"/stats.srv*.jsonl 2>/dev/null | grep -c . || true)
+	cli=$(cat "$d"/stats.cli*.jsonl 2>/dev/null | grep -c . || true)
+	n=$(cat "$d"/stats.*.jsonl 2>/dev/null | grep -c '"path":"rdma"' || true)
+	bad=$(cat "$d"/stats.*.jsonl 2>/dev/null | grep -v '"path":"rdma"' | grep -c . || true)
+	if [ "$srv" -eq 0 ] || [ "$cli" -eq 0 ] || [ "$bad" -gt 0 ]; then
+		echo "FALLBACK: server lines $srv, client lines $cli, non-rdma $bad ($(cat "$d"/stats.*.jsonl 2>/dev/null |
+			grep -v '"path":"rdma"' | grep -o '"reason":"[a-z_]*"' | sort | uniq -c | tr -s ' \n' ' '))"
+	else
+		echo "$n"
+	fi
+}
+
+# mark_fallback LAYOUT SETUP MSG METRIC...: a measurement on fallback is not an RDMA figure.
+mark_fallback() {
+	local lay=$1 setup=$2 msg=$3 m; shift 3
+	for m in "$@"; do [ -n "${VAL[$lay|$m|$setup]:-}" ] && set_val "$lay" "$m" "$setup" FALLBACK; done
+	note "$lay $setup: $msg -> cells $* marked FALLBACK"
+}
+
+server_failed() {   # server_failed DIR STATUS: a one-line description
+	local d=$1 st=$2 why
+	why=$(grep -Eim1 'crashed by signal' "$d/server.log" || grep -Eim1 'segmentation|error|fail|unable|cannot' "$d/server.log")
+	why=$(sed -E 's/^[0-9]+:[A-Z] [0-9]+ [A-Za-z]+ [0-9]+ [0-9:.]+ [#*] //' <<<"$why" | cut -c1-120)
+	[ "$st" -ge 128 ] 2>/dev/null && why="killed by signal $((st - 128))${why:+: $why}"
+	echo "server exited (status $st)${why:+: $why}"
+}
+
+# ---------------------------------------------------------------- redis
+parse_redis() {   # parse_redis FILE TEST FIELD: FIELD 1 = req/s, 2 = p50
+	tr '\r' '\n' <"$1" | sed -nE "s/^$2: ([0-9.]+) requests per second, p50=([0-9.]+).*/\\$3/p" | tail -1
+}
+
+redis_group() {   # redis_group LAYOUT SETUP SERVER_IP
+	local lay=$1 setup=$2 ip=$3 port d spid rc st v t f ok=1
+	next_port; port=$PORT; d=$WORK/$lay/redis.$setup; mkdir -p "$d"
+	say "$lay redis $setup (port $port)"
+	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
+		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
+	spid=$!; PIDS+=("$spid")
+	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20; rc=$?
+	if [ "$rc" = 2 ]; then
+		wait "$spid"; st=$?
+		for m in redis.get.rps redis.get.p50 redis.set.rps redis.set.p50 redis16.get.rps \
+			redis16.get.p50 redis16.set.rps redis16.set.p50; do set_val "$lay" "$m" "$setup" fails; done
+		note "$lay redis $setup fails: redis-server $(server_failed "$d" "$st")"
+		return
+	fi
+	[ "$rc" = 1 ] && note "$lay redis $setup: no listener seen after 20 s, trying anyway"
+	local hung=0
+	for v in plain p16; do
+		local args=(-n "$REDIS_N") key=redis bad
+		[ $v = p16 ] && args=(-n "$REDIS_NP" -P 16) && key=redis16
+		f=$d/bench.$v.out
+		if [ $hung = 1 ]; then   # the server already stopped answering: don't wait again
+			for t in get set; do set_val "$lay" "$key.$t.rps" "$setup" skipped; set_val "$lay" "$key.$t.p50" "$setup" skipped; done
+			continue
+		fi
+		timeout -k 5 "$REDIS_CAP" $(prefix "$setup" "$d/stats.cli.$v.jsonl") redis-benchmark -h "$ip" -p "$port" \
+			"${args[@]}" -c 10 -t get,set -q >"$f" 2>&1; rc=$?
+		bad=fails
+		case $rc in 124|137) bad=hangs; hung=1 ;; esac
+		ok=1
+		for t in GET SET; do
+			local lt=${t,,} r p
+			r=$(parse_redis "$f" "$t" 1); p=$(parse_redis "$f" "$t" 2)
+			if [ -n "$r" ]; then
+				set_val "$lay" "$key.$lt.rps" "$setup" "$r"; set_val "$lay" "$key.$lt.p50" "$setup" "$p"
+			else
+				set_val "$lay" "$key.$lt.rps" "$setup" $bad; set_val "$lay" "$key.$lt.p50" "$setup" $bad
+				ok=0
+			fi
+		done
+		[ $ok = 0 ] && note "$lay redis $setup $v $bad: redis-benchmark ${args[*]} -c 10 rc $rc$([ $bad = hangs ] &&
+			echo " (no result within $REDIS_CAP s)"): $(tr '\r' '\n' <"$f" | grep -v '^ *$' | tail -2 | tr '\n' ' ' | cut -c1-160)"
+		say "  $v: $(tr '\r' '\n' <"$f" | grep 'requests per second' | tr '\n' ' ')"
+	done
+	[ $hung = 1 ] && HUNG[$lay.$setup]=1
+	stop "$spid" "$lay redis-server ($setup)"
+	if [ "$setup" = sdpshim ]; then
+		v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" sdpshim "redis: $v" redis.get.rps redis.get.p50 redis.set.rps \
+				redis.set.p50 redis16.get.rps redis16.get.p50 redis16.set.rps redis16.set.p50 ;;
+			*) NOTES+=("$lay redis sdpshim: all $v connections (server + client lines) on path rdma") ;;
+		esac
+	fi
+}
+
+# ---------------------------------------------------------------- iperf3
+iperf_run() {   # iperf_run LAYOUT SETUP SERVER_IP STREAMS
+	local lay=$1 setup=$2 ip=$3 P=$4 port d spid rc v
+	next_port; port=$PORT; d=$WORK/$lay/iperf$P.$setup; mkdir -p "$d"
+	say "$lay iperf3 -P $P $setup (port $port)"
+	$(prefix "$setup" "$d/stats.srv.jsonl") iperf3 -s -1 -B "$ip" -p "$port" >"$d/server.log" 2>&1 &
+	spid=$!; PIDS+=("$spid")
+	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20
+	local cap=$((IPERF_T + 45))
+	[ "$setup" = rsocket ] && cap=$((IPERF_T + 15))   # known to stall with 0 bytes received
+	timeout -k 5 "$cap" $(prefix "$setup" "$d/stats.cli.jsonl") iperf3 -c "$ip" -p "$port" \
+		-t "$IPERF_T" -P "$P" --json >"$d/client.json" 2>"$d/client.err"; rc=$?
+	v=$(python3 -c '
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception:
+    print("fails:no JSON result (client %s)" % ("killed after " + sys.argv[3] + " s" if sys.argv[2] in ("124", "137") else "rc " + sys.argv[2])); sys.exit()
+if j.get("error"):
+    print("fails:" + j["error"]); sys.exit()
+b = j.get("end", {}).get("sum_received", {}).get("bits_per_second", 0)
+print("%.3f" % (b / 1e9) if b > 0 else "fails:0 bytes received")' "$d/client.json" "$rc" "$cap")
+	stop "$spid" "$lay iperf3 -s ($setup)"
+	case $v in
+		fails:*) set_val "$lay" "iperf.$P" "$setup" fails
+			local got
+			got=$(awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i ~ /Bytes$/) l = $(i - 1) " " $i } END { print l }' "$d/server.log")
+			note "$lay iperf3 -P $P $setup fails: $([ "$rc" = 124 ] && echo "client still running after $cap s, killed;")" \
+				"server received ${got:-nothing}; iperf3: ${v#fails:}$(grep -m1 -i 'error' "$d/client.err" "$d/server.log" |
+				cut -d: -f2- | cut -c1-100 | sed 's/^/; /')" ;;
+		*) set_val "$lay" "iperf.$P" "$setup" "$v" ;;
+	esac
+	say "  $v Gbit/s"
+	if [ "$setup" = sdpshim ]; then
+		v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" sdpshim "iperf3 -P $P: $v" "iperf.$P" ;;
+			*) NOTES+=("$lay iperf3 -P $P sdpshim: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
+# ---------------------------------------------------------------- rstream
+# TCP: `rstream -T s` plain; sdpshim: `rstream -T s` with both ends preloaded;
+# rsocket: native rstream (rsockets API, no preload).
+rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
+	local lay=$1 setup=$2 ip=$3 size=$4 count=$5 key=$6 port d spid rc line us gb opt=(-T s)
+	next_port; port=$PORT; d=$WORK/$lay/rstream.$key.$setup; mkdir -p "$d"
+	[ "$setup" = rsocket ] && opt=()
+	say "$lay rstream -S $size -C $count $setup (port $port)"
+	local pre=env
+	[ "$setup" = sdpshim ] && pre=$(prefix sdpshim "$d/stats.srv.jsonl")
+	$pre rstream "${opt[@]}" -b "$ip" -p "$port" -S "$size" -C "$count" >"$d/server.log" 2>&1 &
+	spid=$!; PIDS+=("$spid")
+	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20
+	[ "$setup" = sdpshim ] && pre=$(prefix sdpshim "$d/stats.cli.jsonl")
+	timeout -k 5 180 $pre rstream "${opt[@]}" -s "$ip" -p "$port" -S "$size" -C "$count" \
+		>"$d/client.log" 2>&1; rc=$?
+	stop "$spid" "$lay rstream server ($setup, $key)"
+	# "custom 64k 2000 1 250m 10.5s 0.20 2612.1": usec/xfer is the precise column,
+	# Gb/s = size * 8 / usec / 1000 (the printed Gb/s has two decimals).
+	line=$(awk '$1 == "custom" { l = $0 } END { print l }' "$d/client.log")
+	us=$(awk '{ print $NF }' <<<"$line")
+	if [ "$rc" = 0 ] && [ -n "$us" ]; then
+		gb=$(awk -v s="$size" -v u="$us" 'BEGIN { printf "%.4f", s * 8 / u / 1000 }')
+		set_val "$lay" "rs.$key.gbps" "$setup" "$gb"
+		[ "$key" = small ] && set_val "$lay" rs.small.us "$setup" "$us"
+	else
+		set_val "$lay" "rs.$key.gbps" "$setup" fails
+		[ "$key" = small ] && set_val "$lay" rs.small.us "$setup" fails
+		note "$lay rstream $key $setup fails (rc $rc): $(tail -2 "$d/client.log" | tr '\n' ' ' | cut -c1-160)"
+	fi
+	say "  $line"
+	if [ "$setup" = sdpshim ]; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" sdpshim "rstream $key: $v" "rs.$key.gbps" \
+				$([ "$key" = small ] && echo rs.small.us) ;;
+			*) NOTES+=("$lay rstream $key sdpshim: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
+# ---------------------------------------------------------------- syscalls
+# strace -f attached to redis-server while redis-benchmark -c 1 -t get runs
+# STRACE_N requests; counts every syscall entry, and the writes to
+# /dev/infiniband/uverbs* by verbs command (first header word: 28 = POST_SEND,
+# 23 = REQ_NOTIFY_CQ; on a real HCA both are user-space doorbells, no syscall).
+strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
+	local lay=$1 setup=$2 ip=$3 port d spid tpid rc
+	next_port; port=$PORT; d=$WORK/$lay/strace.$setup; mkdir -p "$d"
+	say "$lay strace redis-server $setup, $STRACE_N GETs -c 1 (port $port)"
+	if [ -n "${HUNG[$lay.$setup]:-}" ]; then
+		for m in sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm; do set_val "$lay" $m "$setup" skipped; done
+		note "$lay strace $setup skipped: redis hung in this setup above"
+		return
+	fi
+	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
+		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
+	spid=$!; PIDS+=("$spid")
+	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo tcp)" 20
+	strace -f -qq -y -x -s 4 -o "$d/strace.log" -p "$spid" 2>"$d/strace.err" &
+	tpid=$!; PIDS+=("$tpid")
+	for _ in $(seq 100); do   # every thread traced?
+		grep -h '^TracerPid:' /proc/"$spid"/task/*/status 2>/dev/null | grep -q 'TracerPid:[[:space:]]*0$' || break
+		sleep 0.1
+	done
+	timeout -k 5 $((60 + STRACE_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
+		-p "$port" -n "$STRACE_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
+	kill -INT "$tpid"; wait "$tpid" 2>/dev/null
+	stop "$spid" "$lay redis-server under strace ($setup)"
+	say "  $(tr '\r' '\n' <"$d/bench.out" | grep 'requests per second') (under strace)"
+	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ]; then
+		local bad=fails; case $rc in 124|137) bad=hangs ;; esac
+		for m in sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm; do set_val "$lay" $m "$setup" $bad; done
+		note "$lay strace $setup $bad: redis-benchmark -n $STRACE_N -c 1 -t get rc $rc"
+		return
+	fi
+	awk '
+		/^[0-9]+ +<\.\.\. / { next }          # "<... read resumed>": counted at entry
+		match($0, /^[0-9]+ +[a-z_0-9]+\(/) {
+			s = substr($0, RSTART, RLENGTH); sub(/^[0-9]+ +/, "", s); sub(/\($/, "", s)
+			n[s]++; total++
+			if (s == "write" && index($0, "</dev/infiniband/uverbs")) {
+				uv++
+				if (index($0, ", \"\\x1c\\x00")) ps++; else if (index($0, ", \"\\x17\\x00")) arm++
+			}
+		}
+		END {
+			printf "total %d\nuverbs %d\npostsend %d\narm %d\n", total, uv, ps, arm
+			for (s in n) printf "sys.%s %d\n", s, n[s]
+		}' "$d/strace.log" >"$d/counts"
+	local tot uv
+	tot=$(awk '$1 == "total" { print $2 }' "$d/counts"); uv=$(awk '$1 == "uverbs" { print $2 }' "$d/counts")
+	per() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
+	set_val "$lay" sc.total "$setup" "$(per "$tot")"
+	set_val "$lay" sc.excl "$setup" "$(per $((tot - uv)))"
+	# the guest's clocksource has no vDSO fast path, so time reads are syscalls here
+	local clk
+	clk=$(awk '$1 ~ /^sys\.(gettimeofday|clock_gettime|time)$/ { n += $2 } END { print n + 0 }' "$d/counts")
+	set_val "$lay" sc.excl2 "$setup" "$(per $((tot - uv - clk)))"
+	set_val "$lay" sc.uverbs "$setup" "$(per "$uv")"
+	set_val "$lay" sc.postsend "$setup" "$(per "$(awk '$1 == "postsend" { print $2 }' "$d/counts")")"
+	set_val "$lay" sc.arm "$setup" "$(per "$(awk '$1 == "arm" { print $2 }' "$d/counts")")"
+	local s c
+	while read -r s c; do
+		set_val "$lay" "sc.sys.${s#sys.}" "$setup" "$(per "$c")"
+	done < <(grep '^sys\.' "$d/counts")
+	say "  total $tot syscalls, $uv uverbs writes: $(grep '^sys\.' "$d/counts" | sort -k2,2nr | head -6 | tr '\n' ' ')"
+	if [ "$setup" = sdpshim ]; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" sdpshim "strace: $v" sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm ;;
+			*) NOTES+=("$lay strace sdpshim: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
+# ---------------------------------------------------------------- counters
+counters() {   # one line: veth and rxe packet counters
+	local out="" n f
+	for n in rxenet0 rxenet1; do
+		f=/sys/class/net/$n/statistics/tx_packets
+		[ -r "$f" ] && out+="$n.tx=$(cat "$f") "
+	done
+	for n in /sys/class/infiniband/*; do
+		f=$n/ports/1/hw_counters/sent_pkts
+		[ -r "$f" ] && out+="${n##*/}.sent=$(cat "$f") "
+	done
+	echo "$out"
+}
+
+run_layout() {   # run_layout LAYOUT
+	local lay=$1 srv setup t0 c0 c1 P
+	case $lay in
+		single) srv=$IP1
+			# a pair boot: keep 10.77.0.1 -> 10.77.0.1 inside rxe0 (no veth)
+			ip rule del pref 100 2>/dev/null && note "single: removed the pair boot's ip rule pref 100 for this phase" ;;
+		pair) srv=$IP2
+			[ -d /sys/class/infiniband/rxe1 ] || { note "pair: no rxe1 (boot with run-in-vm.sh -n pair); skipped"; return; }
+			ip rule show | grep -q '^100:' || ip rule add pref 100 iif lo lookup 100 ;;
+		*) note "unknown layout $lay"; return ;;
+	esac
+	LAYS+=("$lay")
+	t0=$(ms); c0=$(counters)
+	say "=== layout $lay: server $srv; $(ip route get "$srv" | head -1)"
+	for setup in tcp sdpshim rsocket; do redis_group "$lay" $setup "$srv"; done
+	for P in 1 4; do
+		for setup in tcp sdpshim rsocket; do
+			[ $P = 4 ] && [ $setup = rsocket ] && continue   # the brief: -P 4 for TCP and sdpshim only
+			iperf_run "$lay" $setup "$srv" $P
+		done
+	done
+	for setup in tcp sdpshim rsocket; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
+	for setup in tcp sdpshim rsocket; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
+	for setup in tcp sdpshim; do strace_run "$lay" $setup "$srv"; done
+	c1=$(counters)
+	NOTES+=("$lay counters before: $c0")
+	NOTES+=("$lay counters after:  $c1")
+	NOTES+=("$lay took $(( ($(ms) - t0) / 1000 )) s")
+}
+
+# ---------------------------------------------------------------- table
+num() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+ratio() { if num "$1" && num "$2" && [ "$(awk -v b="$2" 'BEGIN { print (b > 0) }')" = 1 ]; then
+	awk -v a="$1" -v b="$2" 'BEGIN { r = a / b; printf(r < 0.1 ? "%.3f" : "%.2f", r) }'; else echo -; fi; }
+fmt() {   # numbers: 3 significant decimals at most
+	if num "$1"; then awk -v v="$1" 'BEGIN { if (v >= 1000) printf "%.0f", v; else if (v >= 10) printf "%.1f", v
+		else if (v >= 0.1) printf "%.3f", v; else printf "%.4f", v }'
+	else echo "${1:--}"; fi
+}
+
+print_table() {
+	local lay m t s r tsv=$OUT/results.tsv extra
+	local W='%-36s %11s %11s %11s %12s %15s\n'
+	: >"$tsv"
+	echo
+	echo "sdpshim VM bench: $(date -u +%Y-%m-%dT%H:%MZ), guest $(uname -r), $(nproc) vCPU (TCG), lib sha256 $LIB_SHA"
+	echo "Soft-RoCE under software emulation: ratios compare the setups on this bed, not on real hardware."
+	echo "rsocket column: librspreload.so on both ends; rstream rows: native rsocket (no preload)."
+	echo "TCP/sdpshim rstream rows: rstream -T s (plain sockets), sdpshim preloaded on both ends."
+	echo "p50 and syscall rows: lower is better (a ratio above 1 means sdpshim is slower / busier)."
+	for lay in "${LAYS[@]}"; do
+		echo
+		case $lay in
+			single) echo "== one device: $IP1 -> $IP1 (rxe0 loopback; kernel TCP over lo)" ;;
+			pair) echo "== pair: $IP1 (rxe0) -> $IP2 (rxe1) across the veth" ;;
+		esac
+		printf "$W" "metric" "TCP" "sdpshim" "rsocket" "sdpshim/TCP" "sdpshim/rsocket"
+		extra=()
+		# the syscalls with the most calls per GET, in either setup
+		mapfile -t extra < <(for k in "${!VAL[@]}"; do
+			case $k in "$lay|sc.sys."*) echo "${VAL[$k]} ${k#*|}" ;; esac; done |
+			sort -k1,1gr | awk '!seen[$2]++ { print $2 }' | head -6)
+		for m in "${ROWS[@]}" "${extra[@]}"; do
+			t=${VAL[$lay|$m|tcp]:-}; s=${VAL[$lay|$m|sdpshim]:-}; r=${VAL[$lay|$m|rsocket]:-}
+			[ -z "$t$s$r" ] && continue
+			local name=${ROWNAME[$m]:-"  ${m#sc.sys.}/GET"}
+			printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$r")" "$(ratio "$s" "$t")" "$(ratio "$s" "$r")"
+			printf '%s\t%s\t%s\t%s\t%s\n' "$lay" "$m" "${t:--}" "${s:--}" "${r:--}" >>"$tsv"
+		done
+	done
+	echo
+	echo "notes:"
+	printf '  %s\n' "${NOTES[@]}"
+}
+
+LAYS=()
+say "vm_bench: layouts '$LAYOUTS', redis -n $REDIS_N (-P 16: $REDIS_NP), iperf3 -t $IPERF_T," \
+	"rstream -C $RS_BIG_C/$RS_SMALL_C, strace -n $STRACE_N; lib $LIB_SHA"
+say "devices: $(ibv_devices | awk 'NR > 2 { print $1 }' | tr '\n' ' ')"
+NOTES+=("guest clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null) (unless tsc, gettimeofday/clock_gettime are real syscalls; vDSO on most hosts)")
+for lay in $LAYOUTS; do run_layout "$lay"; done
+print_table | tee "$OUT/table.txt"
+say "vm_bench: done in $(( $(ms) / 1000 )) s"
+# exit 1 when an sdpshim figure could not be taken (rsocket failures are expected)
+bad=$(awk -F '\t' '$4 ~ /^(FALLBACK|fails|hangs|skipped)$/' "$OUT/results.tsv" | wc -l)
+[ "$bad" -eq 0 ] || { echo "vm_bench: $bad sdpshim cells have no figure (see notes)" >&2; exit 1; }

@@ -1,0 +1,835 @@
+/* Zero-copy transfers: SrcAvail/RDMA READ/RdmaRdCompl and
+ * SinkAvail/RDMA WRITE/RdmaWrCompl, their cancels, the per-connection
+ * memory window and the staging buffer.  See core/zcopy.h. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/dev.h"
+#include "core/log.h"
+#include "core/mrcache.h"
+#include "core/zcopy.h"
+#include "preload/init.h"
+
+#define STAGE_SIZE      (256u * 1024u)
+#define DIRECT_MIN      (16u * 1024u)   /* smaller direct READs are not worth a registration */
+#define MAX_ZC_LEN      (1u << 30)      /* one SrcAvail/SinkAvail moves at most 1 GiB */
+
+/* Counters live in the socket's stats slot; a closed socket has none. */
+#define COUNT(c, field, n)                                                                  \
+	do {                                                                                \
+		if ((c)->st)                                                                \
+			atomic_fetch_add_explicit(&(c)->st->field, (uint64_t)(n),           \
+						  memory_order_relaxed);                    \
+	} while (0)
+
+static void count_cache(struct sdp_conn *c, bool hit)
+{
+	if (hit)
+		COUNT(c, mr_cache_hits, 1);
+	else
+		COUNT(c, mr_cache_misses, 1);
+}
+
+static void violation(struct sdp_conn *c, const char *what)
+{
+	sdp_warn("peer violated the zero-copy protocol (%s); aborting the connection", what);
+	c->fail_reason = SDP_REASON_PROTOCOL;
+	close_ev_abort(c, ECONNRESET, true);
+}
+
+/* ------------------------------------------------------------ the window */
+
+static bool mw_ready(struct sdp_conn *c, struct zc_window *w)
+{
+	if (w->mw)
+		return true;
+	if (!c->dev || !c->dev->mw_type2)
+		return false;
+	SDP_GUARD_ENTER();
+	w->mw = ibv_alloc_mw(c->dev->pd, IBV_MW_TYPE_2);
+	SDP_GUARD_LEAVE();
+	if (!w->mw) {
+		sdp_info("cannot allocate a memory window (%s): zero-copy off for this connection",
+			 strerror(errno));
+		c->zcopy_thresh = 0;
+		return false;
+	}
+	w->rkey = w->mw->rkey;
+	return true;
+}
+
+static int post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_post_send(c->qp, wr, &bad);
+	SDP_GUARD_LEAVE();
+	if (rc)
+		return -rc;
+	c->sq_outstanding++;
+	return 0;
+}
+
+/* Binds the window to exactly [addr, addr+len) with one remote access. */
+static int mw_bind(struct sdp_conn *c, struct zc_window *w, struct mrc_entry *mre, uint64_t addr,
+		   uint32_t len, int access)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WR_ID(WR_BIND, w - c->win),
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	int rc;
+
+	w->rkey = ibv_inc_rkey(w->rkey);
+	sdp_debug("bind window %#x over [%#llx, +%u) of MR [%#lx, %#lx) access %#x", w->rkey,
+		  (unsigned long long)addr, len, (unsigned long)mre->start, (unsigned long)mre->end,
+		  access);
+	wr.bind_mw.mw = w->mw;
+	wr.bind_mw.rkey = w->rkey;
+	wr.bind_mw.bind_info.mr = mre->mr;
+	wr.bind_mw.bind_info.addr = addr;
+	wr.bind_mw.bind_info.length = len;
+	wr.bind_mw.bind_info.mw_access_flags = (unsigned)access;
+	rc = post_wr(c, &wr);
+	if (rc == 0)
+		w->busy = w->bound = true;
+	return rc;
+}
+
+static int mw_invalidate(struct sdp_conn *c, struct zc_window *w)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WR_ID(WR_INV, w - c->win),
+		.opcode = IBV_WR_LOCAL_INV,
+		.send_flags = IBV_SEND_SIGNALED,
+		.invalidate_rkey = w->rkey,
+	};
+	int rc = post_wr(c, &wr);
+
+	if (rc == 0)
+		w->busy = true;
+	return rc;
+}
+
+/* Waits, ignoring signals, until pred holds or the carrier is gone: for
+ * operations that write into or expose the app's buffer.  Every completion
+ * the progress thread handles broadcasts c->cond. */
+static void wait_uninterruptible(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), bool for_write)
+{
+	(void)for_write;
+	while (!pred(c) && !c->carrier_dead && c->qp) {
+		struct timespec until;
+
+		cq_poll(c);
+		if (pred(c))
+			break;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 20 * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&c->cond, &c->lock, &until);
+	}
+}
+
+static bool src_win_idle(struct sdp_conn *c)
+{
+	return !c->win[ZC_WIN_SRC].busy;
+}
+
+static bool sink_win_idle(struct sdp_conn *c)
+{
+	return !c->win[ZC_WIN_SINK].busy;
+}
+
+/* Ends the window's exposure: invalidate it and wait until that is done.
+ * A dead QP accepts no remote access, so nothing is left to do then. */
+static void mw_close(struct sdp_conn *c, struct zc_window *w, bool for_write)
+{
+	bool (*idle)(struct sdp_conn *) = w == &c->win[ZC_WIN_SRC] ? src_win_idle : sink_win_idle;
+
+	wait_uninterruptible(c, idle, for_write);
+	if (!w->bound || c->carrier_dead || !c->qp)
+		return;
+	if (mw_invalidate(c, w) != 0) {
+		close_ev_carrier_failed(c, EIO);
+		return;
+	}
+	wait_uninterruptible(c, idle, for_write);
+	w->bound = false;
+}
+
+/* ------------------------------------------------------------- sender */
+
+bool zc_send_eligible(struct sdp_conn *c, size_t len)
+{
+	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && c->phase == CONN_OPEN &&
+	       !c->carrier_dead && c->dev && c->dev->mw_type2;
+}
+
+bool zc_tx_busy(const struct sdp_conn *c)
+{
+	return c->src.active || c->write_active;
+}
+
+static bool write_done(struct sdp_conn *c)
+{
+	return !c->write_active;
+}
+
+static bool ready_to_zcopy(struct sdp_conn *c)
+{
+	return !tx_has_unposted(c) && !zc_tx_busy(c) && !c->win[ZC_WIN_SRC].busy &&
+	       tx_credits(c) >= 2;
+}
+
+static bool sink_usable(const struct sdp_conn *c)
+{
+	return c->psink.valid && c->psink.stream_off == c->tx_stream_off;
+}
+
+/* Write zero-copy: the peer waits with a sink at our stream offset. */
+static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
+{
+	uint32_t n = len < c->psink.len ? (uint32_t)len : c->psink.len;
+	struct mrc_entry *mre;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { .wr_id = WR_ID(WR_WRITE, 0), .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	bool hit;
+
+	if (mrcache_get(c->dev, buf, n, false, &mre, &hit) != 0)
+		return 0;
+	count_cache(c, hit);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = n, .lkey = mre->mr->lkey };
+	wr.wr.rdma.remote_addr = c->psink.addr;
+	wr.wr.rdma.rkey = c->psink.rkey;
+	if (post_wr(c, &wr) != 0) {
+		mrcache_put(mre);
+		close_ev_carrier_failed(c, EIO);
+		return -ECONNRESET;
+	}
+	c->psink.valid = false;
+	c->write_active = true;
+	c->wr_compl_bytes = n;
+	c->wr_compl_off = c->tx_stream_off;
+	c->tx_stream_off += n;
+	tx_queue_ctrl(c, SDP_MID_RDMA_WR_COMPL); /* after the WRITE on the same QP */
+	tx_kick(c);
+	wait_uninterruptible(c, write_done, true);
+	mrcache_put(mre);
+	COUNT(c, zcopy_bytes_sent, n);
+	COUNT(c, zcopy_ops, 1);
+	if (c->carrier_dead)
+		return -ECONNRESET;
+	return n;
+}
+
+/* Read zero-copy: expose exactly buf with remote read, announce it, wait. */
+static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, int timeout_ms,
+			      uint64_t start_us)
+{
+	uint32_t n = len > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)len;
+	struct mrc_entry *mre;
+	bool hit;
+
+	if (mrcache_get(c->dev, buf, n, false, &mre, &hit) != 0)
+		return 0;
+	count_cache(c, hit);
+	struct zc_window *win = &c->win[ZC_WIN_SRC];
+
+	if (mw_bind(c, win, mre, (uintptr_t)buf, n, IBV_ACCESS_REMOTE_READ) != 0) {
+		mrcache_put(mre);
+		close_ev_carrier_failed(c, EIO);
+		return -ECONNRESET;
+	}
+	c->src = (struct zc_src){ .active = true, .stream_off = c->tx_stream_off,
+				  .addr = (uintptr_t)buf, .len = n, .rkey = win->rkey, .mre = mre };
+	tx_queue_ctrl(c, SDP_MID_SRC_AVAIL);
+	tx_kick(c);
+	while (!c->src.answered && !c->carrier_dead && !c->hard_error) {
+		int w = conn_wait(c, true, c->src.cancel_sent ? -1 : timeout_ms, start_us);
+
+		cq_poll(c);
+		if (w < 0 && !c->src.cancel_sent && !c->src.answered) {
+			/* A signal or SO_SNDTIMEO: withdraw; the answer says how much the peer took. */
+			c->src.cancel_sent = true;
+			tx_queue_ctrl(c, SDP_MID_SRC_CANCEL);
+			tx_kick(c);
+			COUNT(c, zcopy_cancels, 1);
+		}
+	}
+	mw_close(c, win, true);
+	mrcache_put(mre);
+	c->src.active = false; /* on_rd_compl advanced tx_stream_off */
+	COUNT(c, zcopy_bytes_sent, c->src.consumed);
+	COUNT(c, zcopy_ops, 1);
+	conn_update_readiness(c, false);
+	if (c->src.consumed)
+		return c->src.consumed;
+	if (c->carrier_dead || c->hard_error)
+		return -(c->hard_error ? c->hard_error : ECONNRESET);
+	return c->src.cancel_sent ? -EINTR : -EAGAIN;
+}
+
+/* After a non-blocking attempt the peer did not serve in time, this many
+ * non-blocking writes use buffer copy (a slow reader must not make every
+ * write of an event loop wait out the bound). */
+#define NB_BACKOFF_WRITES 8
+
+static ssize_t zc_send_nonblocking(struct sdp_conn *c, const void *buf, size_t len, int wait_ms)
+{
+	ssize_t r;
+
+	if (c->zc_nb_backoff) {
+		c->zc_nb_backoff--;
+		return 0;
+	}
+	if (!ready_to_zcopy(c) || !mw_ready(c, &c->win[ZC_WIN_SRC]))
+		return 0;
+	if (sink_usable(c))
+		return send_into_sink(c, buf, len);
+	r = send_as_source(c, buf, len, wait_ms, conn_now_us());
+	if (r > 0 || r == -ECONNRESET || c->carrier_dead || c->hard_error)
+		return r;
+	c->zc_nb_backoff = NB_BACKOFF_WRITES;
+	return 0;
+}
+
+ssize_t zc_send(struct sdp_conn *c, const void *buf, size_t len, bool nonblock, int timeout_ms,
+		uint64_t start_us)
+{
+	if (nonblock)
+		return zc_send_nonblocking(c, buf, len, timeout_ms);
+	while (!ready_to_zcopy(c)) {
+		int w;
+
+		if (c->carrier_dead || c->hard_error || c->phase != CONN_OPEN)
+			return 0; /* the caller's buffer-copy path reports the state */
+		w = conn_wait(c, true, timeout_ms, start_us);
+		cq_poll(c);
+		if (w < 0)
+			return w;
+	}
+	if (!mw_ready(c, &c->win[ZC_WIN_SRC]))
+		return 0;
+	if (sink_usable(c))
+		return send_into_sink(c, buf, len);
+	return send_as_source(c, buf, len, timeout_ms, start_us);
+}
+
+/* ----------------------------------------------------------- receiver */
+
+static int post_read(struct sdp_conn *c, struct rx_entry *e, void *dst, uint32_t lkey, uint32_t n)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)dst, .length = n, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_ID(WR_READ, 0), .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED };
+
+	wr.wr.rdma.remote_addr = e->raddr;
+	wr.wr.rdma.rkey = e->rkey;
+	return post_wr(c, &wr);
+}
+
+struct rx_entry *zc_head_source(struct sdp_conn *c)
+{
+	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
+		struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_src && e->len)
+			return e;
+		if (e->is_data && e->len)
+			return NULL; /* buffered bytes come first */
+	}
+	return NULL;
+}
+
+static int ensure_stage(struct sdp_conn *c)
+{
+	int err = 0;
+
+	if (c->stage)
+		return 0;
+	c->stage = dev_alloc_registered(c->dev, STAGE_SIZE, &c->stage_mr, &err);
+	if (!c->stage)
+		return err;
+	c->stage_len = STAGE_SIZE;
+	return 0;
+}
+
+void zc_stage_kick(struct sdp_conn *c)
+{
+	struct rx_entry *e;
+	uint32_t n;
+
+	if (c->rd.active || c->carrier_dead || !c->qp || c->stage_fill > c->stage_off)
+		return;
+	e = zc_head_source(c);
+	if (!e || !e->unread || c->src_cancel_pending)
+		return;
+	if (ensure_stage(c) != 0) {
+		close_ev_abort(c, ENOMEM, true);
+		return;
+	}
+	n = e->unread < c->stage_len ? e->unread : c->stage_len;
+	if (post_read(c, e, c->stage, c->stage_mr->lkey, n) != 0) {
+		close_ev_carrier_failed(c, EIO);
+		return;
+	}
+	c->rd = (struct zc_read){ .active = true, .len = n };
+	e->raddr += n;
+	e->unread -= n;
+	c->stage_off = c->stage_fill = 0;
+}
+
+static bool read_done(struct sdp_conn *c)
+{
+	return !c->rd.active;
+}
+
+static void answer_source(struct sdp_conn *c, struct rx_entry *e)
+{
+	c->rd_compl_bytes = e->total;
+	c->rd_compl_off = c->rx_stream_off - e->total;
+	tx_queue_ctrl(c, SDP_MID_RDMA_RD_COMPL);
+	e->consumed = true;
+}
+
+/* The source is fully consumed (or truncated by a cancel to what we took). */
+static void source_consumed(struct sdp_conn *c, struct rx_entry *e)
+{
+	if (e->len || e->unread)
+		return;
+	answer_source(c, e);
+	c->src_cancel_pending = false;
+	tx_kick(c);
+}
+
+ssize_t zc_recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t room)
+{
+	uint32_t n = e->unread < room ? e->unread : (uint32_t)room;
+	struct mrc_entry *mre;
+	bool hit;
+
+	if (c->rd.active || c->stage_fill > c->stage_off || c->src_cancel_pending ||
+	    e->unread != e->len || (n < DIRECT_MIN && n < e->unread))
+		return 0;
+	if (mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
+		return 0;
+	count_cache(c, hit);
+	if (post_read(c, e, dst, mre->mr->lkey, n) != 0) {
+		mrcache_put(mre);
+		close_ev_carrier_failed(c, EIO);
+		return -ECONNRESET;
+	}
+	c->rd = (struct zc_read){ .active = true, .direct = true, .len = n, .mre = mre };
+	/* The READ writes into the app's buffer: no return before it is done. */
+	wait_uninterruptible(c, read_done, false);
+	mrcache_put(mre);
+	c->rd.mre = NULL;
+	if (!c->rd.done)
+		return -ECONNRESET;
+	c->rd.done = false;
+	e->raddr += n;
+	e->unread -= n;
+	e->len -= n;
+	COUNT(c, zcopy_bytes_received, n);
+	COUNT(c, bytes_received, n);
+	source_consumed(c, e);
+	return n;
+}
+
+size_t zc_copy_staged(struct sdp_conn *c, struct rx_entry *e, const struct iovec *iov, int iovcnt,
+		      size_t skip, size_t len, bool peek)
+{
+	uint32_t off = c->stage_off;
+	size_t copied = 0;
+	int i = 0;
+
+	while (i < iovcnt && skip >= iov[i].iov_len)
+		skip -= iov[i++].iov_len;
+	while (copied < len && i < iovcnt && off < c->stage_fill) {
+		size_t chunk = c->stage_fill - off;
+
+		if (chunk > iov[i].iov_len - skip)
+			chunk = iov[i].iov_len - skip;
+		if (chunk > len - copied)
+			chunk = len - copied;
+		if (iov[i].iov_base)
+			memcpy((uint8_t *)iov[i].iov_base + skip, c->stage + off, chunk);
+		off += (uint32_t)chunk;
+		copied += chunk;
+		skip += chunk;
+		if (skip == iov[i].iov_len) {
+			i++;
+			skip = 0;
+		}
+	}
+	if (peek || !copied)
+		return copied;
+	c->stage_off = off;
+	e->len -= (uint32_t)copied;
+	c->rx_bytes_ready -= copied;
+	COUNT(c, copy_bytes_received, copied);
+	if (c->stage_off == c->stage_fill) {
+		c->stage_off = c->stage_fill = 0;
+		source_consumed(c, e);
+		if (!e->consumed && c->rx_waiters == 0)
+			zc_stage_kick(c);
+	}
+	return copied;
+}
+
+/* ---------------------------------------------------------------- sink */
+
+bool zc_sink_eligible(struct sdp_conn *c, size_t room, int flags)
+{
+	return c->zcopy_thresh > 0 && room >= (size_t)c->zcopy_thresh && c->phase == CONN_OPEN &&
+	       !(flags & (MSG_PEEK | MSG_TRUNC)) && !c->sink.active && !c->win[ZC_WIN_SINK].busy &&
+	       c->rx_bytes_ready == 0 && !zc_head_source(c) && !c->rx_eof && !c->carrier_dead &&
+	       c->dev && c->dev->mw_type2 && tx_credits(c) >= 2;
+}
+
+/* Bytes at the sink's offset that came another way (buffer copy or a
+ * SrcAvail) prove the peer gave the sink up: it sends the stream strictly
+ * in order and writes into a sink only at exactly its offset.  The window
+ * can close without waiting for the peer's SinkCancelAck, which is then
+ * ignored.  Waiting for it instead could deadlock: the ack may need a
+ * credit that only our consuming those very bytes would return. */
+static bool sink_void(struct sdp_conn *c)
+{
+	if (c->rx_bytes_ready == 0 && !zc_head_source(c))
+		return false;
+	c->sink_voided = true;
+	c->sink_void_off = c->sink.stream_off;
+	if (!c->sink.cancel_sent)
+		COUNT(c, zcopy_cancels, 1);
+	return true;
+}
+
+ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms, uint64_t start_us)
+{
+	uint32_t n = room > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)room;
+	struct zc_window *win = &c->win[ZC_WIN_SINK];
+	struct mrc_entry *mre;
+	ssize_t result;
+	bool hit;
+
+	if (!mw_ready(c, win) || mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
+		return 0;
+	count_cache(c, hit);
+	if (mw_bind(c, win, mre, (uintptr_t)dst, n, IBV_ACCESS_REMOTE_WRITE) != 0) {
+		mrcache_put(mre);
+		close_ev_carrier_failed(c, EIO);
+		return -ECONNRESET;
+	}
+	c->sink = (struct zc_sink){ .active = true, .stream_off = c->rx_stream_off,
+				    .addr = (uintptr_t)dst, .len = n, .rkey = win->rkey, .mre = mre };
+	tx_queue_ctrl(c, SDP_MID_SINK_AVAIL);
+	tx_kick(c);
+	while (!c->sink.answered && !c->carrier_dead && !c->hard_error && !c->rx_eof) {
+		int w = conn_wait(c, false, c->sink.cancel_sent ? -1 : timeout_ms, start_us);
+
+		cq_poll(c);
+		if (!c->sink.answered && sink_void(c))
+			break;
+		if (w < 0 && !c->sink.cancel_sent && !c->sink.answered) {
+			/* A signal or timeout: withdraw the sink, wait for the answer. */
+			c->sink.cancel_sent = true;
+			tx_queue_ctrl(c, SDP_MID_SINK_CANCEL);
+			tx_kick(c);
+			COUNT(c, zcopy_cancels, 1);
+		}
+	}
+	mw_close(c, win, false);
+	mrcache_put(mre);
+	c->sink.active = false;
+	result = c->sink.written;
+	if (result) {
+		COUNT(c, zcopy_bytes_received, (uint64_t)result);
+		COUNT(c, bytes_received, (uint64_t)result);
+		COUNT(c, zcopy_ops, 1);
+	}
+	return result;
+}
+
+/* ------------------------------------------------------------ messages */
+
+static bool on_src_avail(struct sdp_conn *c, const struct sdp_ext *x, struct rx_entry *e)
+{
+	if (x->a == 0 || x->a > MAX_ZC_LEN || x->d != c->rx_stream_off || zc_head_source(c) ||
+	    c->rx_eof || c->phase != CONN_OPEN) {
+		violation(c, "SrcAvail out of place");
+		return false;
+	}
+	e->is_src = true;
+	e->consumed = false;
+	e->total = e->len = e->unread = x->a;
+	e->raddr = x->c;
+	e->rkey = x->b;
+	c->rx_stream_off += x->a;
+	if (c->rx_waiters)
+		conn_update_readiness(c, true); /* a blocked recv READs it directly */
+	else
+		zc_stage_kick(c);
+	return true;
+}
+
+static bool on_rd_compl(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	if (!c->src.active || c->src.answered || x->a > c->src.len || x->d != c->src.stream_off) {
+		violation(c, "RdmaRdCompl for no SrcAvail");
+		return false;
+	}
+	c->src.consumed = x->a;
+	c->src.answered = true;
+	/* Now, not when the app thread wakes: a SinkAvail right behind this
+	 * message names the offset after these bytes. */
+	c->tx_stream_off += x->a;
+	pthread_cond_broadcast(&c->cond);
+	conn_update_readiness(c, false);
+	return true;
+}
+
+/* The sender withdrew its SrcAvail: keep what we already READ, answer. */
+static bool on_src_cancel(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	struct rx_entry *e = zc_head_source(c);
+
+	if (!e || x->d != c->rx_stream_off - e->total) {
+		return true; /* it was fully consumed and answered already */
+	}
+	c->src_cancel_pending = true;
+	if (c->rd.active)
+		return true; /* answered when the READ completes */
+	c->rx_stream_off -= e->unread;
+	e->total -= e->unread;
+	e->len -= e->unread;
+	e->unread = 0;
+	if (e->len == 0)
+		source_consumed(c, e);
+	else
+		c->src_cancel_pending = false; /* answered once the staged bytes are read */
+	return true;
+}
+
+static bool on_sink_avail(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	/* Behind our offset is a normal race (our bytes crossed it on the wire);
+	 * ahead of it the peer would be waiting for bytes we never sent. */
+	if (x->a == 0 || x->a > MAX_ZC_LEN || x->d > c->tx_stream_off) {
+		violation(c, "SinkAvail out of place");
+		return false;
+	}
+	if (c->psink.valid || zc_tx_busy(c) || tx_has_unposted(c) || x->d != c->tx_stream_off) {
+		c->sink_ack_off = x->d; /* not usable: say so at once */
+		tx_queue_ctrl(c, SDP_MID_SINK_CANCEL_ACK);
+		return true;
+	}
+	c->psink = (struct zc_peer_sink){ .valid = true, .stream_off = x->d, .addr = x->c,
+					  .len = x->a, .rkey = x->b };
+	conn_update_readiness(c, false);
+	return true;
+}
+
+static bool on_wr_compl(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	if (!c->sink.active || c->sink.answered || x->a > c->sink.len ||
+	    x->d != c->sink.stream_off || c->rx_stream_off != c->sink.stream_off) {
+		violation(c, "RdmaWrCompl for no SinkAvail");
+		return false;
+	}
+	c->sink.written = x->a;
+	c->sink.answered = true;
+	pthread_cond_broadcast(&c->cond);
+	c->rx_stream_off += x->a;
+	conn_update_readiness(c, true);
+	return true;
+}
+
+static bool on_sink_cancel(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	if (c->psink.valid && c->psink.stream_off == x->d) {
+		c->psink.valid = false;
+		c->sink_ack_off = x->d;
+		tx_queue_ctrl(c, SDP_MID_SINK_CANCEL_ACK);
+	}
+	return true; /* otherwise already answered (RdmaWrCompl or SinkCancelAck) */
+}
+
+static bool on_sink_cancel_ack(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	bool for_active = c->sink.active && !c->sink.answered && x->d == c->sink.stream_off;
+
+	if (!for_active && c->sink_voided && x->d <= c->sink_void_off)
+		return true; /* the late answer to a sink we already gave up */
+	if (!for_active) {
+		violation(c, "SinkCancelAck for no SinkAvail");
+		return false;
+	}
+	c->sink.answered = true;
+	pthread_cond_broadcast(&c->cond);
+	conn_update_readiness(c, true);
+	return true;
+}
+
+bool zc_on_message(struct sdp_conn *c, const struct sdp_bsdh *h, const struct sdp_ext *x,
+		   struct rx_entry *e)
+{
+	switch ((enum sdp_mid)h->mid) {
+	case SDP_MID_SRC_AVAIL:       return on_src_avail(c, x, e);
+	case SDP_MID_RDMA_RD_COMPL:   return on_rd_compl(c, x);
+	case SDP_MID_SRC_CANCEL:      return on_src_cancel(c, x);
+	case SDP_MID_SINK_AVAIL:      return on_sink_avail(c, x);
+	case SDP_MID_RDMA_WR_COMPL:   return on_wr_compl(c, x);
+	case SDP_MID_SINK_CANCEL:     return on_sink_cancel(c, x);
+	case SDP_MID_SINK_CANCEL_ACK: return on_sink_cancel_ack(c, x);
+	default:                      return false;
+	}
+}
+
+/* ---------------------------------------------------------- completions */
+
+static void read_completed(struct sdp_conn *c, bool ok)
+{
+	struct rx_entry *e = zc_head_source(c);
+
+	c->rd.active = false;
+	if (!ok) {
+		close_ev_carrier_failed(c, ECONNRESET);
+		return;
+	}
+	c->rd.done = true;
+	if (!c->rd.direct) {
+		c->stage_fill = c->rd.len;
+		c->rd.done = false;
+		c->rx_bytes_ready += c->rd.len;
+	}
+	if (e && c->src_cancel_pending)
+		on_src_cancel(c, &(struct sdp_ext){ .d = c->rx_stream_off - e->total });
+	conn_update_readiness(c, true);
+}
+
+void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok)
+{
+	struct zc_window *w = &c->win[index < ZC_WINDOWS ? index : 0];
+
+	pthread_cond_broadcast(&c->cond);
+	switch ((enum wr_kind)kind) {
+	case WR_READ:
+		read_completed(c, ok);
+		break;
+	case WR_WRITE:
+		c->write_active = false;
+		conn_update_readiness(c, false);
+		break;
+	case WR_BIND:
+		/* The provider does not track a type 2 window's new key. */
+		if (ok && w->mw)
+			w->mw->rkey = w->rkey;
+		w->busy = false;
+		conn_update_readiness(c, false);
+		break;
+	case WR_INV:
+		w->busy = false;
+		conn_update_readiness(c, false);
+		break;
+	case WR_RECV:
+	case WR_SEND_DATA:
+	case WR_SEND_CTRL:
+		break;
+	}
+	if (!ok)
+		close_ev_carrier_failed(c, ECONNRESET);
+}
+
+/* Test hook (SDPSHIM_DEBUG_ZC_CORRUPT): make this end a misbehaving peer, so
+ * the VM suite can show the other end's validation abort the connection.
+ * 1: SrcAvail one byte ahead of the stream; 2: SrcAvail longer than 1 GiB;
+ * 3: SinkAvail one byte ahead of the stream. */
+static void debug_corrupt(uint8_t mid, struct sdp_ext *x)
+{
+	switch (sdp_tun.debug_zc_corrupt) {
+	case 1:
+		if (mid == SDP_MID_SRC_AVAIL)
+			x->d += 1;
+		break;
+	case 2:
+		if (mid == SDP_MID_SRC_AVAIL)
+			x->a = MAX_ZC_LEN + 1;
+		break;
+	case 3:
+		if (mid == SDP_MID_SINK_AVAIL)
+			x->d += 1;
+		break;
+	default:
+		break;
+	}
+}
+
+void zc_fill_ext(struct sdp_conn *c, uint8_t mid, struct sdp_ext *x)
+{
+	switch ((enum sdp_mid)mid) {
+	case SDP_MID_SRC_AVAIL:
+		*x = (struct sdp_ext){ c->src.len, c->src.rkey, c->src.addr, c->src.stream_off };
+		break;
+	case SDP_MID_SRC_CANCEL:
+		x->d = c->src.stream_off;
+		break;
+	case SDP_MID_RDMA_RD_COMPL:
+		x->a = c->rd_compl_bytes;
+		x->d = c->rd_compl_off;
+		break;
+	case SDP_MID_SINK_AVAIL:
+		*x = (struct sdp_ext){ c->sink.len, c->sink.rkey, c->sink.addr, c->sink.stream_off };
+		break;
+	case SDP_MID_SINK_CANCEL:
+		x->d = c->sink.stream_off;
+		break;
+	case SDP_MID_RDMA_WR_COMPL:
+		x->a = c->wr_compl_bytes;
+		x->d = c->wr_compl_off;
+		break;
+	case SDP_MID_SINK_CANCEL_ACK:
+		x->d = c->sink_ack_off;
+		break;
+	default:
+		break;
+	}
+	if (unlikely(sdp_tun.debug_zc_corrupt))
+		debug_corrupt(mid, x);
+}
+
+void zc_note_bcopy(struct sdp_conn *c, size_t bytes)
+{
+	if (c->psink.valid && c->psink.stream_off == c->tx_stream_off && bytes) {
+		/* These bytes take the sink's place in the stream: it is void. */
+		c->psink.valid = false;
+		c->sink_ack_off = c->psink.stream_off;
+		tx_queue_ctrl(c, SDP_MID_SINK_CANCEL_ACK);
+	}
+	c->tx_stream_off += bytes;
+}
+
+void zc_release(struct sdp_conn *c)
+{
+	SDP_GUARD_ENTER();
+	for (int i = 0; i < ZC_WINDOWS; i++) {
+		if (c->win[i].mw)
+			ibv_dealloc_mw(c->win[i].mw);
+		c->win[i] = (struct zc_window){ 0 };
+	}
+	SDP_GUARD_LEAVE();
+	dev_free_registered(c->stage, c->stage_len, c->stage_mr);
+	c->stage = NULL;
+	c->stage_mr = NULL;
+}

@@ -1,0 +1,128 @@
+/* Memory hooks for the zero-copy registration cache: every call that can
+ * change which pages back an address range (free, realloc, munmap, mremap,
+ * madvise, mmap with MAP_FIXED) first drops cached registrations that
+ * overlap it.  With an empty cache each hook is one load and a call. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/mrcache.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+void __libc_free(void *ptr);
+void *__libc_realloc(void *ptr, size_t size);
+
+static void (*real_free)(void *);
+static void *(*real_realloc)(void *, size_t);
+static __thread bool resolving;
+
+/* free/realloc are resolved on first use: they can be called before our
+ * constructor (by other libraries' constructors).  dlsym does not allocate
+ * on success; should it free while we resolve, glibc's own free takes it. */
+static void resolve_alloc(void)
+{
+	resolving = true;
+	if (!real_free)
+		real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+	if (!real_realloc)
+		real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	resolving = false;
+}
+
+static inline bool cache_live(void)
+{
+	return atomic_load_explicit(&mrcache_live, memory_order_relaxed) != 0 && !sdp_in_lib;
+}
+
+SDP_EXPORT void free(void *ptr)
+{
+	if (unlikely(!real_free)) {
+		if (resolving) {
+			__libc_free(ptr);
+			return;
+		}
+		resolve_alloc();
+	}
+	if (unlikely(ptr && cache_live()))
+		mrcache_invalidate(ptr, malloc_usable_size(ptr));
+	real_free(ptr);
+}
+
+SDP_EXPORT void *realloc(void *ptr, size_t size)
+{
+	if (unlikely(!real_realloc)) {
+		if (resolving)
+			return __libc_realloc(ptr, size);
+		resolve_alloc();
+	}
+	if (unlikely(ptr && cache_live()))
+		mrcache_invalidate(ptr, malloc_usable_size(ptr));
+	return real_realloc(ptr, size);
+}
+
+/* The page-level calls go straight to the kernel: they must not depend on
+ * the library's initialisation, because allocators (jemalloc, for one) call
+ * mmap while holding their own locks, and initialisation allocates. */
+SDP_EXPORT int munmap(void *addr, size_t len)
+{
+	if (unlikely(cache_live()))
+		mrcache_invalidate(addr, len);
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+SDP_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+	void *new_addr = NULL;
+	va_list ap;
+
+	if (flags & MREMAP_FIXED) {
+		va_start(ap, flags);
+		new_addr = va_arg(ap, void *);
+		va_end(ap);
+	}
+	if (unlikely(cache_live())) {
+		mrcache_invalidate(old, old_len);
+		if (flags & MREMAP_FIXED)
+			mrcache_invalidate(new_addr, new_len);
+	}
+	return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+}
+
+/* Advice after which the next touch may map different pages. */
+static bool advice_changes_pages(int advice)
+{
+	switch (advice) {
+	case MADV_DONTNEED:
+	case MADV_FREE:
+	case MADV_REMOVE:
+	case MADV_DONTFORK:
+	case MADV_DOFORK:
+		return true;
+	default:
+		return false;
+	}
+}
+
+SDP_EXPORT int madvise(void *addr, size_t len, int advice)
+{
+	if (unlikely(cache_live()) && advice_changes_pages(advice))
+		mrcache_invalidate(addr, len);
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
+SDP_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (unlikely(cache_live()) && (flags & MAP_FIXED))
+		mrcache_invalidate(addr, len);
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+SDP_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+	return mmap(addr, len, prot, flags, fd, off);
+}

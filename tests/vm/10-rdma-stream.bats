@@ -1,0 +1,172 @@
+#!/usr/bin/env bats
+# VM suite, part 10: byte-exact streams and readiness semantics over RDMA, both
+# ends preloaded, on rxe0 ($RXE_IP; 127.0.0.1 would stay on TCP by design).
+# Every received stream must have the SHA-256 that tests/progs/streamref computes
+# without any socket, the stats file must say path=rdma for every connection and
+# the two ends' byte counts must agree, and `rdma resource show qp` must list the
+# programs' RC QPs while they run.
+
+load ../helpers
+load vm_helpers
+
+# Reference digests (streamref SEED BYTES).  The 1 GiB one costs ~35 s of guest CPU,
+# so it is computed once, in the background, while the first transfers run.
+setup_file() {
+  requires_rdma
+  local ref=$BATS_FILE_TMPDIR/ref
+  mkdir -p "$ref"
+  (
+    for spec in "1 1G" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"; do
+      set -- $spec
+      "$PROGS/streamref" "$1" "$2" >"$ref/$1-$2.tmp" && mv "$ref/$1-$2.tmp" "$ref/$1-$2"
+    done
+  ) >/dev/null 2>&1 3>&- &
+  echo $! >"$BATS_FILE_TMPDIR/ref.pid"
+}
+
+teardown_file() {
+  kill "$(cat "$BATS_FILE_TMPDIR/ref.pid" 2>/dev/null)" 2>/dev/null || true
+}
+
+setup() {
+  vm_setup
+  [ -x "$PROGS/streamref" ] || { echo "missing $PROGS/streamref: run make" >&2; return 1; }
+}
+
+teardown() { vm_teardown; }
+
+ref_digest() {   # ref_digest SEED BYTES: waits (up to 5 min) for the reference digest
+  local f=$BATS_FILE_TMPDIR/ref/$1-$2
+  wait_for_line "$f" '^[0-9a-f]{64}$' 300 >/dev/null
+  cat "$f"
+}
+
+# stream_case DIR BYTES MAXMSG MODE SECS: one stream run, both ends preloaded.
+stream_case() {
+  local dir=$1 bytes=$2 maxmsg=$3 mode=$4 secs=$5 port t0 crc=0 src=0
+  local cli=$T/client.out
+  port=$(free_port)
+  start_bg server timeout -k 5 "$secs" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1 -e "$mode"
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout "$secs" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$bytes" \
+    -d "$dir" -m "$maxmsg" -e "$mode" >"$cli" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  local ms=$(( $(now_ms) - t0 ))
+  qp_watch_stop
+  show "stream -d $dir -b $bytes -m $maxmsg -e $mode: $ms ms" \
+       "client (rc=$crc): $(cat "$cli")" "server (rc=$src): $(bg_log server)" \
+       "RC QPs of stream seen while it ran: $(qp_seen stream)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$(qp_seen stream)" -ge 2 ]
+  assert_all_rdma "$STATS" stream
+  assert_exact_bytes "$STATS"
+}
+
+# received_digest WHO FILE BYTES: the digest WHO (client|server) printed for BYTES bytes
+received_digest() {
+  grep -E "^stream: $1 received $3 bytes sha256=[0-9a-f]{64} OK$" "$2" | sed -E 's/.*sha256=([0-9a-f]{64}).*/\1/'
+}
+
+bytes_of() {   # 1G -> 1073741824 (k, M, G suffixes)
+  local n=${1%[kKmMgG]}
+  case $1 in *[kK]) echo $((n << 10)) ;; *[mM]) echo $((n << 20)) ;; *[gG]) echo $((n << 30)) ;; *) echo "$n" ;; esac
+}
+
+# The sender's line in the stats file: what it sent, header (32 bytes) included.
+sent_by() {   # sent_by ROLE
+  stats_lines "$STATS" role="$1" | awk '{ print $8 }'
+}
+
+@test "stream: 1 GiB client -> server, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
+  stream_case up 1G 1M block 600
+  local got want
+  got=$(received_digest server "$T/server.log" "$(bytes_of 1G)")
+  want=$(ref_digest 1 1G)
+  show "server received sha256 $got, reference $want"
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  [ "$(sent_by client)" -eq $(( $(bytes_of 1G) + 32 )) ]
+}
+
+@test "stream: 1 GiB server -> client, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
+  stream_case down 1G 1M block 600
+  local got want
+  got=$(received_digest client "$T/client.out" "$(bytes_of 1G)")
+  want=$(ref_digest 1 1G)
+  show "client received sha256 $got, reference $want"
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  [ "$(sent_by server)" -eq "$(bytes_of 1G)" ]
+}
+
+# -d both: the client sends the stream of seed 1^1 = 0, the server that of 1^2 = 3.
+both_case() {   # both_case BYTES MAXMSG MODE SECS
+  stream_case both "$1" "$2" "$3" "$4"
+  local to_server to_client n
+  n=$(bytes_of "$1")
+  to_server=$(received_digest server "$T/server.log" "$n")
+  to_client=$(received_digest client "$T/client.out" "$n")
+  show "server received $to_server (reference $(ref_digest 0 "$1"))" \
+       "client received $to_client (reference $(ref_digest 3 "$1"))"
+  [ -n "$to_server" ] && [ -n "$to_client" ]
+  [ "$to_server" = "$(ref_digest 0 "$1")" ]
+  [ "$to_client" = "$(ref_digest 3 "$1")" ]
+}
+
+@test "stream: 64 MiB each way at once (-d both), -e block" { both_case 64M 1M block 300; }
+@test "stream: 32 MiB each way at once (-d both), -e poll" { both_case 32M 1M poll 300; }
+@test "stream: 32 MiB each way at once (-d both), -e select" { both_case 32M 1M select 300; }
+@test "stream: 32 MiB each way at once (-d both), -e epoll" { both_case 32M 1M epoll 300; }
+@test "stream: 32 MiB each way at once (-d both), -e epollet" { both_case 32M 1M epollet 300; }
+
+@test "stream: 2 MiB each way at once in writes of 1..16 bytes (-m 16 -d both)" {
+  both_case 2M 16 block 300
+  # Tiny writes: at least one write per 16 bytes, so far more than the 32 receive
+  # buffers; the credit machinery must have run (updates sent by the receivers).
+  local updates
+  updates=$("$PY" -S -c '
+import json, sys
+print(sum(json.loads(l)["credit_updates_sent"] for l in open(sys.argv[1])))' "$STATS")
+  show "credit updates sent, both ends: $updates"
+  [ "$updates" -gt 0 ]
+}
+
+# --- readiness over RDMA: the listener and the connected pair in one process ----
+
+readiness_rdma() {   # readiness_rdma CASE
+  local case=$1
+  run run_timeout 90 "${PRE[@]}" "$PROGS/readiness" "$RXE_IP" "$(free_port)" "$case"
+  show "$output"
+  [ "$status" -eq 0 ]
+  grep -qx "ok $case" <<<"$output"
+  show "$(stats_lines "$STATS")"
+  assert_all_rdma "$STATS" readiness
+}
+
+@test "readiness epoll_lt over RDMA" { readiness_rdma epoll_lt; }
+@test "readiness epoll_et over RDMA" { readiness_rdma epoll_et; }
+@test "readiness epoll_oneshot over RDMA" { readiness_rdma epoll_oneshot; }
+@test "readiness epoll_rdhup over RDMA" { readiness_rdma epoll_rdhup; }
+@test "readiness poll over RDMA" { readiness_rdma poll; }
+@test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
+@test "readiness select over RDMA" { readiness_rdma select; }
+@test "readiness pselect over RDMA" { readiness_rdma pselect; }
+@test "readiness mixed (socket, pipe, eventfd, timerfd) over RDMA" { readiness_rdma mixed; }
+@test "readiness nbconnect over RDMA" { readiness_rdma nbconnect; }
+
+@test "readiness refused on $RXE_IP: stays TCP with a fallback reason" {
+  run run_timeout 90 "${PRE[@]}" "$PROGS/readiness" "$RXE_IP" "$(free_port)" refused
+  show "$output" "$(stats_lines "$STATS")"
+  [ "$status" -eq 0 ]
+  grep -qx "ok refused" <<<"$output"
+  # No listener: nothing can go over RDMA, and the reason must say the peer has no
+  # sdpshim listener there (or is unreachable), never a local failure.
+  [ "$(stats_lines "$STATS" | wc -l)" -ge 1 ]
+  [ "$(stats_lines "$STATS" path=rdma | wc -l)" -eq 0 ]
+  local bad
+  bad=$(stats_lines "$STATS" | awk '$6 != "peer_no_sdpshim" && $6 != "peer_unreachable"')
+  [ -z "$bad" ]
+}

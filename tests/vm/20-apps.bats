@@ -1,0 +1,185 @@
+#!/usr/bin/env bats
+# VM suite, part 20: unmodified applications with both ends preloaded on rxe0
+# ($RXE_IP).  For each: the application's own success criteria (exit 0, no
+# errors, data compared by SHA-256 where the program does not check it itself),
+# `rdma resource show qp` listing its RC QPs while it runs, and the stats file
+# reporting path=rdma for EVERY connection, each client line paired with its
+# server line.  Last, rsocket's own rstream natively against rstream over sdpshim
+# on the same device (a like-for-like throughput comparison, printed), and sockperf,
+# which rsocket's preload cannot run.
+
+load ../helpers
+load vm_helpers
+
+setup() {
+  vm_setup
+}
+
+teardown() { vm_teardown; }
+
+need() {
+  local prog
+  for prog in "$@"; do
+    if ! command -v "$prog" >/dev/null; then
+      [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "$prog is not installed" >&2; return 1; }
+      skip "$prog is not installed"
+    fi
+  done
+}
+
+# --- redis -------------------------------------------------------------------
+
+# redis_start, redis_bench, redis_data, redis_stop, redis_stats: tests/vm/vm_helpers.bash
+
+@test "redis over RDMA: redis-benchmark -n 100000 -t get,set, every connection path=rdma" {
+  need redis-server redis-benchmark
+  local port
+  port=$(free_port)
+  redis_start "$RXE_IP" "$port"
+  redis_bench "$RXE_IP" "$port" 100000
+  redis_stop
+  # 50 clients for SET, 50 for GET, 1 for CONFIG.
+  redis_stats 101 redis-benchmark
+}
+
+@test "redis over RDMA: redis-benchmark -n 100000 -t get,set -P 16, every connection path=rdma" {
+  need redis-server redis-benchmark
+  local port
+  port=$(free_port)
+  redis_start "$RXE_IP" "$port"
+  redis_bench "$RXE_IP" "$port" 100000 -P 16
+  redis_stop
+  redis_stats 101 redis-benchmark
+}
+
+@test "redis over RDMA: 40 keys SET and GET back by redis-cli, and a 4 MiB random value, sha256-equal" {
+  need redis-server redis-cli
+  local port
+  port=$(free_port)
+  redis_start "$RXE_IP" "$port"
+  redis_data "$RXE_IP" "$port"
+  redis_stop
+  redis_stats 4 redis-cli
+  # The 4 MiB value went over RDMA, received by the server.
+  [ "$(stats_lines "$STATS" role=server | awk '$9 >= 4194304' | wc -l)" -ge 1 ]
+}
+
+# --- iperf3 ------------------------------------------------------------------
+
+# iperf_run ARGS...: one iperf3 server (-s -1) and one client (-t 5 --json ARGS).
+iperf_run() {
+  local port json=$T/iperf.json rc=0 src=0
+  need iperf3
+  port=$(free_port)
+  start_bg iperfs timeout -k 5 90 "${PRE[@]}" iperf3 -s -1 -p "$port" -B "$RXE_IP"
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  run_timeout 60 "${PRE[@]}" iperf3 -c "$RXE_IP" -p "$port" -t 5 --json "$@" >"$json" 2>"$T/iperf.err" || rc=$?
+  qp_watch_stop
+  wait_bg iperfs || src=$?
+  [ "$rc" -eq 0 ] || { echo "iperf3 client exited $rc:" >&2; cat "$json" "$T/iperf.err" >&2; return 1; }
+  [ "$src" -eq 0 ] || { echo "iperf3 server exited $src:" >&2; bg_log iperfs >&2; return 1; }
+  run "$PY" -S -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+end = j["end"]
+got, sent = end["sum_received"]["bytes"], end["sum_sent"]["bytes"]
+streams = len(end["streams"])
+print("%d stream(s): sent %d bytes, receiver got %d bytes (%.3f Gbit/s)" % (
+    streams, sent, got, end["sum_received"]["bits_per_second"] / 1e9))
+sys.exit(0 if got > 0 and sent > 0 and streams == int(sys.argv[2]) else 1)' "$json" "$IPERF_STREAMS"
+  show "iperf3 -t 5 $*: $output" "RC QPs seen: iperf3 $(qp_seen iperf3)"
+  [ "$status" -eq 0 ]
+  # Control connection plus the data streams, both ends in this one guest.
+  [ "$(qp_seen iperf3)" -ge $(( 2 * (IPERF_STREAMS + 1) )) ]
+  assert_all_rdma "$STATS" iperf3
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq $(( IPERF_STREAMS + 1 )) ]
+}
+
+@test "iperf3 -t 5 over RDMA" {
+  IPERF_STREAMS=1 iperf_run
+}
+
+@test "iperf3 -t 5 -R over RDMA" {
+  IPERF_STREAMS=1 iperf_run -R
+}
+
+@test "iperf3 -t 5 -P 4 over RDMA" {
+  IPERF_STREAMS=4 iperf_run -P 4
+}
+
+# --- rsocket's rstream: native rsocket vs plain sockets under sdpshim --------
+
+# rstream's native mode listens through rdma_cm only: wait for its cm_id.
+wait_cm_listen() {   # wait_cm_listen PORT [SECS]
+  local until=$(( $(date +%s) + ${2:-15} ))
+  until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-port $1\( \|$\)"; do
+    [ "$(date +%s)" -lt "$until" ] || { echo "no rdma_cm listener on port $1" >&2; rdma resource show cm_id >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+gbps_of() {   # the Gb/sec column of rstream's result line
+  awk '$1 == "custom" { print $7 }' "$1" | tail -1
+}
+
+@test "rstream 64 KiB x 1000 verified: plain sockets under sdpshim vs native rsocket, same device" {
+  need rstream
+  local port shim_rc=0 nat_rc=0 shim native
+  # Plain sockets (-T s) with data verification (-T v), both ends preloaded.
+  port=$(free_port)
+  start_bg rs-server timeout -k 5 300 "${PRE[@]}" rstream -T s -T v -b "$RXE_IP" -p "$port" -S 65536 -C 1000
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  run_timeout 300 "${PRE[@]}" rstream -T s -T v -s "$RXE_IP" -p "$port" -S 65536 -C 1000 \
+    >"$T/shim.out" 2>&1 || shim_rc=$?
+  qp_watch_stop
+  wait_bg rs-server || shim_rc=$(( shim_rc ? shim_rc : 1 ))
+  local shim_qps
+  shim_qps=$(qp_seen rstream)
+  # Native rsocket, no preload, same sizes, also verified.
+  port=$(free_port)
+  start_bg rs-native timeout -k 5 300 rstream -T v -b "$RXE_IP" -p "$port" -S 65536 -C 1000
+  wait_cm_listen "$port"
+  run_timeout 300 rstream -T v -s "$RXE_IP" -p "$port" -S 65536 -C 1000 >"$T/native.out" 2>&1 || nat_rc=$?
+  wait_bg rs-native || nat_rc=$(( nat_rc ? nat_rc : 1 ))
+  shim=$(gbps_of "$T/shim.out"); native=$(gbps_of "$T/native.out")
+  show "sdpshim (rstream -T s -T v, rc=$shim_rc): $(cat "$T/shim.out")" \
+       "server: $(bg_log rs-server)" \
+       "native rsocket (rstream -T v, rc=$nat_rc): $(cat "$T/native.out")" \
+       "throughput: sdpshim ${shim:-?} Gb/s, native rsocket ${native:-?} Gb/s, ratio sdpshim/native $(
+         awk -v a="${shim:-0}" -v b="${native:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
+  [ "$shim_rc" -eq 0 ]
+  [ "$nat_rc" -eq 0 ]
+  [ -n "$shim" ] && [ -n "$native" ]
+  run grep -i 'mismatch\|error' "$T/shim.out" "$T/native.out" "$T/rs-server.log"
+  [ "$status" -eq 1 ]
+  [ "$shim_qps" -ge 2 ]
+  # rstream -T s opens one connection per test (plus none for the native run,
+  # which never touches the shim): all of sdpshim's on RDMA.
+  assert_all_rdma "$STATS" rstream
+}
+
+# --- sockperf ------------------------------------------------------------------
+
+@test "sockperf ping-pong over TCP, both ends preloaded: path=rdma" {
+  need sockperf
+  local port rc=0 out=$T/sockperf.out
+  port=$(free_port)
+  start_bg sp-server timeout -k 5 120 "${PRE[@]}" sockperf sr --tcp -i "$RXE_IP" -p "$port"
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  run_timeout 60 "${PRE[@]}" sockperf pp --tcp -i "$RXE_IP" -p "$port" -t 2 >"$out" 2>&1 || rc=$?
+  qp_watch_stop
+  kill -TERM "$(cat "$T/sp-server.pid")"
+  wait_bg sp-server || true
+  show "sockperf pp (rc=$rc): $(grep -E 'Summary|Valid Duration|percentile 50' "$out")" \
+       "RC QPs seen: sockperf $(qp_seen sockperf)"
+  [ "$rc" -eq 0 ] || { cat "$out" >&2; return 1; }
+  grep -Eq 'Summary: Latency is [0-9.]+ usec' "$out"
+  local received
+  received=$(grep -oE 'ReceivedMessages=[0-9]+' "$out" | head -1 | cut -d= -f2)
+  [ "${received:-0}" -gt 0 ]
+  [ "$(qp_seen sockperf)" -ge 2 ]
+  assert_all_rdma "$STATS" sockperf
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bats
+# VM suite, part 30: mixed peers on rxe0 ($RXE_IP).  Where only one end runs
+# sdpshim the connection must stay on kernel TCP, with the reason
+# peer_no_sdpshim on the preloaded end, and work byte for byte; one listening
+# port must serve a plain client (TCP) and a preloaded client (RDMA) at once; a
+# second connect to a plain-TCP peer must hit the negative cache.
+# tests/progs/connects: an echo server, and a client that times connect() and
+# checks the echo of what it sent by SHA-256.
+
+load ../helpers
+load vm_helpers
+
+setup() {
+  vm_setup
+  CONNECTS=$PROGS/connects
+  [ -x "$CONNECTS" ] || { echo "missing $CONNECTS: run make" >&2; return 1; }
+}
+
+teardown() { vm_teardown; }
+
+# connect_ms N FILE: the connect time of connection N in a connects client's output
+connect_ms() {
+  sed -nE "s/^conn $1 connect_ms=([0-9.]+) .* ok$/\\1/p" "$2"
+}
+
+@test "sdpshim client -> plain server: client stays TCP (peer_no_sdpshim), bytes verified" {
+  local port
+  port=$(free_port)
+  start_bg server timeout -k 5 60 "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  run run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 1048576
+  show "$output" "$(stats_lines "$STATS")"
+  [ "$status" -eq 0 ]
+  grep -qx "ok 1" <<<"$output"
+  wait_bg server
+  # One line, from the preloaded client; the plain server writes none.
+  [ "$(stats_lines "$STATS" | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=peer_no_sdpshim negcached=false | wc -l)" -eq 1 ]
+  # Everything it sent came back: 1 MiB each way on that TCP connection.
+  [ "$(stats_lines "$STATS" role=client | awk '{ print $8, $9 }')" = "1048576 1048576" ]
+}
+
+@test "plain client -> sdpshim server: server stays TCP (peer_no_sdpshim), bytes verified" {
+  local port
+  port=$(free_port)
+  start_bg server timeout -k 5 60 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  run run_timeout 60 "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 1048576
+  show "$output"
+  [ "$status" -eq 0 ]
+  grep -qx "ok 1" <<<"$output"
+  wait_bg server
+  show "$(stats_lines "$STATS")"
+  [ "$(stats_lines "$STATS" | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server path=tcp reason=peer_no_sdpshim | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server | awk '{ print $8, $9 }')" = "1048576 1048576" ]
+}
+
+@test "one port, at the same time: a plain client on TCP and a preloaded client on RDMA" {
+  local port release=$T/release
+  port=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 2
+  wait_port "$RXE_IP" "$port"
+  # Each client verifies 256 KiB of echo, then holds its connection open until
+  # $release exists: both connections are up together on the one listener.
+  start_bg plain timeout -k 5 90 "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 262144 -w "$release"
+  wait_for_line "$T/plain.log" '^holding$' 60
+  start_bg shim timeout -k 5 90 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 262144 -w "$release"
+  wait_for_line "$T/shim.log" '^holding$' 60
+  local qps
+  qps=$(count_rc_qps connects)
+  touch "$release"
+  wait_bg plain
+  wait_bg shim
+  wait_bg server
+  show "plain client: $(bg_log plain)" "preloaded client: $(bg_log shim)" \
+       "RC QPs of connects while both were open: $qps" "$(stats_lines "$STATS")"
+  grep -qx "ok 1" "$T/plain.log"
+  grep -qx "ok 1" "$T/shim.log"
+  # The RDMA connection's two ends (client and server QP), and only those.
+  [ "$qps" -eq 2 ]
+  [ "$(stats_lines "$STATS" role=server path=tcp reason=peer_no_sdpshim | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server path=rdma reason=none | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=client path=rdma reason=none | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" | wc -l)" -eq 3 ]
+  # Both server-side connections were open at the same time (opened/closed overlap).
+  stats_lines "$STATS" role=server | awk '
+    { o[NR] = $10; c[NR] = $11 }
+    END { exit !(NR == 2 && o[1] < c[2] && o[2] < c[1]) }'
+}
+
+@test "negative cache: the second connect to a plain-TCP peer is cached (negcached) and fast" {
+  local port out=$T/client.out base
+  port=$(free_port)
+  start_bg server timeout -k 5 60 "$CONNECTS" -s "$port" -a "$RXE_IP" -n 3
+  wait_port "$RXE_IP" "$port"
+  # Baseline: a plain client's connect time to the same server.
+  run run_timeout 30 "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1
+  [ "$status" -eq 0 ]
+  base=$(connect_ms 1 <(echo "$output"))
+  # One preloaded process, two connects: the first detects that the peer runs no
+  # sdpshim, the second must take TCP straight from the cache.
+  run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 2 >"$out" 2>&1
+  wait_bg server
+  show "plain connect: $base ms" "$(cat "$out")" "$(stats_lines "$STATS")"
+  grep -qx "ok 2" "$out"
+  local lines first second
+  lines=$(stats_lines "$STATS" role=client)
+  [ "$(wc -l <<<"$lines")" -eq 2 ]
+  # In connect order (one process, sequential): the lines carry opened_ms.
+  lines=$(sort -k10,10n <<<"$lines")
+  [ "$(sed -n 1p <<<"$lines" | awk '{ print $5, $6, $7 }')" = "tcp peer_no_sdpshim false" ]
+  [ "$(sed -n 2p <<<"$lines" | awk '{ print $5, $6, $7 }')" = "tcp peer_no_sdpshim true" ]
+  first=$(connect_ms 1 "$out"); second=$(connect_ms 2 "$out")
+  show "connect 1 (detection): $first ms, connect 2 (cached): $second ms, plain: $base ms"
+  # No detection cost: as fast as a plain connect, give or take scheduling noise.
+  awk -v s="$second" -v b="$base" 'BEGIN { exit !(s < b + 50 && s < 100) }'
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env bats
+# VM suite, pair layout (run-in-vm.sh -n pair): rxe0 on rxenet0 = $RXE_IP and
+# rxe1 on rxenet1 = $RXE_IP2, the two ends of a veth pair, with policy routing so
+# that traffic between the two addresses crosses the veth: two RDMA "hosts".
+#  - redis and a 256 MiB stream from $RXE_IP to a server on $RXE_IP2 run over RDMA,
+#    and the rxe0/rxe1 packet counters and the veth byte counters prove that the
+#    traffic really crossed the wire (with the policy routes missing, rxe would
+#    short-circuit it inside one device and these tests fail);
+#  - a peer host without RDMA (network namespace "norxe" behind its own veth, rxe
+#    only on our end) gets plain TCP within one second of connect, every time,
+#    with the default connect timeout.
+
+load ../../helpers
+load ../vm_helpers
+
+setup() {
+  vm_setup
+  RXE_IP2=${RXE_IP2:-10.77.0.2}
+  if [ ! -d /sys/class/infiniband/rxe1 ]; then
+    [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "no rxe1: run with run-in-vm.sh -n pair" >&2; return 1; }
+    skip "no rxe1: not the pair layout (run-in-vm.sh -n pair)"
+  fi
+}
+
+teardown() {
+  vm_teardown
+  if [ -n "${NORXE_UP:-}" ]; then
+    rdma link delete rxe_nrx 2>/dev/null || true
+    ip link del nrx0 2>/dev/null || true
+    ip netns del norxe 2>/dev/null || true
+  fi
+}
+
+# counter DEV NAME: an rxe port counter (rdma statistic show link DEV/1)
+counter() {
+  rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
+}
+
+netstat_of() {   # netstat_of IFACE tx_bytes|rx_bytes
+  cat "/sys/class/net/$1/statistics/$2"
+}
+
+snapshot() {   # snapshot FILE: the counters that prove the veth was crossed
+  {
+    echo "rxe0_sent $(counter rxe0 sent_pkts)"
+    echo "rxe0_rcvd $(counter rxe0 rcvd_pkts)"
+    echo "rxe1_sent $(counter rxe1 sent_pkts)"
+    echo "rxe1_rcvd $(counter rxe1 rcvd_pkts)"
+    echo "veth0_tx $(netstat_of rxenet0 tx_bytes)"
+    echo "veth0_rx $(netstat_of rxenet0 rx_bytes)"
+    echo "veth1_tx $(netstat_of rxenet1 tx_bytes)"
+    echo "veth1_rx $(netstat_of rxenet1 rx_bytes)"
+  } >"$1"
+}
+
+delta() {   # delta NAME: after - before
+  local a b
+  b=$(awk -v k="$1" '$1 == k { print $2 }' "$T/before")
+  a=$(awk -v k="$1" '$1 == k { print $2 }' "$T/after")
+  echo $(( a - b ))
+}
+
+show_deltas() {
+  show "counter deltas: rxe0 sent $(delta rxe0_sent) rcvd $(delta rxe0_rcvd) pkts," \
+       "                rxe1 sent $(delta rxe1_sent) rcvd $(delta rxe1_rcvd) pkts," \
+       "                rxenet0 tx $(delta veth0_tx) rx $(delta veth0_rx) bytes, rxenet1 tx $(delta veth1_tx) rx $(delta veth1_rx) bytes"
+}
+
+@test "pair: the layout routes $RXE_IP <-> $RXE_IP2 over the veth, rxe0 and rxe1 active" {
+  run rdma link show
+  show "$output" "$(ip rule show)" "$(ip route show table 100)"
+  grep -Eq 'link rxe0/1 state ACTIVE .*netdev rxenet0' <<<"$output"
+  grep -Eq 'link rxe1/1 state ACTIVE .*netdev rxenet1' <<<"$output"
+  ip route get "$RXE_IP2" from "$RXE_IP" iif lo 2>/dev/null | grep -q 'dev rxenet0' ||
+    ip route get "$RXE_IP2" | grep -q 'dev rxenet0'
+  [ -n "$(counter rxe0 sent_pkts)" ]
+}
+
+@test "pair: 256 MiB stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
+  local port crc=0 src=0 bytes=$((256 << 20)) t0 got want
+  port=$(free_port)
+  start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP2" "$port"
+  snapshot "$T/before"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 256M -d up -m 1M \
+    >"$T/client.out" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  qp_watch_stop
+  snapshot "$T/after"
+  show "256 MiB in $(( $(now_ms) - t0 )) ms; client (rc=$crc): $(cat "$T/client.out")" \
+       "server (rc=$src): $(bg_log server)" "RC QPs seen: stream $(qp_seen stream)" \
+       "$(stats_lines "$STATS")"
+  show_deltas
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
+  want=$("$PROGS/streamref" 1 256M)
+  show "server received sha256 $got, reference $want"
+  [ -n "$got" ] && [ "$got" = "$want" ]
+  [ "$(qp_seen stream)" -ge 2 ]
+  assert_all_rdma "$STATS" stream
+  assert_exact_bytes "$STATS"
+  # The connection ran between the two "hosts": client on $RXE_IP, server on $RXE_IP2.
+  [ "$(stats_lines "$STATS" role=client | awk '{ sub(/:[0-9]+$/, "", $3); sub(/:[0-9]+$/, "", $4); print $3, $4 }')" = "$RXE_IP $RXE_IP2" ]
+  [ "$(stats_lines "$STATS" role=server | awk '{ sub(/:[0-9]+$/, "", $3); print $3 }')" = "$RXE_IP2" ]
+  # At least one RoCE packet per 4096-byte MTU left rxe0 and arrived at rxe1, and
+  # the veth carried at least the 256 MiB (rxe0 -> rxenet0 -> rxenet1 -> rxe1).
+  local pkts=$(( bytes / 4096 ))
+  [ "$(delta rxe0_sent)" -ge "$pkts" ]
+  [ "$(delta rxe1_rcvd)" -ge "$pkts" ]
+  [ "$(delta veth0_tx)" -ge "$bytes" ]
+  [ "$(delta veth1_rx)" -ge "$bytes" ]
+}
+
+@test "pair: redis on $RXE_IP2, benchmark and data checks from $RXE_IP over RDMA, crossing the veth" {
+  command -v redis-server >/dev/null || { [ "${SDPSHIM_STRICT:-0}" != 1 ] && skip "no redis-server"; }
+  local port
+  port=$(free_port)
+  redis_start "$RXE_IP2" "$port"
+  snapshot "$T/before"
+  redis_bench "$RXE_IP2" "$port" 20000
+  redis_bench "$RXE_IP2" "$port" 20000 -P 16
+  redis_data "$RXE_IP2" "$port"
+  snapshot "$T/after"
+  redis_stop
+  show_deltas
+  redis_stats 101 redis-benchmark
+  assert_all_rdma "$STATS" redis-server redis-benchmark redis-cli
+  # The 4 MiB value alone is 1024 packets of 4096 bytes each way; requests and
+  # replies of 80000 operations add more.  All of it crossed the veth.
+  [ "$(delta rxe0_sent)" -ge 1024 ]
+  [ "$(delta rxe1_rcvd)" -ge 1024 ]
+  [ "$(delta rxe1_sent)" -ge 1024 ]
+  [ "$(delta rxe0_rcvd)" -ge 1024 ]
+  [ "$(delta veth0_tx)" -ge $((8 << 20)) ]
+  [ "$(delta veth1_tx)" -ge $((4 << 20)) ]
+}
+
+# A host without RDMA: namespace norxe behind veth nrx0 (10.80.0.1, with rxe_nrx on
+# our end) <-> nrx1 (10.80.0.2, in norxe, no rxe).  rdma_cm never hears back from
+# there, so only sdpshim's own connect timeout bounds the attempt.
+make_norxe() {
+  NORXE_UP=1
+  modprobe veth 2>/dev/null || true
+  ip netns add norxe
+  ip link add nrx0 type veth peer name nrx1 netns norxe
+  ip addr add 10.80.0.1/24 dev nrx0
+  ip link set nrx0 up
+  ip -n norxe addr add 10.80.0.2/24 dev nrx1
+  ip -n norxe link set nrx1 up
+  ip -n norxe link set lo up
+  rdma link add rxe_nrx type rxe netdev nrx0
+}
+
+@test "pair: a peer host without RDMA gets TCP within 1 s of connect, every time (default timeout)" {
+  local port i ms
+  make_norxe
+  unset SDPSHIM_CONNECT_TIMEOUT_MS           # the default bound is what is tested
+  port=$(free_port)
+  start_bg server timeout -k 5 120 ip netns exec norxe "$PROGS/connects" -s "$port" -a 10.80.0.2 -n 8
+  wait_for_line "$T/server.log" "^listening on $port\$" 20
+  # One process, five connects: the first pays the (bounded) RDMA attempt, the
+  # next four hit the negative cache.
+  run run_timeout 60 "${PRE[@]}" "$PROGS/connects" -c 10.80.0.2 -p "$port" -n 5
+  show "one process, 5 connects:" "$output"
+  [ "$status" -eq 0 ]
+  grep -qx "ok 5" <<<"$output"
+  local times
+  times=$(sed -nE 's/^conn [0-9]+ connect_ms=([0-9.]+) .* ok$/\1/p' <<<"$output")
+  [ "$(wc -l <<<"$times")" -eq 5 ]
+  while read -r ms; do
+    awk -v t="$ms" 'BEGIN { exit !(t < 1000) }'
+  done <<<"$times"
+  local lines
+  lines=$(stats_lines "$STATS" role=client | sort -k10,10n)
+  show "$lines"
+  [ "$(wc -l <<<"$lines")" -eq 5 ]
+  [ "$(awk '$5 != "tcp"' <<<"$lines")" = "" ]
+  sed -n 1p <<<"$lines" | awk '{ exit !(($6 == "rdma_timeout" || $6 == "peer_unreachable") && $7 == "false") }'
+  [ "$(sed -n '2,5p' <<<"$lines" | awk '$7 == "true"' | wc -l)" -eq 4 ]
+  # Three more processes, one connect each: no cache to help, each must still be
+  # on TCP within one second.
+  rm -f "$STATS"
+  for i in 1 2 3; do
+    run run_timeout 60 "${PRE[@]}" "$PROGS/connects" -c 10.80.0.2 -p "$port" -n 1
+    show "fresh process $i: $output"
+    [ "$status" -eq 0 ]
+    ms=$(sed -nE 's/^conn 1 connect_ms=([0-9.]+) .* ok$/\1/p' <<<"$output")
+    [ -n "$ms" ]
+    awk -v t="$ms" 'BEGIN { exit !(t < 1000) }'
+  done
+  wait_bg server
+  lines=$(stats_lines "$STATS" role=client)
+  show "$lines"
+  [ "$(wc -l <<<"$lines")" -eq 3 ]
+  [ "$(awk '$5 != "tcp" || ($6 != "rdma_timeout" && $6 != "peer_unreachable")' <<<"$lines")" = "" ]
+}

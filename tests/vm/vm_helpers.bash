@@ -1,0 +1,326 @@
+# VM-only helpers for tests/vm/*.bats and tests/vm/pair/*.bats (soft-RoCE guest).
+# Load after the shared helpers:   load ../helpers; load vm_helpers
+#                  (from pair/):   load ../../helpers; load ../vm_helpers
+#
+#   vm_setup                  per-test setup: requires_rdma, fresh SDPSHIM_RUN_DIR and
+#                             STATS file (exported as SDPSHIM_STATS_FILE for every process:
+#                             a process that is not preloaded writes nothing there),
+#                             SDPSHIM_CONNECT_TIMEOUT_MS=10000 (TCG connects are slow)
+#   vm_teardown               stops every start_bg process and the QP watcher
+#   PRE                       array: prefix that runs a command preloaded, e.g.
+#                             timeout -k 5 60 "${PRE[@]}" redis-server ...
+#   start_bg NAME CMD...      runs CMD in the background, output in $T/NAME.log, pid in
+#                             $T/NAME.pid (T = $BATS_TEST_TMPDIR); wrap CMD in timeout
+#   wait_bg NAME              waits for it and returns its exit status
+#   bg_log NAME               prints its log
+#   count_rc_qps [COMM]       number of RC QPs now (of processes named COMM)
+#   qp_watch_start / qp_watch_stop   sample `rdma resource show qp` in the background
+#   qp_seen COMM              the most RC QPs of COMM seen in one sample while watching
+#   wait_rc_qps_at_most N [S] wait until at most N RC QPs remain (default 15 s)
+#   stats_lines FILE [K=V...] matching stats lines as "comm role local remote path reason
+#                             negcached bytes_sent bytes_received opened_ms closed_ms";
+#                             K is a field name, or port=P (local or remote port P)
+#   assert_all_rdma FILE COMM...   every line path=rdma reason=none, at least one line per
+#                             COMM, every client line has its server line (and back) when
+#                             both programs are in COMM...
+#   assert_exact_bytes FILE   for every connection both ends logged, bytes sent by one end
+#                             = bytes received by the other
+#   now_ms                    CLOCK_REALTIME in milliseconds
+#   redis_start ADDR PORT / redis_stop          a preloaded redis-server (start_bg "redis")
+#   redis_bench ADDR PORT N [ARGS...]           preloaded redis-benchmark -n N -t get,set
+#   redis_data ADDR PORT      40 keys and a 4 MiB value through preloaded redis-cli, by SHA-256
+#   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
+
+vm_setup() {
+  requires_rdma
+  [ -x "$SDPSHIM_BIN" ] || { echo "missing $SDPSHIM_BIN: run make first" >&2; return 1; }
+  T=$BATS_TEST_TMPDIR
+  export SDPSHIM_RUN_DIR=$T/run
+  mkdir -p "$SDPSHIM_RUN_DIR"
+  unset SDPSHIM_CONFIG SDPSHIM_MODE LD_PRELOAD
+  export SDPSHIM_CONNECT_TIMEOUT_MS=10000
+  STATS=$T/stats.jsonl
+  export SDPSHIM_STATS_FILE=$STATS
+  export TMPDIR=$T
+  PRE=("$SDPSHIM_BIN" run --)
+}
+
+now_ms() { date +%s%3N; }
+
+# The system interpreter: a version manager's shim on PATH costs a second per
+# start under TCG.
+if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY=$(command -v python3); fi
+
+
+start_bg() {
+  local name=$1; shift
+  ( exec "$@" ) >"$BATS_TEST_TMPDIR/$name.log" 2>&1 3>&- &
+  echo $! >"$BATS_TEST_TMPDIR/$name.pid"
+}
+
+wait_bg() {
+  local name=$1 pid rc=0
+  pid=$(cat "$BATS_TEST_TMPDIR/$name.pid")
+  wait "$pid" || rc=$?
+  rm -f "$BATS_TEST_TMPDIR/$name.pid"
+  return "$rc"
+}
+
+bg_log() { cat "$BATS_TEST_TMPDIR/$1.log" 2>/dev/null; }
+
+vm_teardown() {
+  qp_watch_stop
+  stop_recorded_pids
+}
+
+count_rc_qps() {
+  local comm=${1:-}
+  if [ -n "$comm" ]; then
+    rdma resource show qp 2>/dev/null | grep -c "type RC .*comm $comm\( \|$\)" || true
+  else
+    rdma resource show qp 2>/dev/null | grep -c 'type RC ' || true
+  fi
+}
+
+# Samples every 0.25 s into $T/qp.samples, one block per sample ending in "--".
+qp_watch_start() {
+  local out=$BATS_TEST_TMPDIR/qp.samples
+  : >"$out"
+  (
+    while :; do
+      rdma resource show qp 2>&1
+      echo --
+      sleep 0.25
+    done
+  ) >>"$out" 2>&1 3>&- &
+  echo $! >"$BATS_TEST_TMPDIR/qpwatch.pidfile"
+}
+
+qp_watch_stop() {
+  local f=$BATS_TEST_TMPDIR/qpwatch.pidfile pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  rm -f "$f"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+qp_seen() {
+  awk -v comm="$1" '
+    $0 == "--" { if (n > max) max = n; n = 0; next }
+    / type RC / { for (i = 1; i < NF; i++) if ($i == "comm" && $(i + 1) == comm) n++ }
+    END { if (n > max) max = n; print max + 0 }' "$BATS_TEST_TMPDIR/qp.samples"
+}
+
+wait_rc_qps_at_most() {
+  local want=$1 secs=${2:-15} until n
+  until=$(( $(date +%s) + secs ))
+  while :; do
+    n=$(count_rc_qps)
+    [ "$n" -le "$want" ] && return 0
+    if [ "$(date +%s)" -ge "$until" ]; then
+      echo "still $n RC QPs after ${secs}s, expected at most $want:" >&2
+      rdma resource show qp >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+stats_lines() {
+  local file=$1; shift
+  "$PY" -S - "$file" "$@" <<'EOF'
+import json, os, sys
+path, filters = sys.argv[1], [a.split("=", 1) for a in sys.argv[2:]]
+cols = ("comm", "role", "local", "remote", "path", "reason", "negcached",
+        "bytes_sent", "bytes_received", "opened_ms", "closed_ms")
+def text(v):
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+def port(addr):
+    return addr.rsplit(":", 1)[-1]
+if os.path.exists(path):
+    for line in open(path):
+        c = json.loads(line)
+        ok = True
+        for k, v in filters:
+            if k == "port":
+                ok = ok and v in (port(c["local"]), port(c["remote"]))
+            else:
+                ok = ok and text(c.get(k)) == v
+        if ok:
+            print(" ".join(text(c.get(k, "-")) for k in cols))
+EOF
+}
+
+assert_all_rdma() {
+  local file=$1; shift
+  run "$PY" -S - "$file" "$@" <<'EOF'
+import collections, json, os, re, sys
+path, comms = sys.argv[1], sys.argv[2:]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+errors = []
+def plain(a):
+    return re.sub(r"^\[::ffff:([0-9.]+)\]", r"\1", a)
+for c in lines:
+    if c["path"] != "rdma" or c["reason"] != "none":
+        errors.append("%s pid %d fd %d %s %s -> %s: path=%s reason=%s" % (
+            c["comm"], c["pid"], c["fd"], c["role"], c["local"], c["remote"], c["path"], c["reason"]))
+by_comm = collections.Counter(c["comm"] for c in lines)
+for comm in comms:
+    if by_comm[comm] == 0:
+        errors.append("no stats line from %s" % comm)
+ours = [c for c in lines if c["comm"] in comms]
+# Pairing by 4-tuple; a client line whose local address is unknown ("-") pairs
+# with any server line on the address it connected to.
+servers = collections.Counter((plain(c["local"]), plain(c["remote"])) for c in ours if c["role"] == "server")
+loose = collections.Counter()
+for c in ours:
+    if c["role"] != "client":
+        continue
+    key = (plain(c["remote"]), plain(c["local"]))
+    if c["local"] == "-":
+        loose[key[0]] += 1
+    elif servers[key] > 0:
+        servers[key] -= 1
+    else:
+        errors.append("client %s -> %s has no server line" % (key[1], key[0]))
+for (local, remote), n in sorted(servers.items()):
+    take = min(n, loose[local])
+    loose[local] -= take
+    if n > take:
+        errors.append("server %s <- %s has no client line" % (local, remote))
+for local, n in sorted(loose.items()):
+    if n:
+        errors.append("%d client lines (local address unknown) -> %s have no server line" % (n, local))
+print("%d lines (%s): %s" % (len(lines), ", ".join("%s %d" % kv for kv in sorted(by_comm.items())),
+      "all rdma, paired" if not errors else "%d problems" % len(errors)))
+for e in errors[:12]:
+    print("ERROR: " + e)
+sys.exit(1 if errors else 0)
+EOF
+  show "stats: $output"
+  [ "$status" -eq 0 ]
+}
+
+assert_exact_bytes() {
+  run "$PY" -S - "$1" <<'EOF'
+import collections, json, re, sys
+def plain(a):
+    return re.sub(r"^\[::ffff:([0-9.]+)\]", r"\1", a)
+ends = collections.defaultdict(lambda: [0, 0])
+for l in open(sys.argv[1]):
+    c = json.loads(l)
+    key = (c["role"], plain(c["local"]), plain(c["remote"]))
+    ends[key][0] += c["bytes_sent"]
+    ends[key][1] += c["bytes_received"]
+errors, pairs = [], 0
+# A client whose local address is unknown ("-") pairs with the server end on the
+# address it connected to when that is the only unpaired one.
+paired = {("server", r, l) for (role, l, r) in ends if role == "client" and ("server", r, l) in ends}
+for (role, local, remote) in list(ends):
+    if role != "client" or local != "-":
+        continue
+    cands = [k for k in ends if k[0] == "server" and k[1] == remote and k not in paired]
+    if len(cands) == 1:
+        paired.add(cands[0])
+        ends[("client", cands[0][2], remote)] = ends.pop((role, local, remote))
+for (role, local, remote), (sent, received) in ends.items():
+    other = ends.get(("server", remote, local)) if role == "client" else None
+    if other is None:
+        continue
+    pairs += 1
+    if other != [received, sent]:
+        errors.append("client %s -> %s sent/received %d/%d, server received/sent %d/%d" % (
+            local, remote, sent, received, other[1], other[0]))
+if pairs == 0:
+    errors.append("no connection was logged by both ends")
+print("%d connections logged by both ends%s" % (pairs, "" if errors else ", bytes agree"))
+for e in errors[:12]:
+    print("ERROR: " + e)
+sys.exit(1 if errors else 0)
+EOF
+  show "bytes: $output"
+  [ "$status" -eq 0 ]
+}
+
+# --- redis ---------------------------------------------------------------------
+
+redis_start() {   # redis_start ADDR PORT
+  start_bg redis timeout -k 5 900 "${PRE[@]}" redis-server --port "$2" --bind "$1" \
+    --protected-mode no --save '' --appendonly no --daemonize no
+  wait_port "$1" "$2" 30 || { bg_log redis >&2; return 1; }
+}
+
+# SIGTERM: redis shuts down cleanly, so the stats lines of open connections are written.
+redis_stop() {
+  local rc=0
+  kill -TERM "$(cat "$BATS_TEST_TMPDIR/redis.pid")"
+  wait_bg redis || rc=$?
+  [ "$rc" -eq 0 ] || { echo "redis-server exited with $rc:" >&2; bg_log redis >&2; return 1; }
+}
+
+# redis_bench ADDR PORT N ARGS...: preloaded redis-benchmark -n N -t get,set with the QPs
+# watched; fails on a nonzero exit, a missing result line or any "error" in its output.
+redis_bench() {
+  local addr=$1 port=$2 n=$3 out=$BATS_TEST_TMPDIR/bench.out rc=0 t0; shift 3
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout 600 "${PRE[@]}" redis-benchmark -h "$addr" -p "$port" -n "$n" -t get,set \
+    -q "$@" >"$out" 2>&1 || rc=$?
+  qp_watch_stop
+  show "redis-benchmark -n $n -t get,set $*: rc=$rc, $(( $(now_ms) - t0 )) ms" \
+       "$(tr '\r' '\n' <"$out" | grep -E 'requests per second' | sed -E 's/^.*(SET|GET)/\1/')" \
+       "RC QPs seen: redis-benchmark $(qp_seen redis-benchmark), redis-server $(qp_seen redis-server)"
+  [ "$rc" -eq 0 ] || { cat "$out" >&2; return 1; }
+  tr '\r' '\n' <"$out" | grep -Eq '^SET: [0-9.]+ requests per second'
+  tr '\r' '\n' <"$out" | grep -Eq '^GET: [0-9.]+ requests per second'
+  if grep -qi 'error' "$out"; then
+    echo "redis-benchmark printed errors:" >&2
+    cat "$out" >&2
+    return 1
+  fi
+  # 50 clients (the default -c) are connected during each test: all of them
+  # must have been seen on RDMA, on both ends.
+  [ "$(qp_seen redis-benchmark)" -ge 50 ]
+  [ "$(qp_seen redis-server)" -ge 50 ]
+}
+
+# redis-benchmark does not check replies: SET 40 random values over one redis-cli
+# connection, GET them back over another and compare; then a 4 MiB random value
+# through redis-cli -x (the whole of stdin as the last argument), by SHA-256.
+redis_data() {   # redis_data ADDR PORT
+  local addr=$1 port=$2 d=$BATS_TEST_TMPDIR i n sets want got
+  : >"$d/set.cmds"; : >"$d/get.cmds"; : >"$d/want"
+  for i in $(seq 1 40); do
+    n=$(( (RANDOM * 3 + i * 997) % 73000 + 1 ))
+    head -c "$n" /dev/urandom | base64 -w0 >"$d/v$i"        # one word, no spaces
+    printf 'SET key:%d %s\n' "$i" "$(cat "$d/v$i")" >>"$d/set.cmds"
+    printf 'GET key:%d\n' "$i" >>"$d/get.cmds"
+    { cat "$d/v$i"; echo; } >>"$d/want"
+  done
+  sets=$(run_timeout 60 "${PRE[@]}" redis-cli -h "$addr" -p "$port" <"$d/set.cmds")
+  [ "$(grep -cx OK <<<"$sets")" -eq 40 ]
+  run_timeout 60 "${PRE[@]}" redis-cli -h "$addr" -p "$port" <"$d/get.cmds" >"$d/got"
+  want=$(sha256_of "$d/want"); got=$(sha256_of "$d/got")
+  show "40 keys, $(stat -c %s "$d/want") bytes of values: sent $want, got back $got"
+  [ "$got" = "$want" ]
+
+  head -c $((4 << 20)) /dev/urandom >"$d/value"
+  run run_timeout 60 "${PRE[@]}" redis-cli -h "$addr" -p "$port" -x set bigvalue <"$d/value"
+  [ "$status" -eq 0 ] && [ "$output" = OK ]
+  run_timeout 60 "${PRE[@]}" redis-cli -h "$addr" -p "$port" get bigvalue >"$d/big.out"
+  # redis-cli prints the raw value and a newline when stdout is not a terminal.
+  got=$(head -c $((4 << 20)) "$d/big.out" | sha256sum | cut -c1-64)
+  show "4 MiB value: sent $(sha256_of "$d/value"), got back $got ($(stat -c %s "$d/big.out") bytes)"
+  [ "$(stat -c %s "$d/big.out")" -eq $(( (4 << 20) + 1 )) ]
+  [ "$got" = "$(sha256_of "$d/value")" ]
+}
+
+# Every connection, the benchmark's extra CONFIG connection included, on RDMA.
+redis_stats() {   # redis_stats MIN_CLIENT_LINES CLIENT_COMM
+  local clients
+  clients=$(stats_lines "$STATS" role=client | wc -l)
+  show "client lines: $clients (at least $1 expected)"
+  [ "$clients" -ge "$1" ]
+  assert_all_rdma "$STATS" redis-server "$2"
+}
