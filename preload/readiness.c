@@ -372,6 +372,8 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 		rev = conn_poll_mask(reg->conn) & (reg->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
 			conn_prepare_wait(reg->conn); /* stale: clear it before sleeping */
+			if (reg->events & EPOLLONESHOT)
+				shadow_sync(reg); /* the kernel disarmed it for nothing: re-arm */
 			continue;
 		}
 		if (reg->out_gen == ep->gen) {

@@ -321,6 +321,27 @@ void sock_note_addresses(struct sdp_sock *s, int fd)
 	stats_slot_end(s->st);
 }
 
+static bool addr_unspecified(const struct stats_addr *a)
+{
+	static const uint8_t zero[16];
+
+	return a->family == 0 || a->port == 0 || memcmp(a->addr, zero, sizeof(zero)) == 0;
+}
+
+void sock_refresh_local(struct sdp_sock *s)
+{
+	struct sockaddr_storage local;
+	socklen_t llen = sizeof(local);
+
+	if (!s->st || !addr_unspecified(&s->st->local) || s->primary_fd < 0)
+		return;
+	if (real.getsockname(s->primary_fd, (struct sockaddr *)&local, &llen) != 0)
+		return;
+	stats_slot_begin(s->st);
+	stats_addr_set(&s->st->local, (struct sockaddr *)&local);
+	stats_slot_end(s->st);
+}
+
 static void flush_one(int fd, void *obj, void *ctx)
 {
 	struct sdp_sock *s = obj;

@@ -67,6 +67,9 @@ void sock_release(struct sdp_sock *s);
 void sock_table_lock(void);
 void sock_table_unlock(void);
 
+/* Records the local address once a connect has completed, if it was not
+ * known (or only as a wildcard) when the connect started. */
+void sock_refresh_local(struct sdp_sock *s);
 /* Starts tracking a fresh socket fd (socket(), accept()). */
 struct sdp_sock *sock_track(int fd, int family, bool nonblock);
 /* Records that new_fd now names the same socket as s (dup family). */

@@ -52,14 +52,17 @@ static void on_fallback(struct sdp_sock *s, struct sdp_conn *c)
 	s->conn = NULL;
 	rdy_sock_to_kernel(s);
 	sock_set_tcp(s, reason, false);
+	sock_refresh_local(s);
 	pthread_mutex_unlock(&s->lock);
 	conn_put(c);
 }
 
 static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 {
-	if (conn_get_phase(c) == CONN_OPEN && s->conn == c)
+	if (conn_get_phase(c) == CONN_OPEN && s->conn == c) {
 		sock_set_rdma(s);
+		sock_refresh_local(s);
+	}
 }
 
 static void on_conn_event(void *owner, struct sdp_conn *c, enum conn_event ev)

@@ -113,7 +113,7 @@ sys.exit(0 if got > 0 and sent > 0 and streams == int(sys.argv[2]) else 1)' "$js
 # rstream's native mode listens through rdma_cm only: wait for its cm_id.
 wait_cm_listen() {   # wait_cm_listen PORT [SECS]
   local until=$(( $(date +%s) + ${2:-15} ))
-  until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-port $1\( \|$\)"; do
+  until rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |\$)"; do
     [ "$(date +%s)" -lt "$until" ] || { echo "no rdma_cm listener on port $1" >&2; rdma resource show cm_id >&2; return 1; }
     sleep 0.1
   done

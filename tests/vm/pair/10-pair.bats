@@ -13,6 +13,21 @@
 load ../../helpers
 load ../vm_helpers
 
+# The first rdma_cm connection of a boot across the veth resolves neighbours
+# and loads modules on demand; under TCG that has taken more than the suite's
+# 10 s connect bound.  One plain verbs transfer (no sdpshim) warms the path, so
+# the tests below measure sdpshim, not the first-use cost of the emulated bed.
+setup_file() {
+  [ -d /sys/class/infiniband/rxe1 ] || return 0
+  local port=$((30000 + RANDOM % 20000))
+  RDMA_SMOKE_TIMEOUT=60 timeout 90 "$PROGS/rdma_smoke" server "${RXE_IP2:-10.77.0.2}" "$port" \
+    >/dev/null 2>&1 3>&- &
+  sleep 1
+  RDMA_SMOKE_TIMEOUT=60 timeout 90 "$PROGS/rdma_smoke" client "${RXE_IP2:-10.77.0.2}" "$port" 1 \
+    >/dev/null 2>&1 3>&- || true
+  wait || true
+}
+
 setup() {
   vm_setup
   RXE_IP2=${RXE_IP2:-10.77.0.2}
@@ -126,7 +141,8 @@ show_deltas() {
   snapshot "$T/after"
   redis_stop
   show_deltas
-  redis_stats 101 redis-benchmark
+  # Both benchmarks (101 connections each) and redis-cli's, all paired on RDMA.
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -ge 202 ]
   assert_all_rdma "$STATS" redis-server redis-benchmark redis-cli
   # The 4 MiB value alone is 1024 packets of 4096 bytes each way; requests and
   # replies of 80000 operations add more.  All of it crossed the veth.
