@@ -35,7 +35,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_SPIN_US", 0, 1000000, 0, store_spin_us },
 	{ "SDPSHIM_BUF_SIZE", 4096, 1048576, 32768, store_buf_size },
 	{ "SDPSHIM_BUF_COUNT", 4, 1024, 32, store_buf_count },
-	{ "SDPSHIM_ZCOPY_THRESH", 0, INT64_C(1) << 40, 65536, store_zcopy_thresh },
+	{ "SDPSHIM_ZCOPY_THRESH", 0, INT64_C(1) << 40, 262144, store_zcopy_thresh },
 	{ "SDPSHIM_ZCOPY_NB_WAIT_MS", 0, 60000, 20, store_zcopy_nb_wait_ms },
 	{ "SDPSHIM_DEBUG_ZC_CORRUPT", 0, 3, 0, store_debug_zc_corrupt },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },

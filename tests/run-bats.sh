@@ -16,7 +16,7 @@ export BUILD=${BUILD:-build}
 
 case "${1:-}" in
   native)
-    exec bats --tap tests/native ;;
+    exec bats --tap --timing tests/native ;;
   vm) ;;
   *) echo "usage: $0 native|vm" >&2; exit 2 ;;
 esac
@@ -33,7 +33,7 @@ boot() {   # boot LAYOUT GLOB : one VM running bats on the files matching GLOB
   tf=$(mktemp); t0=$(date +%s)
   echo "# vm[$layout]: booting (bats --tap $glob, -m $MEM, timeout ${TMO}s)"
   RXE_VM_TIMING_FILE=$tf tests/vm/run-in-vm.sh -n "$layout" -m "$MEM" -t "$TMO" \
-    "${FWD[@]}" "bats --tap $glob"
+    "${FWD[@]}" "bats --tap --timing $glob"
   rc=$?
   timing=$(cat "$tf" 2>/dev/null); rm -f "$tf"
   local boot_ms=${timing#boot_ms=}; boot_ms=${boot_ms%% *}
