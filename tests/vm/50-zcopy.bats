@@ -114,6 +114,15 @@ zc_share() {
   [ "$(zc_sum mr_cache_misses)" -eq 0 ]
 }
 
+@test "zero-copy: a config rule sets the threshold per role (client off, server default)" {
+  echo "use both client stream *:* zcopy_thresh=0" >"$T/sdpshim.conf"
+  export SDPSHIM_CONFIG=$T/sdpshim.conf
+  zc_stream both 16M -m 1M -F
+  show "client zero-copied $(zc_sum zcopy_bytes_sent role=client), server $(zc_sum zcopy_bytes_sent role=server)"
+  [ "$(zc_sum zcopy_bytes_sent role=client)" -eq 0 ]
+  [ "$(zc_sum zcopy_bytes_sent role=server)" -gt 0 ]
+}
+
 @test "zero-copy: iperf3 -l 1M, received bytes sha256-equal to the file sent, >= 90% zero-copied" {
   local port in=$T/in.bin out=$T/out.bin crc=0
   head -c $((64 << 20)) /dev/urandom >"$in"
