@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
 #include "core/mrcache.h"
@@ -51,6 +52,23 @@ static void on_cm_ready(struct progress_source *src, uint32_t events)
 		rdma_ack_cm_event(ev);
 		SDP_GUARD_LEAVE();
 	}
+}
+
+/* The RC ack timeout (4.096 us << exponent) decides when an unacknowledged
+ * packet is sent again.  rdma_cm's default suits hardware; an emulated host
+ * that stalls for longer retransmits needlessly, and rxe in Linux 6.1 can
+ * stall a QP on such duplicates, so the test bed sets a longer one. */
+void cm_apply_ack_timeout(struct rdma_cm_id *id)
+{
+	uint8_t exp = (uint8_t)sdp_tun.ack_timeout;
+
+	if (!exp)
+		return;
+	SDP_GUARD_ENTER();
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &exp, sizeof(exp)) != 0)
+		sdp_info("cannot set the RC ack timeout (%s): rdma_cm's default applies",
+			 strerror(errno));
+	SDP_GUARD_LEAVE();
 }
 
 int cm_channel_ensure(struct rdma_event_channel **out)

@@ -193,6 +193,7 @@ static void on_route_resolved(struct sdp_conn *c)
 	param.initiator_depth = 1;
 	param.retry_count = 7;
 	param.rnr_retry_count = 7;
+	cm_apply_ack_timeout(c->cm_id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_connect(c->cm_id, &param);
 	SDP_GUARD_LEAVE();

@@ -194,6 +194,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	param.private_data_len = sizeof(ack_wire);
 	param.responder_resources = 1;
 	param.initiator_depth = 1;
+	param.retry_count = 7; /* a lost packet is retransmitted, never fatal at once */
 	param.rnr_retry_count = 7;
 	pthread_mutex_lock(&l->lock);
 	atomic_fetch_add(&l->refs, 1);
@@ -203,6 +204,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	l->pending_count++;
 	pthread_mutex_unlock(&l->lock);
 	conn_arm_timer(c, sdp_tun.pending_ttl_ms);
+	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_accept(ev->id, &param);
 	SDP_GUARD_LEAVE();

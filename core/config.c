@@ -24,6 +24,7 @@ STORE_FN(buf_count, unsigned)
 STORE_FN(zcopy_thresh, int64_t)
 STORE_FN(zcopy_nb_wait_ms, unsigned)
 STORE_FN(debug_zc_corrupt, unsigned)
+STORE_FN(ack_timeout, unsigned)
 STORE_FN(linger_ms, unsigned)
 STORE_FN(pending_ttl_ms, unsigned)
 STORE_FN(stats_slots, unsigned)
@@ -38,6 +39,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_ZCOPY_THRESH", 0, INT64_C(1) << 40, 262144, store_zcopy_thresh },
 	{ "SDPSHIM_ZCOPY_NB_WAIT_MS", 0, 60000, 20, store_zcopy_nb_wait_ms },
 	{ "SDPSHIM_DEBUG_ZC_CORRUPT", 0, 3, 0, store_debug_zc_corrupt },
+	{ "SDPSHIM_ACK_TIMEOUT", 0, 31, 0, store_ack_timeout },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
 	{ "SDPSHIM_PENDING_TTL_MS", 100, 3600000, 30000, store_pending_ttl_ms },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },

@@ -14,6 +14,7 @@ struct sdp_tunables {
 	unsigned buf_count;          /* SDPSHIM_BUF_COUNT: receive buffers per connection */
 	int64_t  zcopy_thresh;       /* SDPSHIM_ZCOPY_THRESH: 0 disables zero-copy */
 	unsigned zcopy_nb_wait_ms;   /* SDPSHIM_ZCOPY_NB_WAIT_MS: non-blocking zero-copy bound */
+	unsigned ack_timeout;        /* SDPSHIM_ACK_TIMEOUT: RC ack timeout exponent, 0 = rdma_cm's */
 	unsigned debug_zc_corrupt;   /* SDPSHIM_DEBUG_ZC_CORRUPT: tests only, see zc_fill_ext */
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
 	unsigned pending_ttl_ms;     /* SDPSHIM_PENDING_TTL_MS: unmatched server channels expire */

@@ -74,6 +74,8 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err);
 
 /* cm.c: the process-wide rdma_cm event channel */
 int cm_channel_ensure(struct rdma_event_channel **out);
+/* Applies SDPSHIM_ACK_TIMEOUT (if set) to id before connect or accept. */
+void cm_apply_ack_timeout(struct rdma_cm_id *id);
 /* cm_client.c / cm_server.c: event handlers */
 void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev);
 void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev);
