@@ -57,10 +57,8 @@ void conn_get(struct sdp_conn *c)
 	atomic_fetch_add(&c->refs, 1);
 }
 
-static void conn_free(void *arg)
+static void conn_free(struct sdp_conn *c)
 {
-	struct sdp_conn *c = arg;
-
 	progress_close_hidden(c->rd_fd);
 	progress_close_hidden(c->wr_fd);
 	free(c->drain_buf);
@@ -69,17 +67,15 @@ static void conn_free(void *arg)
 	free(c);
 }
 
-/* The last reference frees the channel on the progress thread, which is
- * also where its timer fires: a timer callback never meets freed memory,
- * and the timer list never keeps a freed node (a close after teardown may
- * have armed the linger timer again). */
+/* The last reference frees the channel.  Its timer is unlinked first: a
+ * close after teardown may have armed the linger timer again, and a freed
+ * node left in the timer list turns it into a cycle. */
 void conn_put(struct sdp_conn *c)
 {
 	if (atomic_fetch_sub(&c->refs, 1) != 1)
 		return;
 	progress_timer_cancel(&c->timer);
-	if (progress_defer(conn_free, c) != 0)
-		conn_free(c);
+	conn_free(c);
 }
 
 static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)

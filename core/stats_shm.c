@@ -89,6 +89,13 @@ void stats_seg_detach(struct stats_seg *seg)
 	seg->owner = false;
 }
 
+void stats_seg_unlink(struct stats_seg *seg)
+{
+	if (seg->hdr && seg->owner)
+		unlink(seg->path);
+	seg->owner = false;
+}
+
 void stats_seg_destroy(struct stats_seg *seg)
 {
 	if (seg->hdr && seg->owner)

@@ -84,6 +84,10 @@ int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t ui
 		     const char *comm, uint32_t slots);
 void stats_seg_destroy(struct stats_seg *seg); /* unmaps and unlinks */
 void stats_seg_detach(struct stats_seg *seg);  /* unmaps only (forked child) */
+/* Unlinks only, keeping the mapping: at exit other threads may still count
+ * into (and release) slots, so `sdpshim stat` stops listing the process
+ * while the memory stays valid. */
+void stats_seg_unlink(struct stats_seg *seg);
 struct sdp_conn_stats *stats_slot_alloc(struct stats_seg *seg);
 void stats_slot_release(struct stats_seg *seg, struct sdp_conn_stats *slot);
 void stats_slot_begin(struct sdp_conn_stats *slot);  /* identity update begins */

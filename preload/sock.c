@@ -362,8 +362,11 @@ void sock_flush_all_stats(void)
 
 	fdt_for_each(FDT_SOCK, flush_one, &now);
 	sock_table_lock();
+	/* Unlink only: the progress thread may still count into (and release)
+	 * slots of this segment while the process exits; unmapping it here
+	 * made those writes, and the release, touch freed memory. */
 	if (proc_seg.hdr && proc_seg_pid == getpid())
-		stats_seg_destroy(&proc_seg);
+		stats_seg_unlink(&proc_seg);
 	sock_table_unlock();
 }
 
