@@ -122,9 +122,8 @@ static int mw_invalidate(struct sdp_conn *c, struct zc_window *w)
 /* Waits, ignoring signals, until pred holds or the carrier is gone: for
  * operations that write into or expose the app's buffer.  Every completion
  * the progress thread handles broadcasts c->cond. */
-static void wait_uninterruptible(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), bool for_write)
+static void wait_uninterruptible(struct sdp_conn *c, bool (*pred)(struct sdp_conn *))
 {
-	(void)for_write;
 	while (!pred(c) && !c->carrier_dead && c->qp) {
 		struct timespec until;
 
@@ -153,18 +152,18 @@ static bool sink_win_idle(struct sdp_conn *c)
 
 /* Ends the window's exposure: invalidate it and wait until that is done.
  * A dead QP accepts no remote access, so nothing is left to do then. */
-static void mw_close(struct sdp_conn *c, struct zc_window *w, bool for_write)
+static void mw_close(struct sdp_conn *c, struct zc_window *w)
 {
 	bool (*idle)(struct sdp_conn *) = w == &c->win[ZC_WIN_SRC] ? src_win_idle : sink_win_idle;
 
-	wait_uninterruptible(c, idle, for_write);
+	wait_uninterruptible(c, idle);
 	if (!w->bound || c->carrier_dead || !c->qp)
 		return;
 	if (mw_invalidate(c, w) != 0) {
 		close_ev_carrier_failed(c, EIO);
 		return;
 	}
-	wait_uninterruptible(c, idle, for_write);
+	wait_uninterruptible(c, idle);
 	w->bound = false;
 }
 
@@ -225,7 +224,7 @@ static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
 	c->tx_stream_off += n;
 	tx_queue_ctrl(c, SDP_MID_RDMA_WR_COMPL); /* after the WRITE on the same QP */
 	tx_kick(c);
-	wait_uninterruptible(c, write_done, true);
+	wait_uninterruptible(c, write_done);
 	mrcache_put(mre);
 	COUNT(c, zcopy_bytes_sent, n);
 	COUNT(c, zcopy_ops, 1);
@@ -268,7 +267,7 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 			COUNT(c, zcopy_cancels, 1);
 		}
 	}
-	mw_close(c, win, true);
+	mw_close(c, win);
 	mrcache_put(mre);
 	c->src.active = false; /* on_rd_compl advanced tx_stream_off */
 	COUNT(c, zcopy_bytes_sent, c->src.consumed);
@@ -433,7 +432,7 @@ ssize_t zc_recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t
 	}
 	c->rd = (struct zc_read){ .active = true, .direct = true, .len = n, .mre = mre };
 	/* The READ writes into the app's buffer: no return before it is done. */
-	wait_uninterruptible(c, read_done, false);
+	wait_uninterruptible(c, read_done);
 	mrcache_put(mre);
 	c->rd.mre = NULL;
 	if (!c->rd.done)
@@ -550,7 +549,7 @@ ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms,
 			COUNT(c, zcopy_cancels, 1);
 		}
 	}
-	mw_close(c, win, false);
+	mw_close(c, win);
 	mrcache_put(mre);
 	c->sink.active = false;
 	result = c->sink.written;
