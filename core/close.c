@@ -139,7 +139,8 @@ void close_ev_abort(struct sdp_conn *c, int err, bool send_abort)
 
 /* The QP or the rdma_cm connection failed, or the peer disconnected
  * without DisConn.  Before ATTACH no byte moved: fall back to TCP.  After
- * it, the peer's kernel TCP socket says whether it closed or reset. */
+ * it the stream moves to TCP (core/switch.c); when nothing is left to
+ * move, the peer's kernel TCP socket says whether it closed or reset. */
 void close_ev_carrier_failed(struct sdp_conn *c, int err)
 {
 	enum conn_close_state old = c->close_state;
@@ -158,10 +159,15 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err)
 	case CONN_OPEN:
 		break;
 	case CONN_DRAINING:
+	case CONN_SWITCHING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		return;
 	}
+	if (c->sw_started)
+		return; /* reaping completions while a switch starts */
+	if (switch_start(c, SDP_REASON_FAILOVER, true, false))
+		return; /* the stream continues on TCP */
 	switch (c->close_state) {
 	case CLOSE_ACTIVE:
 	case CLOSE_TX_DRAINING:

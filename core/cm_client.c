@@ -304,6 +304,7 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 
 	switch (was) {
 	case CONN_DRAINING:
+	case CONN_SWITCHING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		return;

@@ -25,6 +25,8 @@ STORE_FN(zcopy_thresh, int64_t)
 STORE_FN(zcopy_nb_wait_ms, unsigned)
 STORE_FN(debug_zc_corrupt, unsigned)
 STORE_FN(ack_timeout, unsigned)
+STORE_FN(debug_fail_after, int64_t)
+STORE_FN(switch_timeout_ms, unsigned)
 STORE_FN(linger_ms, unsigned)
 STORE_FN(pending_ttl_ms, unsigned)
 STORE_FN(stats_slots, unsigned)
@@ -40,6 +42,8 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_ZCOPY_NB_WAIT_MS", 0, 60000, 20, store_zcopy_nb_wait_ms },
 	{ "SDPSHIM_DEBUG_ZC_CORRUPT", 0, 3, 0, store_debug_zc_corrupt },
 	{ "SDPSHIM_ACK_TIMEOUT", 0, 31, 0, store_ack_timeout },
+	{ "SDPSHIM_DEBUG_FAIL_AFTER", 0, INT64_C(1) << 50, 0, store_debug_fail_after },
+	{ "SDPSHIM_SWITCH_TIMEOUT_MS", 10, 600000, 10000, store_switch_timeout_ms },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
 	{ "SDPSHIM_PENDING_TTL_MS", 100, 3600000, 30000, store_pending_ttl_ms },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },

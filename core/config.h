@@ -16,6 +16,8 @@ struct sdp_tunables {
 	unsigned zcopy_nb_wait_ms;   /* SDPSHIM_ZCOPY_NB_WAIT_MS: non-blocking zero-copy bound */
 	unsigned ack_timeout;        /* SDPSHIM_ACK_TIMEOUT: RC ack timeout exponent, 0 = rdma_cm's */
 	unsigned debug_zc_corrupt;   /* SDPSHIM_DEBUG_ZC_CORRUPT: tests only, see zc_fill_ext */
+	int64_t  debug_fail_after;   /* SDPSHIM_DEBUG_FAIL_AFTER: tests only, fail the QP after N bytes */
+	unsigned switch_timeout_ms;  /* SDPSHIM_SWITCH_TIMEOUT_MS: bound on a move to TCP before fork/exec */
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
 	unsigned pending_ttl_ms;     /* SDPSHIM_PENDING_TTL_MS: unmatched server channels expire */
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */

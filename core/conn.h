@@ -39,7 +39,8 @@ struct zc_window {
  *   client: RESOLVING -> TCP_CONNECTING -> AWAIT_ATTACH -> OPEN
  *   server: PENDING -> (accept matched) ATTACHING -> OPEN
  *   any   -> [DRAINING ->] FALLBACK (the stream continues on kernel TCP)
- *   OPEN  -> DEAD (carrier failed or both sides closed; resources released) */
+ *   OPEN  -> SWITCHING -> FALLBACK (the stream moves to TCP mid-way: core/switch.c)
+ *   OPEN  -> DEAD (both sides closed, or reset; resources released) */
 enum conn_phase {
 	CONN_RESOLVING,      /* rdma_cm address/route/connect in flight */
 	CONN_TCP_CONNECTING, /* channel up; kernel TCP connect in flight */
@@ -48,6 +49,7 @@ enum conn_phase {
 	CONN_ATTACHING,      /* server: matched, waiting for ESTABLISHED to send ATTACH */
 	CONN_OPEN,           /* bytes flow over RDMA */
 	CONN_DRAINING,       /* moving to TCP: buffered bytes are written to TCP first */
+	CONN_SWITCHING,      /* moving an open stream to TCP: SWITCH records and resends */
 	CONN_FALLBACK,       /* channel abandoned; the socket uses kernel TCP */
 	CONN_DEAD,           /* channel torn down */
 };
@@ -81,6 +83,7 @@ struct conn_owner_ops {
 struct tx_slot {
 	uint32_t seq; /* message sequence number once posted */
 	uint32_t len; /* bytes in the slot, header included */
+	uint64_t off; /* stream offset of its first payload byte */
 };
 
 struct rx_entry {
@@ -231,9 +234,31 @@ struct sdp_conn {
 	uint32_t stage_len, stage_off, stage_fill;
 	int rx_waiters;            /* threads blocked in recv (they READ directly) */
 
-	/* Bytes moving to TCP after a fallback (DRAINING phase). */
+	/* Bytes moving to TCP after a fallback (DRAINING phase), or our SWITCH
+	 * record and resend (SWITCHING). */
 	uint8_t *drain_buf;
 	size_t drain_len, drain_off;
+
+	/* Moving the open stream to TCP (core/switch.c). */
+	enum sdp_reason sw_reason;
+	bool sw_started;
+	bool sw_by_peer;           /* the peer's record started it: take its reason */
+	bool sw_tx_done;           /* our record and resend are in the kernel socket */
+	bool sw_shut_wr;           /* the app shut down writing: SHUT_WR after them */
+	bool sw_peer_done;         /* the peer's record read, its duplicates dropped */
+	bool sw_local_provisional; /* sw_local is dropped when the peer's record arrives */
+	int sw_peer_err;           /* TCP error seen while reading it (reported once) */
+	uint32_t sw_hdr_got;
+	uint8_t sw_hdr[SDP_SWITCH_SIZE];
+	uint64_t sw_rx_have;       /* stream bytes this end has: delivered + kept */
+	uint64_t sw_skip;          /* bytes of the peer's resend still to drop */
+	uint8_t *sw_local;         /* received over RDMA, not read yet (kept) */
+	size_t sw_local_len, sw_local_off;
+	bool wr_unconfirmed;       /* our RDMA WRITE's RdmaWrCompl may not have landed */
+	bool wr_compl_posted;
+	uint32_t wr_compl_idx;     /* its control slot */
+	bool write_rolled_back;    /* the switch took that WRITE's bytes back */
+	bool debug_failed;         /* SDPSHIM_DEBUG_FAIL_AFTER fired */
 
 	/* Readiness indicators (level-triggered eventfds). */
 	int rd_fd, wr_fd;
@@ -322,6 +347,15 @@ uint64_t conn_readable_bytes(struct sdp_conn *c);
 uint64_t conn_unsent_bytes(struct sdp_conn *c);
 void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned intvl_s,
 			unsigned cnt);
+
+/* Before fork or exec: start moving an open channel's stream to the kernel
+ * TCP socket (reason SDP_REASON_FORKED), then wait until the socket is
+ * plain TCP and its owner was told (CONN_EV_FALLBACK), or the deadline
+ * (progress_now_ms() clock) passes.  Start every channel before waiting on
+ * any.  conn_switch_wait returns false if the socket is still the
+ * channel's (not open, still moving, or bytes only this process holds). */
+void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason);
+bool conn_switch_wait(struct sdp_conn *c, uint64_t deadline_ms);
 
 /* In a forked child: the parent's progress thread, devices and rdma_cm
  * channel are not ours; start afresh when the child makes a channel. */

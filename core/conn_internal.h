@@ -62,8 +62,8 @@ size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size
 int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us);
 uint64_t conn_now_us(void);
 
-/* cq.c */
-void cq_poll(struct sdp_conn *c);
+/* cq.c: returns the number of completions handled */
+int cq_poll(struct sdp_conn *c);
 
 /* close.c: one function per event */
 void close_ev_app_shutdown_wr(struct sdp_conn *c);
@@ -97,6 +97,23 @@ void tcp_drain_start(struct sdp_conn *c);
 /* After the carrier died without DisConn: 0 if the peer's TCP closed
  * (EOF), else the error to report (ECONNRESET). */
 int tcp_peer_verdict(struct sdp_conn *c, int err);
+
+/* switch.c: moving an open stream to TCP.  keep_local: bytes received
+ * over RDMA and not read yet stay here and are read first (else they are
+ * dropped and the peer resends them).  Returns false if the stream cannot
+ * move (no TCP socket, reset, or nothing left to move). */
+bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer);
+void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
+ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 int flags, bool *again);
+ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 size_t total, bool nonblock, int flags, bool *again);
+unsigned switch_poll_mask(struct sdp_conn *c);
+uint64_t switch_readable_bytes(struct sdp_conn *c);
+void switch_on_timer(struct sdp_conn *c);
+/* SDPSHIM_DEBUG_FAIL_AFTER: fail this channel's QP once it sent that much. */
+void switch_debug_maybe_fail(struct sdp_conn *c);
+void qp_force_error(struct sdp_conn *c);
 
 /* cm_client.c: IPv4 as IPv4-mapped IPv6, so tuples compare either way. */
 void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);

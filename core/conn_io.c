@@ -24,6 +24,7 @@ const char *conn_phase_name(enum conn_phase phase)
 	case CONN_ATTACHING:      return "attaching";
 	case CONN_OPEN:           return "open";
 	case CONN_DRAINING:       return "draining";
+	case CONN_SWITCHING:      return "switching";
 	case CONN_FALLBACK:       return "fallback";
 	case CONN_DEAD:           return "dead";
 	}
@@ -149,6 +150,8 @@ static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 	size_t n;
 
 	*again = false;
+	if (c->phase == CONN_SWITCHING)
+		return switch_recv_step(c, iov, iovcnt, done, flags, again);
 	if (c->phase == CONN_DRAINING || c->phase == CONN_FALLBACK)
 		return CONN_USE_TCP;
 	if (has_qp_phase(c->phase))
@@ -222,6 +225,9 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			}
 			continue;
 		}
+		/* Not READ directly (a small buffer, say): stage it, or this
+		 * wait wakes at once for the same SrcAvail, again and again. */
+		zc_stage_kick(c);
 		int w = conn_wait(c, false, timeout_ms, start);
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
@@ -242,11 +248,13 @@ static bool tx_is_shut(const struct sdp_conn *c)
 
 /* One step of send: bytes queued so far, -errno, or *again to wait. */
 static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 size_t total, bool *again)
+			 size_t total, bool nonblock, int flags, bool *again)
 {
 	size_t n;
 
 	*again = false;
+	if (c->phase == CONN_SWITCHING)
+		return switch_send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
 	if (c->phase == CONN_FALLBACK)
 		return done ? (ssize_t)done : CONN_USE_TCP;
 	if (c->hard_error || c->close_state == CLOSE_ABORTED)
@@ -317,7 +325,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 				continue;
 			try_zc = false; /* use buffer copy for the rest of this call */
 		}
-		rc = send_step(c, iov, iovcnt, done, total, &again);
+		rc = send_step(c, iov, iovcnt, done, total, nb, flags, &again);
 		if (!again)
 			break;
 		done = (size_t)rc;
@@ -381,6 +389,12 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 		c->phase = CONN_DEAD;
 		conn_schedule_destroy(c);
 		break;
+	case CONN_SWITCHING:
+		if (c->drain_buf || !c->sw_tx_done)
+			conn_arm_timer(c, sdp_tun.linger_ms); /* our resend goes out first */
+		else
+			conn_schedule_destroy(c);
+		break;
 	case CONN_DRAINING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:
@@ -409,6 +423,11 @@ uint64_t conn_readable_bytes(struct sdp_conn *c)
 	uint64_t n;
 
 	conn_lock(c);
+	if (c->phase == CONN_SWITCHING) {
+		n = switch_readable_bytes(c);
+		conn_unlock(c);
+		return n;
+	}
 	if (has_qp_phase(c->phase))
 		cq_poll(c);
 	n = c->rx_bytes_ready;
@@ -424,6 +443,8 @@ uint64_t conn_unsent_bytes(struct sdp_conn *c)
 	uint64_t n = 0;
 
 	conn_lock(c);
+	if (c->drain_buf)
+		n = c->drain_len - c->drain_off;
 	for (uint32_t pos = c->tx_tail; c->tx_slots && pos != c->tx_head; pos++)
 		n += c->tx_slots[pos % c->tx_nslots].len - SDP_BSDH_SIZE;
 	conn_unlock(c);

@@ -10,15 +10,29 @@
 #include "core/zcopy.h"
 #include "preload/init.h"
 
+/* After a switch started, a completion only settles bookkeeping: the
+ * stream's position was fixed when the QP stopped. */
+static void on_completion_switched(struct sdp_conn *c, enum wr_kind kind, uint32_t index)
+{
+	if (kind != WR_RECV && c->sq_outstanding)
+		c->sq_outstanding--;
+	if (kind >= WR_READ)
+		zc_on_completion(c, kind, index, false);
+}
+
 static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 {
 	enum wr_kind kind = WR_KIND(wc->wr_id);
 
+	if (c->phase == CONN_SWITCHING || (c->sw_started && c->phase != CONN_OPEN)) {
+		on_completion_switched(c, kind, WR_INDEX(wc->wr_id));
+		return;
+	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		static const char *const kinds[] = { "?", "recv", "send", "control send", "RDMA READ",
 						     "RDMA WRITE", "window bind", "window invalidate" };
 		if (!c->carrier_dead && wc->status != IBV_WC_WR_FLUSH_ERR)
-			sdp_info("RDMA completion error on %s: %s",
+			sdp_warn("RDMA completion error on %s: %s",
 				 kind <= WR_INV ? kinds[kind] : "?", ibv_wc_status_str(wc->status));
 		if (kind != WR_RECV && c->sq_outstanding)
 			c->sq_outstanding--;
@@ -39,6 +53,10 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 		c->sq_outstanding--;
 		if (c->ctrl_outstanding)
 			c->ctrl_outstanding--;
+		if (c->wr_unconfirmed && c->wr_compl_posted && WR_INDEX(wc->wr_id) == c->wr_compl_idx) {
+			c->wr_unconfirmed = false; /* our RdmaWrCompl landed: the WRITE is the peer's */
+			pthread_cond_broadcast(&c->cond);
+		}
 		break;
 	case WR_READ:
 	case WR_WRITE:
@@ -50,22 +68,25 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 	}
 }
 
-void cq_poll(struct sdp_conn *c)
+int cq_poll(struct sdp_conn *c)
 {
 	struct ibv_wc wc[16];
-	int n;
+	int n, total = 0;
 
 	if (!c->cq)
-		return;
+		return 0;
 	do {
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(c->cq, 16, wc);
 		SDP_GUARD_LEAVE();
 		for (int i = 0; i < n; i++)
 			on_completion(c, &wc[i]);
+		total += n > 0 ? n : 0;
 	} while (n == 16 && c->cq);
 	tx_kick(c);
+	switch_debug_maybe_fail(c);
 	conn_update_readiness(c, false);
+	return total;
 }
 
 void cq_on_channel_ready(struct progress_source *src, uint32_t events)

@@ -65,6 +65,7 @@ static bool phase_wakes_everyone(enum conn_phase phase)
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		return true;
+	case CONN_SWITCHING: /* precise: see switch_poll_mask() */
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
 	case CONN_AWAIT_ATTACH:
@@ -81,6 +82,9 @@ bool conn_readable_locked(const struct sdp_conn *c)
 	/* A waiting recv also wakes for a SrcAvail it can READ directly. */
 	bool direct_read = c->rx_waiters && !c->rd.active && zc_head_source((struct sdp_conn *)c);
 
+	if (c->phase == CONN_SWITCHING)
+		return switch_poll_mask((struct sdp_conn *)c) & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
+
 	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error || direct_read ||
 	       (c->sink.active && c->sink.answered) || phase_wakes_everyone(c->phase);
 }
@@ -92,6 +96,8 @@ static bool phase_takes_writes(enum conn_phase phase)
 
 bool conn_writable_locked(const struct sdp_conn *c)
 {
+	if (c->phase == CONN_SWITCHING)
+		return switch_poll_mask((struct sdp_conn *)c) & (POLLOUT | POLLHUP | POLLERR);
 	if (c->hard_error || c->error || phase_wakes_everyone(c->phase) || tx_shut(c))
 		return true;
 	if (c->src.active)
@@ -143,6 +149,11 @@ unsigned conn_poll_mask(struct sdp_conn *c)
 	unsigned mask = 0;
 
 	conn_lock(c);
+	if (c->phase == CONN_SWITCHING) {
+		mask = switch_poll_mask(c);
+		conn_unlock(c);
+		return mask;
+	}
 	if (c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error)
 		mask |= POLLIN | POLLRDNORM;
 	if (c->rx_eof)

@@ -1,7 +1,8 @@
 /* The library's own dup of the app's TCP socket: the progress thread
  * completes non-blocking connects on it, notices a server that answered
- * on TCP (so the client must fall back), judges how a vanished peer closed,
- * and drains buffered bytes into it when a channel falls back. */
+ * on TCP (so the client must fall back) or a peer that moved the stream
+ * there, judges how a vanished peer closed, and drains buffered bytes
+ * into it when a channel falls back. */
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
@@ -71,6 +72,15 @@ static void on_drain_ready(struct sdp_conn *c)
 	conn_schedule_destroy(c);
 }
 
+/* Bytes on the idle TCP socket of an open channel: the peer moved the
+ * stream there.  (A FIN alone is the channel's business.) */
+static bool peer_wrote(struct sdp_conn *c)
+{
+	char byte;
+
+	return real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
 static void on_tcp_ready(struct progress_source *src, uint32_t events)
 {
 	struct sdp_conn *c = (struct sdp_conn *)((char *)src - offsetof(struct sdp_conn, tcp_src));
@@ -91,6 +101,12 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 		conn_update_readiness(c, true); /* reads now come from TCP */
 		break;
 	case CONN_OPEN:
+		if ((events & EPOLLIN) && peer_wrote(c))
+			switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+		break;
+	case CONN_SWITCHING:
+		switch_on_tcp_ready(c, events);
+		break;
 	case CONN_ATTACHING:
 	case CONN_PENDING:
 	case CONN_RESOLVING:

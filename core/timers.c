@@ -57,6 +57,9 @@ void conn_on_timer(struct sdp_conn *c)
 			keepalive_tick(c);
 		}
 		break;
+	case CONN_SWITCHING:
+		switch_on_timer(c);
+		break;
 	case CONN_TCP_CONNECTING:
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:

@@ -72,6 +72,7 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 				break;
 			slot = slot_at(c, c->tx_head++);
 			slot->len = (uint32_t)SDP_BSDH_SIZE;
+			slot->off = c->tx_stream_off; /* zc_note_bcopy() below advances it */
 		}
 		slot = slot_at(c, c->tx_head - 1);
 		size_t room = c->peer_buf_size - slot->len;
@@ -193,6 +194,10 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 		return false;
 	}
 	c->ctrl_outstanding++;
+	if (mid == SDP_MID_RDMA_WR_COMPL) {
+		c->wr_compl_idx = idx; /* its completion confirms the WRITE (cq.c) */
+		c->wr_compl_posted = true;
+	}
 	if (mid == SDP_MID_CREDIT_UPDATE && c->st)
 		atomic_fetch_add_explicit(&c->st->credit_updates_sent, 1, memory_order_relaxed);
 	return true;

@@ -114,6 +114,19 @@ void sdp_ext_from_wire(const void *in, struct sdp_ext *e)
 	e->d = be64toh(w.d);
 }
 
+/* Magic (network order as received), version and flags of the messages
+ * that carry them: Hello, HelloAck, SWITCH. */
+static enum sdp_wire_error check_preamble(uint32_t magic_be, uint8_t version, unsigned flags)
+{
+	if (ntohl(magic_be) != SDP_HELLO_MAGIC)
+		return SDP_WIRE_BAD_MAGIC;
+	if (version != SDP_WIRE_VERSION)
+		return SDP_WIRE_BAD_VERSION;
+	if (flags != 0)
+		return SDP_WIRE_BAD_FLAGS;
+	return SDP_WIRE_OK;
+}
+
 static enum sdp_wire_error check_buffers(uint16_t count, uint32_t size)
 {
 	if (count < SDP_MIN_BUF_COUNT || count > SDP_MAX_BUF_COUNT)
@@ -139,17 +152,15 @@ void sdp_hello_to_wire(const struct sdp_hello *h, struct sdp_hello_wire *out)
 
 enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_hello *h)
 {
+	enum sdp_wire_error err;
 	struct sdp_hello_wire w;
 
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
-		return SDP_WIRE_BAD_MAGIC;
-	if (w.version != SDP_WIRE_VERSION)
-		return SDP_WIRE_BAD_VERSION;
-	if (w.flags != 0)
-		return SDP_WIRE_BAD_FLAGS;
+	err = check_preamble(w.magic, w.version, w.flags);
+	if (err != SDP_WIRE_OK)
+		return err;
 	memset(h, 0, sizeof(*h));
 	h->version = w.version;
 	h->buf_count = ntohs(w.buf_count);
@@ -175,17 +186,15 @@ void sdp_hello_ack_to_wire(const struct sdp_hello_ack *h, struct sdp_hello_ack_w
 
 enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct sdp_hello_ack *h)
 {
+	enum sdp_wire_error err;
 	struct sdp_hello_ack_wire w;
 
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
-		return SDP_WIRE_BAD_MAGIC;
-	if (w.version != SDP_WIRE_VERSION)
-		return SDP_WIRE_BAD_VERSION;
-	if (w.flags != 0)
-		return SDP_WIRE_BAD_FLAGS;
+	err = check_preamble(w.magic, w.version, w.flags);
+	if (err != SDP_WIRE_OK)
+		return err;
 	h->version = w.version;
 	h->flags = w.flags;
 	h->buf_count = ntohs(w.buf_count);
@@ -211,4 +220,32 @@ uint8_t sdp_reject_from_wire(const void *in, size_t len)
 	if (ntohl(w.magic) != SDP_HELLO_MAGIC)
 		return 0;
 	return w.code;
+}
+
+void sdp_switch_to_wire(const struct sdp_switch *sw, struct sdp_switch_wire *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->magic = htonl(SDP_HELLO_MAGIC);
+	out->version = SDP_WIRE_VERSION;
+	out->reason = sw->reason;
+	out->resend_from = htobe64(sw->resend_from);
+}
+
+enum sdp_wire_error sdp_switch_from_wire(const void *in, size_t len, unsigned reason_count,
+					 struct sdp_switch *sw)
+{
+	enum sdp_wire_error err;
+	struct sdp_switch_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	err = check_preamble(w.magic, w.version, w.flags);
+	if (err != SDP_WIRE_OK)
+		return err;
+	if (w.reason >= reason_count)
+		return SDP_WIRE_BAD_FIELD;
+	sw->reason = w.reason;
+	sw->resend_from = be64toh(w.resend_from);
+	return SDP_WIRE_OK;
 }

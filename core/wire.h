@@ -60,7 +60,7 @@ struct sdp_bsdh {
  * ABORT (a = errno), DETACH (a = reason), SRC_AVAIL/SINK_AVAIL
  * (a = length, b = rkey, c = address, d = stream offset),
  * RDMA_RD_COMPL/RDMA_WR_COMPL/..._CANCEL(_ACK) (a = bytes, d = offset),
- * SWITCH (c = bytes received, d = bytes sent). */
+ * SWITCH travels on TCP, not here (struct sdp_switch_wire). */
 struct sdp_ext_wire {
 	uint32_t a;
 	uint32_t b;
@@ -140,6 +140,24 @@ struct sdp_reject_wire {
 	uint16_t pad;
 } __attribute__((packed));
 
+/* SWITCH record: the first bytes an end writes on the kernel TCP socket
+ * when it moves the stream there (see core/switch.c).  The stream bytes
+ * from resend_from on follow it; the reader skips the ones it already has. */
+struct sdp_switch_wire {
+	uint32_t magic;
+	uint8_t  version;
+	uint8_t  reason;      /* enum sdp_reason of the end that started the move */
+	uint16_t flags;
+	uint64_t resend_from; /* stream offset of the first byte after the record */
+} __attribute__((packed));
+
+struct sdp_switch {
+	uint8_t  reason;
+	uint64_t resend_from;
+};
+
+#define SDP_SWITCH_SIZE sizeof(struct sdp_switch_wire)
+
 /* Limits every decoder enforces. */
 #define SDP_MIN_BUF_SIZE   4096u
 #define SDP_MAX_BUF_SIZE   (1u << 20)
@@ -183,6 +201,11 @@ enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct s
 void sdp_reject_to_wire(uint8_t code, struct sdp_reject_wire *out);
 /* Returns the code, or 0 if the data is not an sdpshim reject. */
 uint8_t sdp_reject_from_wire(const void *in, size_t len);
+
+void sdp_switch_to_wire(const struct sdp_switch *sw, struct sdp_switch_wire *out);
+/* Checks magic, version and flags; reason_count bounds the reason code. */
+enum sdp_wire_error sdp_switch_from_wire(const void *in, size_t len, unsigned reason_count,
+					 struct sdp_switch *sw);
 
 /* Sequence arithmetic (mod 2^32): a is after b. */
 static inline bool sdp_seq_after(uint32_t a, uint32_t b)

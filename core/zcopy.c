@@ -180,9 +180,11 @@ bool zc_tx_busy(const struct sdp_conn *c)
 	return c->src.active || c->write_active;
 }
 
+/* The WRITE completed and its RdmaWrCompl landed (only then is a switch
+ * sure the peer has the bytes; see core/switch.c). */
 static bool write_done(struct sdp_conn *c)
 {
-	return !c->write_active;
+	return !c->write_active && !c->wr_unconfirmed;
 }
 
 static bool ready_to_zcopy(struct sdp_conn *c)
@@ -219,6 +221,8 @@ static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
 	}
 	c->psink.valid = false;
 	c->write_active = true;
+	c->wr_unconfirmed = true;
+	c->wr_compl_posted = false;
 	c->wr_compl_bytes = n;
 	c->wr_compl_off = c->tx_stream_off;
 	c->tx_stream_off += n;
@@ -226,10 +230,16 @@ static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
 	tx_kick(c);
 	wait_uninterruptible(c, write_done);
 	mrcache_put(mre);
+	if (c->write_rolled_back) {
+		c->write_rolled_back = false; /* the switch resends these bytes: buffer copy path */
+		return 0;
+	}
+	if (c->carrier_dead && c->wr_unconfirmed) {
+		c->wr_unconfirmed = false;
+		return -ECONNRESET;
+	}
 	COUNT(c, zcopy_bytes_sent, n);
 	COUNT(c, zcopy_ops, 1);
-	if (c->carrier_dead)
-		return -ECONNRESET;
 	return n;
 }
 
@@ -275,6 +285,8 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 	conn_update_readiness(c, false);
 	if (c->src.consumed)
 		return c->src.consumed;
+	if (c->sw_started && !c->hard_error)
+		return 0; /* the stream moved to TCP: the bytes go there (buffer copy path) */
 	if (c->carrier_dead || c->hard_error)
 		return -(c->hard_error ? c->hard_error : ECONNRESET);
 	return c->src.cancel_sent ? -EINTR : -EAGAIN;
@@ -435,6 +447,15 @@ ssize_t zc_recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t
 	wait_uninterruptible(c, read_done);
 	mrcache_put(mre);
 	c->rd.mre = NULL;
+	if (c->sw_started) {
+		/* The switch counted a finished READ as delivered, and dropped e. */
+		bool done = c->rd.done;
+
+		c->rd.done = false;
+		if (done)
+			COUNT(c, bytes_received, n);
+		return done ? (ssize_t)n : 0;
+	}
 	if (!c->rd.done)
 		return -ECONNRESET;
 	c->rd.done = false;

@@ -2,6 +2,7 @@
  * handlers that keep the fd table and stats consistent across them. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,9 +12,22 @@
 #include "preload/procs.h"
 #include "preload/real.h"
 #include "preload/sock.h"
+#include "preload/sock_rdma.h"
 
+static bool fork_keeps_rdma(void)
+{
+	const char *v = getenv("SDPSHIM_FORK");
+
+	return v && strcmp(v, "keep") == 0;
+}
+
+/* The child inherits plain TCP sockets: a channel's verbs resources stay
+ * with this process, so every stream moves to TCP first (SDPSHIM_FORK=keep:
+ * they stay on RDMA here, and the child cannot use them). */
 void proc_atfork_prepare(void)
 {
+	if (!fork_keeps_rdma())
+		sock_switch_all_to_tcp(false);
 	sock_atfork_prepare();
 }
 
@@ -64,6 +78,7 @@ SDP_EXPORT int daemon(int nochdir, int noclose)
 /* Sockets that exec closes (FD_CLOEXEC) end here: write their stats lines. */
 static void prepare_exec(void)
 {
+	sock_switch_all_to_tcp(true); /* the new image inherits kernel sockets */
 	sock_prepare_exec();
 }
 

@@ -43,7 +43,8 @@ static ssize_t kernel_send(struct sdp_sock *s, int fd, const struct iovec *iov, 
 }
 
 /* A channel belongs to the process that built it; a forked child cannot
- * touch its verbs resources.  (Moving such a socket to TCP is issue 6.) */
+ * touch its verbs resources.  fork moves every stream to TCP first
+ * (core/switch.c); a socket still on RDMA here is one that could not move. */
 static bool inherited_channel(struct sdp_sock *s)
 {
 	static _Atomic int warned;
@@ -51,8 +52,9 @@ static bool inherited_channel(struct sdp_sock *s)
 	if (likely(s->owner_pid == getpid()))
 		return false;
 	if (!warned++)
-		sdp_warn("an RDMA-backed socket inherited from process %d was used after fork; "
-			 "this is not supported yet: the call fails with EIO", (int)s->owner_pid);
+		sdp_warn("an RDMA-backed socket inherited from process %d was used after fork, but "
+			 "its stream could not move to TCP before the fork (or SDPSHIM_FORK=keep): "
+			 "the call fails with EIO", (int)s->owner_pid);
 	errno = EIO;
 	return true;
 }

@@ -254,6 +254,17 @@ static void count_path_locked(struct sdp_sock *s)
 		atomic_fetch_add(&seg->hdr->negcache_hits, 1);
 }
 
+/* "fd 5 client 10.0.0.1:4000 -> 10.0.0.2:6379: <what>" at info level. */
+static void log_path(const struct sdp_sock *s, const char *what)
+{
+	char local[64], remote[64];
+
+	stats_addr_format(&s->st->local, local, sizeof(local));
+	stats_addr_format(&s->st->remote, remote, sizeof(remote));
+	sdp_info("fd %d %s %s -> %s: %s", s->st->fd, stats_role_name(s->st->role), local, remote,
+		 what);
+}
+
 void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 {
 	stats_slot_begin(s->st);
@@ -263,25 +274,44 @@ void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 	stats_slot_end(s->st);
 	atomic_store_explicit(&s->mode, SOCK_MODE_TCP, memory_order_release);
 	if (is_connection(s)) {
-		char local[64], remote[64];
-
 		sock_table_lock();
 		count_path_locked(s);
 		sock_table_unlock();
 		if (sdp_log_level >= SDP_LOG_INFO) {
-			stats_addr_format(&s->st->local, local, sizeof(local));
-			stats_addr_format(&s->st->remote, remote, sizeof(remote));
-			sdp_info("fd %d %s %s -> %s: path=tcp reason=%s%s (%s)", s->st->fd,
-				 stats_role_name(s->st->role), local, remote, sdp_reason_name(reason),
+			char what[160];
+
+			snprintf(what, sizeof(what), "path=tcp reason=%s%s (%s)", sdp_reason_name(reason),
 				 negcached ? " (cached)" : "", sdp_reason_text(reason));
+			log_path(s, what);
 		}
+	}
+}
+
+void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
+{
+	struct stats_seg *seg;
+
+	stats_slot_begin(s->st);
+	s->st->path = SDP_PATH_TCP;
+	s->st->reason = (uint16_t)reason;
+	stats_slot_end(s->st);
+	atomic_store_explicit(&s->mode, SOCK_MODE_TCP, memory_order_release);
+	sock_table_lock();
+	seg = seg_locked();
+	if (seg && reason < STATS_REASON_SLOTS)
+		atomic_fetch_add(&seg->hdr->conns_by_reason[reason], 1);
+	sock_table_unlock();
+	if (sdp_log_level >= SDP_LOG_INFO) {
+		char what[160];
+
+		snprintf(what, sizeof(what), "moved from rdma to tcp, reason=%s (%s)",
+			 sdp_reason_name(reason), sdp_reason_text(reason));
+		log_path(s, what);
 	}
 }
 
 void sock_set_rdma(struct sdp_sock *s)
 {
-	char local[64], remote[64];
-
 	if (s->st->path == SDP_PATH_RDMA)
 		return;
 	stats_slot_begin(s->st);
@@ -291,12 +321,8 @@ void sock_set_rdma(struct sdp_sock *s)
 	sock_table_lock();
 	count_path_locked(s);
 	sock_table_unlock();
-	if (sdp_log_level >= SDP_LOG_INFO) {
-		stats_addr_format(&s->st->local, local, sizeof(local));
-		stats_addr_format(&s->st->remote, remote, sizeof(remote));
-		sdp_info("fd %d %s %s -> %s: path=rdma", s->st->fd, stats_role_name(s->st->role),
-			 local, remote);
-	}
+	if (sdp_log_level >= SDP_LOG_INFO)
+		log_path(s, "path=rdma");
 }
 
 void sock_set_role(struct sdp_sock *s, enum stats_role role)

@@ -85,6 +85,9 @@ void sock_prepare_exec(void);
 
 /* Decides the path: sets mode, path, reason and counts it once. */
 void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached);
+/* An RDMA connection whose stream moved to TCP mid-way (failover, fork):
+ * path tcp with the reason; counted once more by reason, not by path. */
+void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);
 /* The channel is attached: path rdma, counted and logged once. */
 void sock_set_rdma(struct sdp_sock *s);
 void sock_set_role(struct sdp_sock *s, enum stats_role role);

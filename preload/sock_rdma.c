@@ -1,10 +1,16 @@
 /* Reactions of a socket to its channel: attached (path rdma), fallen back
- * (path tcp with the channel's reason, readiness back to the kernel). */
+ * or switched (path tcp with the channel's reason, readiness back to the
+ * kernel); and moving every channel to TCP before fork and exec. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
+#include "core/config.h"
 #include "core/log.h"
+#include "core/progress.h"
+#include "preload/fdtable.h"
 #include "ipoib_fallback/path.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
 #include "preload/real.h"
@@ -51,7 +57,10 @@ static void on_fallback(struct sdp_sock *s, struct sdp_conn *c)
 		path_remember_failure(conn_peer_addr(c), reason);
 	s->conn = NULL;
 	rdy_sock_to_kernel(s);
-	sock_set_tcp(s, reason, false);
+	if (s->st->path == SDP_PATH_RDMA)
+		sock_set_switched(s, reason); /* the stream moved mid-way */
+	else
+		sock_set_tcp(s, reason, false);
 	sock_refresh_local(s);
 	pthread_mutex_unlock(&s->lock);
 	conn_put(c);
@@ -96,3 +105,66 @@ const struct conn_owner_ops sock_conn_ops = {
 	.hold = hold_sock,
 	.release = release_sock,
 };
+
+struct switch_batch {
+	struct sdp_conn **conns;
+	size_t n, cap;
+	bool only_inheritable;
+};
+
+static void collect_channel(int fd, void *obj, void *ctx)
+{
+	struct switch_batch *b = ctx;
+	struct sdp_sock *s = obj;
+	struct sdp_conn *c;
+
+	if (!sock_is_rdma(s) || s->owner_pid != getpid())
+		return;
+	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
+		return;
+	c = sock_conn_get(s);
+	if (!c)
+		return;
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->conns[i] == c) { /* another fd of the same socket */
+			conn_put(c);
+			return;
+		}
+	}
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 16;
+		struct sdp_conn **grown = realloc(b->conns, cap * sizeof(*grown));
+
+		if (!grown) {
+			conn_put(c);
+			return;
+		}
+		b->conns = grown;
+		b->cap = cap;
+	}
+	b->conns[b->n++] = c;
+}
+
+void sock_switch_all_to_tcp(bool only_inheritable)
+{
+	struct switch_batch b = { .only_inheritable = only_inheritable };
+	uint64_t deadline;
+	size_t stuck = 0;
+
+	fdt_for_each(FDT_SOCK, collect_channel, &b);
+	if (!b.n)
+		return;
+	for (size_t i = 0; i < b.n; i++)
+		conn_switch_begin(b.conns[i], SDP_REASON_FORKED);
+	deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
+	for (size_t i = 0; i < b.n; i++) {
+		if (!conn_switch_wait(b.conns[i], deadline))
+			stuck++;
+		conn_put(b.conns[i]);
+	}
+	free(b.conns);
+	if (stuck)
+		sdp_warn("%zu of %zu RDMA sockets could not move to TCP before %s within %u ms; "
+			 "the new process cannot use them", stuck, b.n, only_inheritable ? "exec" : "fork",
+			 sdp_tun.switch_timeout_ms);
+}

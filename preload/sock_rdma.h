@@ -14,4 +14,9 @@ void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c);
 /* The channel of s, with a reference, or NULL if s is not RDMA-backed. */
 struct sdp_conn *sock_conn_get(struct sdp_sock *s);
 
+/* Before fork (every RDMA socket of this process) or exec (those without
+ * FD_CLOEXEC): move each stream to plain TCP, so the other process image
+ * inherits kernel sockets.  Bounded by SDPSHIM_SWITCH_TIMEOUT_MS. */
+void sock_switch_all_to_tcp(bool only_inheritable);
+
 #endif

@@ -2,7 +2,8 @@
  * sends a header naming the byte count, direction and seed; both ends
  * generate the same pseudo-random stream, write it in messages of random
  * sizes (1 byte to -m), and the receiver compares every byte and prints the
- * SHA-256 of what it received.  -e picks blocking I/O or a readiness API. */
+ * SHA-256 of what it received.  -e picks blocking I/O or a readiness API.
+ * STREAM_READ_MAX / STREAM_READ_PAUSE_US make the receiver slow. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -206,12 +207,23 @@ static int recv_stream(int fd, const struct header *h, const char *who)
 	uint8_t digest[32];
 	char hex[65];
 
+	/* Test knobs for a slow reader (bytes pile up in the receive path):
+	 * STREAM_READ_MAX caps each read, STREAM_READ_PAUSE_US sleeps after it. */
+	const char *rmax = getenv("STREAM_READ_MAX"), *pause = getenv("STREAM_READ_PAUSE_US");
+	size_t read_max = rmax ? strtoul(rmax, NULL, 0) : 0;
+	unsigned pause_us = pause ? (unsigned)strtoul(pause, NULL, 0) : 0;
+
 	if (!buf || !want)
 		die("malloc");
+	if (read_max == 0 || read_max > cap)
+		read_max = cap;
 	sha256_init(&sha);
 	while (off < h->bytes) {
-		size_t ask = h->bytes - off < cap ? (size_t)(h->bytes - off) : cap;
+		size_t ask = h->bytes - off < read_max ? (size_t)(h->bytes - off) : read_max;
 		size_t n = read_some(fd, buf, ask);
+
+		if (pause_us)
+			usleep(pause_us);
 		if (n == 0) {
 			fprintf(stderr, "stream: %s: EOF after %llu of %llu bytes\n", who,
 				(unsigned long long)off, (unsigned long long)h->bytes);

@@ -9,35 +9,9 @@
 #include <sys/un.h>
 
 #include "ipoib_fallback/negcache.h"
+#include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-/* ---- TAP ------------------------------------------------------------------ */
-
-static int tap_number;
-static int tap_failures;
-
-static void tap_result(int ok, const char *desc)
-{
-	tap_number++;
-	if (!ok)
-		tap_failures++;
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", tap_number, desc);
-}
-
-static int check(int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok)
-		return 1;
-	printf("#   ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	return 0;
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -512,5 +486,5 @@ int main(void)
 	printf("1..%zu\n", ARRAY_SIZE(cases));
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		tap_result(cases[i].fn(), cases[i].desc);
-	return tap_failures == 0 ? 0 : 1;
+	return tap_exit_status();
 }

@@ -13,37 +13,10 @@
 #include <unistd.h>
 
 #include "ipoib_fallback/rules.h"
+#include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define DEFAULTS_APPLY "; ignoring this file, defaults apply"
-
-/* ---- TAP ------------------------------------------------------------------ */
-
-static int tap_number;
-static int tap_failures;
-
-static void tap_result(int ok, const char *desc)
-{
-	tap_number++;
-	if (!ok)
-		tap_failures++;
-	printf("%s %d - %s\n", ok ? "ok" : "not ok", tap_number, desc);
-}
-
-/* A failed detail check inside one numbered case: printed as a TAP comment. */
-static int check(int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok)
-		return 1;
-	printf("#   ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	return 0;
-}
 
 /* ---- diagnostics capture ---------------------------------------------------- */
 
@@ -871,5 +844,5 @@ int main(void)
 		tap_result(special_cases[i].fn(), special_cases[i].desc);
 	rules_free(&match_rules);
 	remove_tmpdir();
-	return tap_failures == 0 ? 0 : 1;
+	return tap_exit_status();
 }

@@ -1,0 +1,580 @@
+/* Moving an open channel's byte stream onto its kernel TCP socket: after a
+ * carrier failure, when the peer asks for it, and before fork and exec.
+ * Each end writes a SWITCH record on TCP and then the stream from its
+ * oldest byte the peer may lack (a send slot is kept until the peer
+ * consumed it, a zero-copy source until the peer read all of it, a WRITE
+ * until its RdmaWrCompl is known to have landed), and reads the peer's
+ * record, dropping the resent bytes it already has.  Then the socket is
+ * plain TCP: phase FALLBACK, reason failover or forked. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "core/conn_internal.h"
+#include "core/credits.h"
+#include "core/log.h"
+#include "preload/init.h"
+#include "preload/real.h"
+
+/* Past the peer's kept slots (our receive buffers), a peer resends at most
+ * one zero-copy WRITE it took back. */
+#define MAX_TAKEN_BACK (1ull << 30)
+#define SKIP_CHUNK     16384u
+
+void qp_force_error(struct sdp_conn *c)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	if (!c->qp)
+		return;
+	SDP_GUARD_ENTER();
+	(void)ibv_modify_qp(c->qp, &attr, IBV_QP_STATE);
+	SDP_GUARD_LEAVE();
+}
+
+void switch_debug_maybe_fail(struct sdp_conn *c)
+{
+	if (sdp_tun.debug_fail_after <= 0 || c->debug_failed || c->phase != CONN_OPEN ||
+	    c->tx_stream_off < (uint64_t)sdp_tun.debug_fail_after)
+		return;
+	c->debug_failed = true;
+	sdp_warn("SDPSHIM_DEBUG_FAIL_AFTER: forcing the QP into the error state after %llu bytes",
+		 (unsigned long long)c->tx_stream_off);
+	qp_force_error(c);
+}
+
+/* ------------------------------------------------------------ starting */
+
+/* Stream bytes delivered to the app: what arrived minus what is queued.
+ * A direct READ that completed belongs to the app: its recv returns it. */
+static uint64_t rx_delivered(const struct sdp_conn *c)
+{
+	uint64_t queued = 0;
+
+	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_data || e->is_src)
+			queued += e->len;
+	}
+	if (c->rd.direct && c->rd.done)
+		queued -= c->rd.len;
+	return c->rx_stream_off - queued;
+}
+
+/* Copies the received, unread bytes (DATA payloads, staged READ bytes)
+ * out of the RDMA buffers, in stream order. */
+static void copy_out_local(struct sdp_conn *c)
+{
+	size_t total = c->stage_fill > c->stage_off ? c->stage_fill - c->stage_off : 0;
+
+	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_data)
+			total += e->len;
+	}
+	if (total == 0 || !(c->sw_local = malloc(total)))
+		return;
+	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (!e->is_data || !e->len)
+			continue;
+		memcpy(c->sw_local + c->sw_local_len, c->rx_mem + (size_t)e->slot * c->buf_size + e->off,
+		       e->len);
+		c->sw_local_len += e->len;
+	}
+	if (c->stage_fill > c->stage_off) {
+		memcpy(c->sw_local + c->sw_local_len, c->stage + c->stage_off,
+		       c->stage_fill - c->stage_off);
+		c->sw_local_len += c->stage_fill - c->stage_off;
+	}
+}
+
+static void drop_rx_queue(struct sdp_conn *c)
+{
+	c->rx_tail = c->rx_head;
+	c->rx_bytes_ready = 0;
+	c->stage_off = c->stage_fill = 0;
+}
+
+/* Our record, then the run of kept slots that ends at tx_stream_off: every
+ * byte before its start the peer has (consumed, or read by zero-copy). */
+static int build_resend(struct sdp_conn *c)
+{
+	struct sdp_switch rec = { .reason = (uint8_t)c->sw_reason };
+	struct sdp_switch_wire w;
+	uint32_t first = c->tx_head;
+	size_t payload = 0, at;
+
+	if (c->wr_unconfirmed) {
+		/* Its RdmaWrCompl may be lost: resend the WRITE's bytes too. */
+		c->tx_stream_off -= c->wr_compl_bytes;
+		c->write_rolled_back = true;
+		c->wr_unconfirmed = false;
+	}
+	rec.resend_from = c->tx_stream_off;
+	while (c->tx_slots && first != c->tx_tail) {
+		const struct tx_slot *slot = &c->tx_slots[ring_index(first - 1, c->tx_nslots)];
+		uint32_t n = slot->len - (uint32_t)SDP_BSDH_SIZE;
+
+		if (slot->off + n != rec.resend_from)
+			break;
+		rec.resend_from = slot->off;
+		payload += n;
+		first--;
+	}
+	c->drain_buf = malloc(SDP_SWITCH_SIZE + payload);
+	if (!c->drain_buf)
+		return -ENOMEM;
+	sdp_switch_to_wire(&rec, &w);
+	memcpy(c->drain_buf, &w, sizeof(w));
+	at = sizeof(w);
+	for (uint32_t pos = first; pos != c->tx_head; pos++) {
+		uint32_t idx = ring_index(pos, c->tx_nslots);
+		uint32_t n = c->tx_slots[idx].len - (uint32_t)SDP_BSDH_SIZE;
+
+		memcpy(c->drain_buf + at, c->tx_mem + (size_t)idx * c->peer_buf_size + SDP_BSDH_SIZE, n);
+		at += n;
+	}
+	c->drain_len = at;
+	c->drain_off = 0;
+	c->tx_tail = c->tx_posted = c->tx_head;
+	sdp_debug("switch: resending %zu bytes from stream offset %llu", payload,
+		  (unsigned long long)rec.resend_from);
+	return 0;
+}
+
+/* The peer ended its stream (DisConn) and consumed all of ours: nothing
+ * is left to move, and its TCP socket may already be closed. */
+static bool nothing_to_move(const struct sdp_conn *c)
+{
+	return c->rx_eof && c->tx_tail == c->tx_head && !c->src.active && !c->wr_unconfirmed;
+}
+
+static bool app_shut_writing(const struct sdp_conn *c)
+{
+	return c->close_state != CLOSE_ACTIVE && c->close_state != CLOSE_PEER_FIN;
+}
+
+/* Reaps what completed (the peer may know of it: its SEND or READ
+ * finished), stops the QP, and reaps again until the queue is quiet. */
+static void freeze_carrier(struct sdp_conn *c)
+{
+	if (!c->carrier_dead)
+		cq_poll(c);
+	c->carrier_dead = true;
+	qp_force_error(c);
+	for (int quiet = 0; quiet < 2 && c->cq;)
+		quiet = cq_poll(c) == 0 ? quiet + 1 : 0;
+}
+
+static void flush_drain(struct sdp_conn *c);
+static void read_peer(struct sdp_conn *c);
+static void finish_if_done(struct sdp_conn *c);
+
+bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer)
+{
+	if (c->phase != CONN_OPEN || c->sw_started || c->tcp_fd < 0 ||
+	    c->close_state == CLOSE_ABORTED || (reason == SDP_REASON_FAILOVER && nothing_to_move(c)))
+		return false;
+	c->sw_started = true;
+	c->sw_reason = reason;
+	c->sw_by_peer = by_peer;
+	freeze_carrier(c);
+	if (c->close_state == CLOSE_ABORTED) {
+		c->sw_started = false; /* the peer's Abort arrived meanwhile: a reset */
+		return false;
+	}
+	c->sw_rx_have = rx_delivered(c);
+	copy_out_local(c);
+	/* Kept bytes count as had; otherwise the peer resends them, and they
+	 * stay here only until its record arrives (if it never does, the
+	 * peer is gone and they are the last bytes it sent). */
+	c->sw_local_provisional = !keep_local;
+	if (keep_local)
+		c->sw_rx_have += c->sw_local_len;
+	drop_rx_queue(c);
+	if (build_resend(c) != 0) {
+		sdp_warn("out of memory moving a stream to TCP; resetting it");
+		close_ev_abort(c, ENOMEM, false);
+		return true;
+	}
+	c->sw_shut_wr = app_shut_writing(c);
+	c->phase = CONN_SWITCHING;
+	if (c->rd_shut)
+		real.shutdown(c->tcp_fd, SHUT_RD);
+	if (c->st)
+		atomic_fetch_add_explicit(&c->st->switches, 1, memory_order_relaxed);
+	if (reason == SDP_REASON_FAILOVER)
+		sdp_warn("RDMA carrier %s; moving the stream to TCP (%zu bytes to resend, %zu received "
+			 "bytes kept)", by_peer ? "given up by the peer" : "failed",
+			 c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
+	else
+		sdp_info("moving the stream to TCP before fork/exec (%zu bytes to resend)",
+			 c->drain_len - SDP_SWITCH_SIZE);
+	tcp_watch_start(c, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET);
+	flush_drain(c);
+	read_peer(c);
+	finish_if_done(c);
+	pthread_cond_broadcast(&c->cond);
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	return true;
+}
+
+/* ------------------------------------------------------ the TCP socket */
+
+static void flush_drain(struct sdp_conn *c)
+{
+	if (c->sw_tx_done)
+		return;
+	while (c->drain_off < c->drain_len) {
+		ssize_t n = real.send(c->tcp_fd, c->drain_buf + c->drain_off, c->drain_len - c->drain_off,
+				      MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			/* The peer's TCP is gone: the kernel socket reports it to the app. */
+			if (n < 0 && errno != EPIPE && !c->sw_peer_err)
+				c->sw_peer_err = errno;
+			break;
+		}
+		c->drain_off += (size_t)n;
+	}
+	c->sw_tx_done = true;
+	free(c->drain_buf);
+	c->drain_buf = NULL;
+	c->drain_len = c->drain_off = 0;
+	if (c->sw_shut_wr)
+		real.shutdown(c->tcp_fd, SHUT_WR);
+}
+
+/* A record that does not parse, or names bytes we do not have: reset. */
+static void switch_reset(struct sdp_conn *c, const char *what)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	sdp_warn("the peer's SWITCH record on TCP is invalid (%s); resetting the connection", what);
+	c->fail_reason = SDP_REASON_PROTOCOL;
+	c->close_state = CLOSE_ABORTED;
+	c->hard_error = ECONNRESET;
+	c->sw_peer_done = c->sw_tx_done = true;
+	free(c->sw_local);
+	c->sw_local = NULL;
+	c->sw_local_len = c->sw_local_off = 0;
+	(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
+}
+
+static void on_peer_record(struct sdp_conn *c)
+{
+	struct sdp_switch rec;
+	enum sdp_wire_error err = sdp_switch_from_wire(c->sw_hdr, sizeof(c->sw_hdr), SDP_REASON_COUNT,
+						       &rec);
+	uint64_t limit = (uint64_t)c->buf_count * c->buf_size + MAX_TAKEN_BACK;
+
+	if (err != SDP_WIRE_OK) {
+		switch_reset(c, sdp_wire_error_text(err));
+		return;
+	}
+	if (rec.resend_from > c->sw_rx_have || c->sw_rx_have - rec.resend_from > limit) {
+		switch_reset(c, "resend offset outside the bytes received");
+		return;
+	}
+	c->sw_skip = c->sw_rx_have - rec.resend_from;
+	if (c->sw_local_provisional) {
+		free(c->sw_local); /* the peer resends them */
+		c->sw_local = NULL;
+		c->sw_local_len = c->sw_local_off = 0;
+	}
+	if (c->sw_by_peer)
+		c->sw_reason = rec.reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
+}
+
+/* Reads the peer's record and drops the resent bytes we already have. */
+static void read_peer(struct sdp_conn *c)
+{
+	uint8_t scratch[SKIP_CHUNK];
+
+	while (!c->sw_peer_done && c->close_state != CLOSE_ABORTED) {
+		bool in_record = c->sw_hdr_got < sizeof(c->sw_hdr);
+		size_t want = in_record ? sizeof(c->sw_hdr) - c->sw_hdr_got
+					: (c->sw_skip < SKIP_CHUNK ? c->sw_skip : SKIP_CHUNK);
+		ssize_t n;
+
+		if (!in_record && want == 0) {
+			c->sw_peer_done = true;
+			break;
+		}
+		n = real.recv(c->tcp_fd, in_record ? c->sw_hdr + c->sw_hdr_got : scratch, want,
+			      MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			/* The peer's TCP ended first: it closed or vanished. */
+			if (n < 0)
+				c->sw_peer_err = errno;
+			c->sw_peer_done = true;
+			break;
+		}
+		if (in_record) {
+			c->sw_hdr_got += (uint32_t)n;
+			if (c->sw_hdr_got == sizeof(c->sw_hdr))
+				on_peer_record(c);
+		} else {
+			c->sw_skip -= (uint64_t)n;
+		}
+	}
+}
+
+static bool local_left(const struct sdp_conn *c)
+{
+	return c->sw_local_off < c->sw_local_len;
+}
+
+/* Both ends' records are through and nothing is left here: plain TCP. */
+static void finish_if_done(struct sdp_conn *c)
+{
+	if (c->phase != CONN_SWITCHING || c->close_state == CLOSE_ABORTED)
+		return;
+	if (c->app_closed) {
+		if (c->sw_tx_done)
+			conn_schedule_destroy(c); /* unread bytes of a closed socket: as TCP, dropped */
+		return;
+	}
+	if (!c->sw_tx_done || !c->sw_peer_done || local_left(c) || c->sw_peer_err)
+		return;
+	free(c->sw_local);
+	c->sw_local = NULL;
+	c->phase = CONN_FALLBACK;
+	c->fail_reason = c->sw_reason;
+	sdp_info("the stream now runs on TCP (%s)", sdp_reason_name(c->sw_reason));
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_FALLBACK);
+	pthread_cond_broadcast(&c->cond);
+	conn_schedule_destroy(c);
+}
+
+void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events)
+{
+	(void)events;
+	flush_drain(c);
+	read_peer(c);
+	finish_if_done(c);
+	pthread_cond_broadcast(&c->cond);
+	conn_update_readiness(c, true);
+}
+
+void switch_on_timer(struct sdp_conn *c)
+{
+	if (c->app_closed) {
+		sdp_info("linger bound reached while moving a closed socket's stream to TCP");
+		conn_schedule_destroy(c);
+	}
+}
+
+/* ------------------------------------------------------- app threads */
+
+static size_t copy_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+			 bool peek)
+{
+	size_t off = c->sw_local_off, copied = 0;
+
+	for (int i = 0; i < iovcnt && off < c->sw_local_len; i++) {
+		size_t chunk;
+
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		chunk = iov[i].iov_len - skip;
+		if (chunk > c->sw_local_len - off)
+			chunk = c->sw_local_len - off;
+		if (iov[i].iov_base)
+			memcpy((uint8_t *)iov[i].iov_base + skip, c->sw_local + off, chunk);
+		off += chunk;
+		copied += chunk;
+		skip = 0;
+	}
+	if (!peek)
+		c->sw_local_off = off;
+	return copied;
+}
+
+static ssize_t report_error(struct sdp_conn *c, size_t done)
+{
+	int err = c->hard_error;
+
+	if (done || !err)
+		return (ssize_t)done;
+	c->hard_error = 0; /* reported once; then the stream reads as ended */
+	c->rx_eof = true;
+	return -err;
+}
+
+ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 int flags, bool *again)
+{
+	size_t n;
+
+	*again = false;
+	if (c->close_state == CLOSE_ABORTED)
+		return report_error(c, done);
+	n = copy_local(c, iov, iovcnt, done, (flags & MSG_PEEK) != 0);
+	if (n && c->st && !(flags & MSG_PEEK))
+		atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
+	done += n;
+	if (n && !(flags & MSG_PEEK))
+		finish_if_done(c);
+	if (done)
+		return (ssize_t)done; /* kept bytes and kernel bytes never mix in one call */
+	if (c->rd_shut)
+		return 0;
+	read_peer(c);
+	finish_if_done(c);
+	if (!c->sw_peer_done) {
+		*again = true;
+		return 0;
+	}
+	if (c->sw_peer_err) {
+		int err = c->sw_peer_err;
+
+		c->sw_peer_err = 0;
+		finish_if_done(c);
+		return -err;
+	}
+	return CONN_USE_TCP;
+}
+
+/* Part of this call went over RDMA before the move: the rest follows on
+ * TCP now, behind the resend, so the app sees one whole write. */
+static ssize_t send_rest_on_tcp(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				size_t done, int flags)
+{
+	struct iovec *rest = malloc(sizeof(*rest) * (size_t)iovcnt);
+	struct msghdr msg = { .msg_iov = rest };
+	size_t skip = done;
+	ssize_t n;
+
+	if (!rest)
+		return (ssize_t)done;
+	for (int i = 0; i < iovcnt; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		rest[msg.msg_iovlen].iov_base = (uint8_t *)iov[i].iov_base + skip;
+		rest[msg.msg_iovlen++].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+	}
+	pthread_mutex_unlock(&c->lock); /* a blocking send must not stall the progress thread */
+	n = real.sendmsg(c->tcp_fd, &msg, (flags & MSG_DONTWAIT) | MSG_NOSIGNAL);
+	pthread_mutex_lock(&c->lock);
+	free(rest);
+	if (n > 0) {
+		if (c->st)
+			atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 size_t total, bool nonblock, int flags, bool *again)
+{
+	*again = false;
+	if (c->close_state == CLOSE_ABORTED)
+		return done ? (ssize_t)done : -(c->hard_error ? c->hard_error : ECONNRESET);
+	flush_drain(c);
+	if (!c->sw_tx_done) {
+		*again = true;
+		return (ssize_t)done;
+	}
+	finish_if_done(c);
+	if (!done)
+		return CONN_USE_TCP;
+	if (done == total || nonblock)
+		return (ssize_t)done;
+	return send_rest_on_tcp(c, iov, iovcnt, done, flags);
+}
+
+/* POLL* bits while switching: kept bytes, then the kernel socket once the
+ * peer's record is through (reads) and ours is out (writes). */
+unsigned switch_poll_mask(struct sdp_conn *c)
+{
+	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
+	unsigned mask = 0;
+
+	if (c->close_state == CLOSE_ABORTED)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
+	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
+		p.revents = 0;
+	if (local_left(c))
+		mask |= POLLIN | POLLRDNORM;
+	if (c->sw_peer_done) {
+		if (p.revents & POLLIN)
+			mask |= POLLIN | POLLRDNORM;
+		mask |= (unsigned)p.revents & (POLLRDHUP | POLLHUP | POLLERR);
+		if (c->sw_peer_err)
+			mask |= POLLIN | POLLRDNORM | POLLERR;
+	}
+	if (c->sw_tx_done && (p.revents & POLLOUT))
+		mask |= POLLOUT | POLLWRNORM;
+	if (c->sw_tx_done)
+		mask |= (unsigned)p.revents & (POLLHUP | POLLERR);
+	return mask;
+}
+
+uint64_t switch_readable_bytes(struct sdp_conn *c)
+{
+	int kernel = 0;
+
+	if (c->sw_peer_done && !local_left(c) && c->tcp_fd >= 0)
+		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
+	return (uint64_t)(c->sw_local_len - c->sw_local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
+}
+
+/* ------------------------------------------------------- fork and exec */
+
+void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason)
+{
+	conn_lock(c);
+	if (c->phase == CONN_OPEN)
+		switch_start(c, reason, false, false);
+	conn_unlock(c);
+}
+
+bool conn_switch_wait(struct sdp_conn *c, uint64_t deadline_ms)
+{
+	bool plain_tcp;
+
+	conn_lock(c);
+	while (c->phase == CONN_SWITCHING && !(c->sw_tx_done && c->sw_peer_done)) {
+		struct pollfd p = { .fd = c->tcp_fd };
+		uint64_t now = progress_now_ms();
+
+		flush_drain(c);
+		read_peer(c);
+		finish_if_done(c);
+		if (c->phase != CONN_SWITCHING || (c->sw_tx_done && c->sw_peer_done) || now >= deadline_ms)
+			break;
+		p.events = (short)((c->sw_tx_done ? 0 : POLLOUT) | (c->sw_peer_done ? 0 : POLLIN));
+		pthread_mutex_unlock(&c->lock);
+		(void)real.poll(&p, 1, deadline_ms - now < 50 ? (int)(deadline_ms - now) : 50);
+		pthread_mutex_lock(&c->lock);
+	}
+	finish_if_done(c);
+	plain_tcp = c->phase != CONN_OPEN && c->phase != CONN_SWITCHING;
+	conn_unlock(c);
+	return plain_tcp;
+}

@@ -1,0 +1,35 @@
+/* TAP output for the C unit tests (see tap.h). */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "tap.h"
+
+static int tap_number;
+static int tap_failures;
+
+void tap_result(int ok, const char *desc)
+{
+	tap_number++;
+	if (!ok)
+		tap_failures++;
+	printf("%s %d - %s\n", ok ? "ok" : "not ok", tap_number, desc);
+}
+
+int check(int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ok)
+		return 1;
+	printf("#   ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	return 0;
+}
+
+int tap_exit_status(void)
+{
+	return tap_failures == 0 ? 0 : 1;
+}

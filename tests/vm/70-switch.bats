@@ -1,0 +1,494 @@
+#!/usr/bin/env bats
+# VM suite, part 70: moving an established connection from RDMA to the kernel
+# TCP socket ("switch", issue 6), both ends preloaded, on rxe0 ($RXE_IP).
+#
+#  - fork: tests/progs/forkecho is a fork-per-connection echo server (the parent
+#    accepts, forks, closes its copy at once; the child echoes until EOF) and a
+#    client that sends a seeded pattern on CONNS connections, PARALLEL at once,
+#    and checks each echo by length and SHA-256.  The parent switches every RDMA
+#    socket before fork, so every client stats line must say path=tcp,
+#    reason=forked, switches >= 1; 200 sequential connections, 20 concurrent ones
+#    of 1 MiB, and 20 where the child execs `sh -c 'exec cat <&3 >&3'` on the
+#    inherited socket (fd 3) so an exec'd image does the echo.
+#  - failover: SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
+#    its RDMA connections into the error state once it has sent N bytes over
+#    RDMA; a 1 GiB stream (tests/progs/stream) with the failure on the sending
+#    end, up and down, must finish byte-exact on TCP (SHA-256 = tests/progs/
+#    streamref), both stats lines reason=failover, switches >= 1, with the
+#    sender's RDMA byte counters between N and the stream's length.
+#  - soak: for SDPSHIM_SOAK_S seconds (default 60; 600 for the 10-minute run:
+#    `SDPSHIM_SOAK_S=600 make vm`, run-bats.sh forwards SDPSHIM_* into the
+#    guest), batches of forkecho clients (10 connections, 5 at once) against one
+#    long-running preloaded forkecho server, each followed by an 8 MiB stream
+#    that fails over after 1 MiB (alternately up with the failure on the client
+#    and down with it on the server).  Every batch and stream must be
+#    sha-correct; the server parent's fd count may not grow by more than 2 from
+#    after the first batch to the end, it must hold no RC QP and no more MRs
+#    than after the first batch once idle, and after the programs exit the RC
+#    QP and MR counts (`rdma resource show`) are back to their baseline.
+#  - link delete (last, as it removes rxe0): `rdma link delete` of the device
+#    under a running 1 GiB stream; the stream must finish on TCP with the
+#    reference SHA-256 and reason=failover on both ends.  The delete's exit code,
+#    output and duration are printed (rxe cannot disassociate user contexts, so
+#    the delete may block until the processes close them).  Teardown re-adds
+#    the link on the same netdev and waits for it to be ACTIVE again.
+
+load ../helpers
+load vm_helpers
+
+FAIL_AFTER_1G=$((128 << 20))   # forced QP error after 128 MiB of a 1 GiB stream
+
+# Reference digests (streamref SEED BYTES), computed in the background: the
+# 1 GiB one costs ~35 s of guest CPU.
+setup_file() {
+  requires_rdma
+  local ref=$BATS_FILE_TMPDIR/ref
+  mkdir -p "$ref"
+  (
+    for spec in "1 8M" "1 1G"; do
+      set -- $spec
+      "$PROGS/streamref" "$1" "$2" >"$ref/$1-$2.tmp" && mv "$ref/$1-$2.tmp" "$ref/$1-$2"
+    done
+  ) >/dev/null 2>&1 3>&- &
+  echo $! >"$BATS_FILE_TMPDIR/ref.pid"
+}
+
+teardown_file() {
+  kill "$(cat "$BATS_FILE_TMPDIR/ref.pid" 2>/dev/null)" 2>/dev/null || true
+}
+
+setup() {
+  vm_setup
+  # run-bats.sh forwards every SDPSHIM_* variable: only the process a test
+  # names may carry the forced failure.
+  unset SDPSHIM_DEBUG_FAIL_AFTER
+  FORKECHO=$PROGS/forkecho
+  [ -x "$FORKECHO" ] || { echo "missing $FORKECHO: run make progs" >&2; return 1; }
+  [ -x "$PROGS/streamref" ] || { echo "missing $PROGS/streamref: run make progs" >&2; return 1; }
+  RESTORE_LINK=
+}
+
+teardown() {
+  vm_teardown
+  [ -z "${RESTORE_LINK:-}" ] || restore_link
+}
+
+ref_digest() {   # ref_digest SEED BYTES: waits (up to 5 min) for the reference digest
+  local f=$BATS_FILE_TMPDIR/ref/$1-$2
+  wait_for_line "$f" '^[0-9a-f]{64}$' 300 >/dev/null
+  cat "$f"
+}
+
+# received_digest WHO FILE BYTES: the digest stream's WHO (client|server) printed
+received_digest() {
+  sed -nE "s/^stream: $1 received $3 bytes sha256=([0-9a-f]{64}) OK\$/\\1/p" "$2"
+}
+
+# stats_summary: the stats file grouped by comm, role, path, reason, switches
+stats_summary() {
+  "$PY" -S - "$STATS" <<'EOF'
+import collections, json, os, sys
+path = sys.argv[1]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+groups = collections.Counter((c["comm"], c["role"], c["path"], c["reason"], c.get("switches", "-"))
+                             for c in lines)
+print("stats: %d lines" % len(lines))
+for (comm, role, p, reason, sw), n in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    print("  %4d x %s %s path=%s reason=%s switches=%s" % (n, comm, role, p, reason, sw))
+EOF
+}
+
+# assert_switched REASON COUNT [K=V...]: the stats lines matching every K=V (a JSON
+# field) number exactly COUNT ("any": at least one), and each has path=tcp,
+# reason=REASON and switches >= 1.
+assert_switched() {
+  run "$PY" -S - "$STATS" "$@" <<'EOF'
+import collections, json, os, sys
+path, reason, want = sys.argv[1], sys.argv[2], sys.argv[3]
+filters = [a.split("=", 1) for a in sys.argv[4:]]
+def text(v):
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+sel = [c for c in lines if all(text(c.get(k)) == v for k, v in filters)]
+what = " ".join("%s=%s" % tuple(kv) for kv in filters) or "all"
+errors = []
+if want == "any":
+    if not sel:
+        errors.append("no stats line matches %s" % what)
+elif len(sel) != int(want):
+    errors.append("%d stats lines match %s, expected %s" % (len(sel), what, want))
+for c in sel:
+    sw = c.get("switches")
+    if c["path"] != "tcp" or c["reason"] != reason or not isinstance(sw, int) or sw < 1:
+        errors.append("%s pid %s fd %s %s %s -> %s: path=%s reason=%s switches=%s" % (
+            c["comm"], c.get("pid"), c.get("fd"), c["role"], c["local"], c["remote"],
+            c["path"], c["reason"], sw))
+kinds = collections.Counter("%s/%s" % (c["path"], c["reason"]) for c in sel)
+sws = [c.get("switches") for c in sel if isinstance(c.get("switches"), int)]
+print("%d lines with %s: %s; switches %s" % (
+    len(sel), what, ", ".join("%s %d" % kv for kv in sorted(kinds.items())) or "-",
+    "%d..%d" % (min(sws), max(sws)) if sws else "-"))
+for e in errors[:12]:
+    print("ERROR: " + e)
+if len(errors) > 12:
+    print("ERROR: ... %d more" % (len(errors) - 12))
+sys.exit(1 if errors else 0)
+EOF
+  show "switched ($1 expected): $output"
+  [ "$status" -eq 0 ]
+}
+
+# stats_field ROLE FIELD: FIELD summed over the stats lines of ROLE (0 if none)
+stats_field() {
+  "$PY" -S -c '
+import json, os, sys
+path, role, field = sys.argv[1:4]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+print(sum(c.get(field, 0) for c in lines if c["role"] == role))' "$STATS" "$1" "$2"
+}
+
+mr_total() { rdma resource show mr 2>/dev/null | wc -l; }
+mr_count() { rdma resource show mr 2>/dev/null | grep -c "comm $1\( \|$\)" || true; }
+fd_count() { ls "/proc/$1/fd" | wc -l; }
+
+# --- fork and exec: tests/progs/forkecho -----------------------------------------
+
+# forkecho_case CONNS PARALLEL BYTES SECS [SERVER ARGS...]: a preloaded forkecho
+# server (-n CONNS) and a preloaded client; every connection sha-checked, RC QPs
+# seen while it ran, every client line switched with reason=forked.  With -x the
+# server end's lines come from cat, whose role for an inherited socket is only
+# guessed from the ports: the client lines are then taken by comm as well.
+forkecho_case() {
+  local conns=$1 par=$2 bytes=$3 secs=$4 port t0 ms crc=0 src=0 okl filter=(role=client); shift 4
+  [ "$*" != -x ] || filter=(comm=forkecho role=client)
+  port=$(free_port)
+  start_bg server timeout -k 5 "$secs" "${PRE[@]}" "$FORKECHO" -s "$port" -a "$RXE_IP" -n "$conns" "$@"
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout "$secs" "${PRE[@]}" "$FORKECHO" -c "$RXE_IP" -p "$port" -n "$conns" -j "$par" \
+    -b "$bytes" >"$T/client.out" 2>"$T/client.err" || crc=$?
+  # A client that could not make all its connections leaves the server waiting.
+  [ "$crc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  ms=$(( $(now_ms) - t0 ))
+  qp_watch_stop
+  okl=$(grep -cE "^conn [0-9]+ bytes=$bytes sha256=[0-9a-f]{64} ok\$" "$T/client.out" || true)
+  show "forkecho server${*:+ $*} -n $conns, client -n $conns -j $par -b $bytes: $ms ms" \
+       "  ($(( ms / conns )) ms per connection), $okl of $conns connections ok" \
+       "client (rc=$crc): $(tail -1 "$T/client.out")" \
+       "$(grep -v ' ok$' "$T/client.out" | grep -v '^forkecho: ' | head -10)" \
+       "client stderr: $(head -20 "$T/client.err")" \
+       "server (rc=$src): $(bg_log server | tail -20)" \
+       "RC QPs of forkecho seen while it ran: $(qp_seen forkecho)" \
+       "$(stats_summary)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$okl" -eq "$conns" ]
+  grep -qx "forkecho: $conns/$conns ok" "$T/client.out"
+  [ "$(qp_seen forkecho)" -ge 1 ]
+  # One client line per connection, each moved to TCP by the fork.
+  assert_switched forked "$conns" "${filter[@]}"
+}
+
+@test "switch: fork-per-connection server, 200 sequential connections, sha-checked" {
+  forkecho_case 200 1 65536 900
+  # The server's lines come from the children that echoed (the parent moved no
+  # bytes); they and the client lines must add up.
+  assert_exact_bytes "$STATS"
+}
+
+@test "switch: fork-per-connection server, 20 concurrent connections of 1 MiB, sha-checked" {
+  forkecho_case 20 20 $((1 << 20)) 600
+  assert_exact_bytes "$STATS"
+}
+
+@test "switch: inherited socket used after exec (sh -c on fd 3), 20 connections, sha-checked" {
+  # (No byte pairing here: the server end's lines come from cat, which inherited
+  # the socket through exec, and its role is only guessed from the ports.)
+  forkecho_case 20 4 $((256 << 10)) 600 -x
+}
+
+# --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
+
+# failover_stream up|down: a 1 GiB stream whose SENDING end (client for up, server
+# for down) forces its QP into the error state after 128 MiB sent over RDMA.
+failover_stream() {
+  local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
+  local total=$((1 << 30)) rdma_sent
+  if [ "$dir" = up ]; then
+    cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G"); sender=client; receiver=server; out=$T/server.log
+  else
+    senv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G"); sender=server; receiver=client; out=$T/client.out
+  fi
+  port=$(free_port)
+  start_bg server timeout -k 5 600 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout 600 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G \
+    -d "$dir" -m 1M >"$T/client.out" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  ms=$(( $(now_ms) - t0 ))
+  qp_watch_stop
+  got=$(received_digest "$receiver" "$out" "$total")
+  want=$(ref_digest 1 1G)
+  rdma_sent=$(( $(stats_field "$sender" copy_bytes_sent) + $(stats_field "$sender" zcopy_bytes_sent) ))
+  show "stream -d $dir -b 1G, SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G on the $sender: $ms ms" \
+       "client (rc=$crc): $(cat "$T/client.out")" "server (rc=$src): $(bg_log server)" \
+       "$receiver received sha256 ${got:-none}, reference $want" \
+       "RC QPs of stream seen while it ran: $(qp_seen stream)" \
+       "the $sender sent $rdma_sent bytes over RDMA (copy + zero-copy) of $(stats_field "$sender" bytes_sent)" \
+       "$(stats_lines "$STATS")" "$(stats_summary)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  [ "$(qp_seen stream)" -ge 2 ]
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server | wc -l)" -eq 1 ]
+  assert_switched failover 2
+  assert_exact_bytes "$STATS"
+  # The failure came after FAIL_AFTER bytes on RDMA, and the rest went over TCP.
+  [ "$rdma_sent" -ge "$FAIL_AFTER_1G" ]
+  [ "$rdma_sent" -lt "$total" ]
+}
+
+@test "switch: forced QP error during 1 GiB upload, stream continues on TCP byte-exact" {
+  failover_stream up
+  [ "$(stats_field client bytes_sent)" -eq $(( (1 << 30) + 32 )) ]
+}
+
+@test "switch: forced QP error during 1 GiB download, stream continues on TCP byte-exact" {
+  failover_stream down
+  [ "$(stats_field server bytes_sent)" -eq $((1 << 30)) ]
+}
+
+# --- soak ------------------------------------------------------------------------
+
+# soak_stream N: an 8 MiB stream failing over after 1 MiB; odd N up (failure on
+# the client), even N down (failure on the server); checks rc and sha256.
+soak_stream() {
+  local n=$1 port crc=0 src=0 dir=up senv=() cenv=() got
+  if (( n % 2 )); then
+    cenv=(SDPSHIM_DEBUG_FAIL_AFTER=1048576)
+  else
+    dir=down; senv=(SDPSHIM_DEBUG_FAIL_AFTER=1048576)
+  fi
+  port=$(free_port)
+  start_bg sserver timeout -k 5 300 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  run_timeout 300 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 8M \
+    -d "$dir" -m 1M >"$T/sclient.out" 2>&1 || crc=$?
+  wait_bg sserver || src=$?
+  if [ "$dir" = up ]; then
+    got=$(received_digest server "$T/sserver.log" 8388608)
+  else
+    got=$(received_digest client "$T/sclient.out" 8388608)
+  fi
+  if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$got" != "$SOAK_REF" ]; then
+    show "soak stream $n (-d $dir) failed: client rc=$crc, server rc=$src," \
+         "received ${got:-none}, reference $SOAK_REF" \
+         "client: $(cat "$T/sclient.out")" "server: $(bg_log sserver)"
+    return 1
+  fi
+}
+
+# wait_no_children PID [S]: until PID has no child process (default 15 s)
+wait_no_children() {
+  local until=$(( $(date +%s) + ${2:-15} ))
+  while pgrep -P "$1" >/dev/null; do
+    if [ "$(date +%s)" -ge "$until" ]; then
+      echo "process $1 still has children after ${2:-15} s:" >&2
+      ps -o pid,stat,etime,args --ppid "$1" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# wait_le CMD... -- N [S]: until the output of CMD is at most N (default 30 s); prints it
+wait_le() {
+  local cmd=() n v until
+  while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+  n=$2; until=$(( $(date +%s) + ${3:-30} ))
+  while :; do
+    v=$("${cmd[@]}")
+    if [ "$v" -le "$n" ] || [ "$(date +%s)" -ge "$until" ]; then echo "$v"; return 0; fi
+    sleep 0.2
+  done
+}
+
+@test "switch: fork and failover load for ${SDPSHIM_SOAK_S:-60} s leaks no fd, MR or QP" {
+  local secs=${SDPSHIM_SOAK_S:-60} port spid deadline t0 i=0 crc
+  local base_qps base_mrs fds1 fds2 smrs1 smrs2 sqps2 end_qps end_mrs conns=0
+  SOAK_REF=$(ref_digest 1 8M)
+  base_qps=$(count_rc_qps)
+  base_mrs=$(mr_total)
+  port=$(free_port)
+  start_bg server timeout -k 5 $(( secs + 1200 )) "${PRE[@]}" "$FORKECHO" -s "$port" -a "$RXE_IP"
+  wait_port "$RXE_IP" "$port"
+  wait_for_line "$T/server.log" '^forkecho: server pid [0-9]+$'
+  spid=$(sed -nE 's/^forkecho: server pid ([0-9]+)$/\1/p' "$T/server.log")
+  t0=$(now_ms)
+  deadline=$(( $(date +%s) + secs ))
+  while :; do
+    i=$(( i + 1 ))
+    crc=0
+    run_timeout 300 "${PRE[@]}" "$FORKECHO" -c "$RXE_IP" -p "$port" -n 10 -j 5 -b 262144 -S "$i" \
+      >"$T/batch.out" 2>&1 || crc=$?
+    if [ "$crc" -ne 0 ] || ! grep -qx 'forkecho: 10/10 ok' "$T/batch.out"; then
+      show "batch $i failed (rc=$crc):" "$(cat "$T/batch.out")" "server: $(bg_log server | tail -20)"
+      false
+    fi
+    conns=$(( conns + 10 ))
+    if [ "$i" -eq 1 ]; then
+      # The parent's own state after its first connections: the baseline for growth.
+      wait_no_children "$spid"
+      fds1=$(fd_count "$spid")
+      smrs1=$(mr_count forkecho)
+    fi
+    soak_stream "$i"
+    [ "$(date +%s)" -lt "$deadline" ] || break
+  done
+  # The server, alive and idle: no child left, no RC QP, fds and MRs not grown.
+  wait_no_children "$spid"
+  fds2=$(fd_count "$spid")
+  sqps2=$(wait_le count_rc_qps forkecho -- 0 30)
+  smrs2=$(wait_le mr_count forkecho -- "$smrs1" 30)
+  show "soak: $i rounds in $(( $(now_ms) - t0 )) ms: $conns forkecho connections (batches of 10," \
+       "  5 at once), $i streams of 8 MiB failing over after 1 MiB" \
+       "server parent pid $spid: fds $fds1 after the first batch, $fds2 at the end;" \
+       "  RC QPs at the end $sqps2; MRs $smrs1 after the first batch, $smrs2 at the end" \
+       "$(ls -l "/proc/$spid/fd" 2>&1 | tail -n +2)" \
+       "$(stats_summary)"
+  [ "$fds2" -le $(( fds1 + 2 )) ]
+  [ "$sqps2" -eq 0 ]
+  [ "$smrs2" -le "$smrs1" ]
+  assert_switched forked "$conns" comm=forkecho role=client
+  assert_switched failover $(( 2 * i )) comm=stream
+  # Everything exits: RC QPs and MRs back to where they were before the test.
+  kill -TERM "$(cat "$T/server.pid")"
+  wait_bg server || true
+  wait_rc_qps_at_most "$base_qps" 30
+  end_qps=$(count_rc_qps)
+  end_mrs=$(wait_le mr_total -- "$base_mrs" 30)
+  show "RC QPs: $base_qps before, $end_qps after; MRs: $base_mrs before, $end_mrs after" \
+       "$(rdma resource show mr 2>&1 | head -10)"
+  [ "$end_qps" -le "$base_qps" ]
+  [ "$end_mrs" -le "$base_mrs" ]
+}
+
+# --- device removal (last: it deletes and re-adds the rxe link) -------------------
+
+# rxe_counter LINK NAME: a port counter (rdma statistic show link LINK)
+rxe_counter() {
+  rdma statistic show link "$1" 2>/dev/null | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
+}
+
+# live_server PORT: "PATH BYTES_RECEIVED" of the live server connection on PORT
+# (sdpshim stat --json), "none 0" while there is none
+live_server() {
+  "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
+import json, re, sys
+port, best = sys.argv[1], "none 0"
+for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
+    c = json.loads(m.group(0))
+    if c.get("role") == "server" and c.get("local", "").rsplit(":", 1)[-1] == port:
+        best = "%s %d" % (c["path"], c["bytes_received"])
+print(best)' "$1"
+}
+
+# Teardown of the link-delete test: let the delete finish (it can block until the
+# last user context closes; the processes are gone by now), then re-add the link
+# on its netdev and wait until its port is ACTIVE.
+restore_link() {
+  local i
+  for i in $(seq 1 600); do
+    [ -f "$T/linkdel.res" ] && break
+    sleep 0.1
+  done
+  [ -f "$T/linkdel.res" ] || echo "restore_link: rdma link delete $LINK_DEV still running after 60 s" >&2
+  if ! rdma link show "$LINK_DEV/1" >/dev/null 2>&1; then
+    rdma link add "$LINK_DEV" type rxe netdev "$LINK_NETDEV" ||
+      echo "restore_link: rdma link add $LINK_DEV type rxe netdev $LINK_NETDEV failed" >&2
+  fi
+  for i in $(seq 1 300); do
+    rdma link show 2>/dev/null | grep -Eq "^link $LINK_DEV/1 state ACTIVE " && return 0
+    sleep 0.1
+  done
+  echo "restore_link: $LINK_DEV/1 not ACTIVE 30 s after re-adding it:" >&2
+  rdma link show >&2
+  return 1
+}
+
+@test "switch: rdma link delete during a 1 GiB stream: the stream finishes on TCP" {
+  local links netdev link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
+  links=$(rdma link show)
+  # The link whose netdev carries $RXE_IP (else the first one).
+  netdev=$(ip -o -4 addr show to "$RXE_IP" 2>/dev/null | awk '{ print $2; exit }')
+  link=$(awk -v nd="$netdev" '$1 == "link" { for (i = 1; i < NF; i++) if ($i == "netdev" && $(i + 1) == nd) { print $2; exit } }' <<<"$links")
+  if [ -z "$link" ]; then
+    link=$(awk '$1 == "link" && / netdev / { print $2; exit }' <<<"$links")
+    netdev=$(awk -v l="$link" '$2 == l { for (i = 1; i < NF; i++) if ($i == "netdev") print $(i + 1) }' <<<"$links")
+  fi
+  show "rdma link show: $links" "using link ${link:-?} on netdev ${netdev:-?}"
+  [ -n "$link" ]
+  [ -n "$netdev" ]
+  LINK_DEV=${link%%/*} LINK_NETDEV=$netdev
+  port=$(free_port)
+  start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  pkts0=$(rxe_counter "$link" sent_pkts)
+  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G -d up -m 1M
+  # Data is flowing over RDMA: the server's live counters show 16 MiB received.
+  until=$(( $(date +%s) + 90 ))
+  while :; do
+    live=$(live_server "$port")
+    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.2
+  done
+  pkts=$(rxe_counter "$link" sent_pkts)
+  show "before the delete: server connection path and bytes received: $live;" \
+       "  sent_pkts of $link: ${pkts0:-?} before the stream, ${pkts:-?} now; RC QPs of stream: $(count_rc_qps stream)"
+  [ "${live% *}" = rdma ]
+  [ "${live#* }" -ge $((16 << 20)) ]
+  [ "$(count_rc_qps stream)" -ge 2 ]
+  RESTORE_LINK=1
+  t_del=$(now_ms)
+  (
+    rc=0
+    timeout 60 rdma link delete "$LINK_DEV" >"$T/linkdel.out" 2>&1 || rc=$?
+    echo "rc=$rc ms=$(( $(now_ms) - t_del ))" >"$T/linkdel.res"
+  ) 3>&- &
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  t_end=$(now_ms)
+  qp_watch_stop
+  # How long the delete took, relative to the stream's end (up to 90 s more).
+  for i in $(seq 1 900); do
+    [ -f "$T/linkdel.res" ] && break
+    sleep 0.1
+  done
+  del=$(cat "$T/linkdel.res" 2>/dev/null)
+  got=$(received_digest server "$T/server.log" $((1 << 30)))
+  want=$(ref_digest 1 1G)
+  show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
+       "  output: $(cat "$T/linkdel.out" 2>/dev/null)" \
+       "  the stream ended $(( t_end - t_del )) ms after the delete began" \
+       "  rdma link show now: $(rdma link show 2>&1)" \
+       "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "server received sha256 ${got:-none}, reference $want" \
+       "RC QPs of stream seen: $(qp_seen stream)" \
+       "$(stats_lines "$STATS")" "$(stats_summary)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server | wc -l)" -eq 1 ]
+  assert_switched failover 2
+  assert_exact_bytes "$STATS"
+}
