@@ -328,6 +328,7 @@ unsigned conn_poll_mask(struct sdp_conn *c);
 void conn_progress(struct sdp_conn *c);
 /* Clears indicators whose condition is false (call before sleeping). */
 void conn_prepare_wait(struct sdp_conn *c);
+/* 0, or CONN_USE_TCP: the stream is on TCP, shut the kernel socket down. */
 int conn_shutdown(struct sdp_conn *c, int how);
 /* The socket's last fd is closing: flush, DisConn, free in the background
  * (bounded by SDPSHIM_LINGER_MS).  abort: SO_LINGER with l_linger 0.

@@ -109,6 +109,7 @@ ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 size_t total, bool nonblock, int flags, bool *again);
 unsigned switch_poll_mask(struct sdp_conn *c);
+void switch_shutdown(struct sdp_conn *c, int how);
 uint64_t switch_readable_bytes(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
 /* SDPSHIM_DEBUG_FAIL_AFTER: fail this channel's QP once it sent that much. */

@@ -346,6 +346,15 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 int conn_shutdown(struct sdp_conn *c, int how)
 {
 	conn_lock(c);
+	if (c->phase == CONN_SWITCHING) {
+		switch_shutdown(c, how);
+		conn_unlock(c);
+		return 0;
+	}
+	if (c->phase == CONN_FALLBACK) {
+		conn_unlock(c);
+		return CONN_USE_TCP; /* the owner was not told yet */
+	}
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		c->rd_shut = true;
 		conn_update_readiness(c, true);

@@ -211,10 +211,12 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 		real.shutdown(c->tcp_fd, SHUT_RD);
 	if (c->st)
 		atomic_fetch_add_explicit(&c->st->switches, 1, memory_order_relaxed);
-	if (reason == SDP_REASON_FAILOVER)
-		sdp_warn("RDMA carrier %s; moving the stream to TCP (%zu bytes to resend, %zu received "
-			 "bytes kept)", by_peer ? "given up by the peer" : "failed",
-			 c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
+	if (by_peer)
+		sdp_info("the peer moved the stream to TCP; following (%zu bytes to resend)",
+			 c->drain_len - SDP_SWITCH_SIZE);
+	else if (reason == SDP_REASON_FAILOVER)
+		sdp_warn("RDMA carrier failed; moving the stream to TCP (%zu bytes to resend, %zu "
+			 "received bytes kept)", c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
 	else
 		sdp_info("moving the stream to TCP before fork/exec (%zu bytes to resend)",
 			 c->drain_len - SDP_SWITCH_SIZE);
@@ -506,6 +508,21 @@ ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 	if (done == total || nonblock)
 		return (ssize_t)done;
 	return send_rest_on_tcp(c, iov, iovcnt, done, flags);
+}
+
+/* shutdown() while switching: the kernel socket's, after our resend. */
+void switch_shutdown(struct sdp_conn *c, int how)
+{
+	if (how == SHUT_RD || how == SHUT_RDWR) {
+		c->rd_shut = true;
+		real.shutdown(c->tcp_fd, SHUT_RD);
+	}
+	if (how != SHUT_WR && how != SHUT_RDWR)
+		return;
+	c->sw_shut_wr = true;
+	if (c->sw_tx_done)
+		real.shutdown(c->tcp_fd, SHUT_WR);
+	conn_update_readiness(c, false);
 }
 
 /* POLL* bits while switching: kept bytes, then the kernel socket once the

@@ -266,5 +266,7 @@ int sock_shutdown(struct sdp_sock *s, int fd, int how)
 	}
 	rc = conn_shutdown(c, how);
 	conn_put(c);
+	if (rc == CONN_USE_TCP)
+		return real.shutdown(fd, how); /* the stream is on TCP now */
 	return rc;
 }
