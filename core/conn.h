@@ -233,6 +233,7 @@ struct sdp_conn {
 	struct ibv_mr *stage_mr;
 	uint32_t stage_len, stage_off, stage_fill;
 	int rx_waiters;            /* threads blocked in recv (they READ directly) */
+	int zc_threads;            /* app threads inside a zero-copy operation */
 
 	/* Bytes moving to TCP after a fallback (DRAINING phase), or our SWITCH
 	 * record and resend (SWITCHING). */
@@ -353,10 +354,11 @@ void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned i
  * TCP socket (reason SDP_REASON_FORKED), then wait until the socket is
  * plain TCP and its owner was told (CONN_EV_FALLBACK), or the deadline
  * (progress_now_ms() clock) passes.  Start every channel before waiting on
- * any.  conn_switch_wait returns false if the socket is still the
- * channel's (not open, still moving, or bytes only this process holds). */
+ * any.  A channel still connecting or attaching is moved once it opens.
+ * conn_switch_wait returns false if the socket is still the channel's
+ * (still moving, or bytes only this process holds). */
 void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason);
-bool conn_switch_wait(struct sdp_conn *c, uint64_t deadline_ms);
+bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadline_ms);
 
 /* In a forked child: the parent's progress thread, devices and rdma_cm
  * channel are not ours; start afresh when the child makes a channel. */

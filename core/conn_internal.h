@@ -104,6 +104,9 @@ int tcp_peer_verdict(struct sdp_conn *c, int err);
  * move (no TCP socket, reset, or nothing left to move). */
 bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer);
 void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
+/* Plain TCP once both records are through, nothing is kept here and no
+ * app thread is inside a zero-copy operation. */
+void switch_maybe_finish(struct sdp_conn *c);
 ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 int flags, bool *again);
 ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,

@@ -112,7 +112,8 @@ int progress_rewatch(int fd, uint32_t events, struct progress_source *src)
 
 void progress_unwatch(int fd)
 {
-	real.epoll_ctl(prog.epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (real.epoll_ctl(prog.epfd, EPOLL_CTL_DEL, fd, NULL) != 0)
+		sdp_warn("progress thread: cannot stop watching fd %d: %s", fd, strerror(errno));
 }
 
 int progress_defer(void (*fn)(void *arg), void *arg)
@@ -240,8 +241,9 @@ static void on_wake(struct progress_source *src, uint32_t events)
 
 	(void)src;
 	(void)events;
+	/* The work runs after the batch (progress_main): run here, a teardown
+	 * could free a channel whose events come later in the same batch. */
 	(void)!real.read(prog.wake_fd, &n, sizeof(n));
-	run_deferred();
 }
 
 static void on_timer(struct progress_source *src, uint32_t events)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "core/config.h"
 #include "core/conn_internal.h"
@@ -163,7 +164,10 @@ static bool app_shut_writing(const struct sdp_conn *c)
 }
 
 /* Reaps what completed (the peer may know of it: its SEND or READ
- * finished), stops the QP, and reaps again until the queue is quiet. */
+ * finished), stops the QP, reaps again until the queue is quiet, and
+ * destroys the QP: only that waits out the device's work in progress, so
+ * no READ response or peer WRITE lands in an app buffer (or a sink)
+ * after the app has moved on to bytes from TCP. */
 static void freeze_carrier(struct sdp_conn *c)
 {
 	if (!c->carrier_dead)
@@ -172,11 +176,28 @@ static void freeze_carrier(struct sdp_conn *c)
 	qp_force_error(c);
 	for (int quiet = 0; quiet < 2 && c->cq;)
 		quiet = cq_poll(c) == 0 ? quiet + 1 : 0;
+	if (c->qp && c->cm_id) {
+		SDP_GUARD_ENTER();
+		rdma_destroy_qp(c->cm_id);
+		SDP_GUARD_LEAVE();
+		c->qp = NULL;
+	}
+	/* No completion will come for work still posted. */
+	c->rd.active = false;
+	c->write_active = false;
+	for (int i = 0; i < ZC_WINDOWS; i++)
+		c->win[i].busy = c->win[i].bound = false;
 }
 
 static void flush_drain(struct sdp_conn *c);
 static void read_peer(struct sdp_conn *c);
 static void finish_if_done(struct sdp_conn *c);
+
+void switch_maybe_finish(struct sdp_conn *c)
+{
+	finish_if_done(c);
+	pthread_cond_broadcast(&c->cond);
+}
 
 bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer)
 {
@@ -350,11 +371,11 @@ static void finish_if_done(struct sdp_conn *c)
 	if (c->phase != CONN_SWITCHING || c->close_state == CLOSE_ABORTED)
 		return;
 	if (c->app_closed) {
-		if (c->sw_tx_done)
+		if (c->sw_tx_done && !c->zc_threads)
 			conn_schedule_destroy(c); /* unread bytes of a closed socket: as TCP, dropped */
 		return;
 	}
-	if (!c->sw_tx_done || !c->sw_peer_done || local_left(c) || c->sw_peer_err)
+	if (!c->sw_tx_done || !c->sw_peer_done || local_left(c) || c->sw_peer_err || c->zc_threads)
 		return;
 	free(c->sw_local);
 	c->sw_local = NULL;
@@ -571,27 +592,81 @@ void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason)
 	conn_unlock(c);
 }
 
-bool conn_switch_wait(struct sdp_conn *c, uint64_t deadline_ms)
+/* Phases that end on their own soon: connect and attach in flight, or the
+ * bytes of a fallback still draining into TCP. */
+static bool phase_settling(enum conn_phase phase)
+{
+	switch (phase) {
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING:
+	case CONN_AWAIT_ATTACH:
+	case CONN_PENDING:
+	case CONN_ATTACHING:
+	case CONN_DRAINING:
+		return true;
+	case CONN_OPEN:
+	case CONN_SWITCHING:
+	case CONN_FALLBACK:
+	case CONN_DEAD:
+		return false;
+	}
+	return false;
+}
+
+static void wait_settle(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
+{
+	uint64_t ms = deadline_ms - now < 20 ? deadline_ms - now : 20;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += (long)ms * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&c->cond, &c->lock, &until);
+}
+
+/* Drives our resend and the peer's record from this thread (the progress
+ * thread does too), sleeping on the TCP socket in between. */
+static void drive_switch(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
+{
+	struct pollfd p = { .fd = c->tcp_fd };
+
+	flush_drain(c);
+	read_peer(c);
+	finish_if_done(c);
+	if (c->phase != CONN_SWITCHING || (c->sw_tx_done && c->sw_peer_done))
+		return;
+	p.events = (short)((c->sw_tx_done ? 0 : POLLOUT) | (c->sw_peer_done ? 0 : POLLIN));
+	pthread_mutex_unlock(&c->lock);
+	(void)real.poll(&p, 1, deadline_ms - now < 50 ? (int)(deadline_ms - now) : 50);
+	pthread_mutex_lock(&c->lock);
+}
+
+bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadline_ms)
 {
 	bool plain_tcp;
 
 	conn_lock(c);
-	while (c->phase == CONN_SWITCHING && !(c->sw_tx_done && c->sw_peer_done)) {
-		struct pollfd p = { .fd = c->tcp_fd };
+	for (;;) {
 		uint64_t now = progress_now_ms();
 
-		flush_drain(c);
-		read_peer(c);
-		finish_if_done(c);
-		if (c->phase != CONN_SWITCHING || (c->sw_tx_done && c->sw_peer_done) || now >= deadline_ms)
+		if (now >= deadline_ms)
 			break;
-		p.events = (short)((c->sw_tx_done ? 0 : POLLOUT) | (c->sw_peer_done ? 0 : POLLIN));
-		pthread_mutex_unlock(&c->lock);
-		(void)real.poll(&p, 1, deadline_ms - now < 50 ? (int)(deadline_ms - now) : 50);
-		pthread_mutex_lock(&c->lock);
+		if (phase_settling(c->phase)) {
+			wait_settle(c, now, deadline_ms); /* then move it if it opened */
+		} else if (c->phase == CONN_OPEN) {
+			if (!switch_start(c, reason, false, false))
+				break;
+		} else if (c->phase == CONN_SWITCHING && !(c->sw_tx_done && c->sw_peer_done)) {
+			drive_switch(c, now, deadline_ms);
+		} else {
+			break;
+		}
 	}
 	finish_if_done(c);
-	plain_tcp = c->phase != CONN_OPEN && c->phase != CONN_SWITCHING;
+	plain_tcp = c->phase == CONN_FALLBACK || c->phase == CONN_DEAD;
 	conn_unlock(c);
 	return plain_tcp;
 }

@@ -316,8 +316,8 @@ static ssize_t zc_send_nonblocking(struct sdp_conn *c, const void *buf, size_t l
 	return 0;
 }
 
-ssize_t zc_send(struct sdp_conn *c, const void *buf, size_t len, bool nonblock, int timeout_ms,
-		uint64_t start_us)
+static ssize_t send_zero_copy(struct sdp_conn *c, const void *buf, size_t len, bool nonblock,
+			      int timeout_ms, uint64_t start_us)
 {
 	if (nonblock)
 		return zc_send_nonblocking(c, buf, len, timeout_ms);
@@ -425,7 +425,7 @@ static void source_consumed(struct sdp_conn *c, struct rx_entry *e)
 	tx_kick(c);
 }
 
-ssize_t zc_recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t room)
+static ssize_t recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t room)
 {
 	uint32_t n = e->unread < room ? e->unread : (uint32_t)room;
 	struct mrc_entry *mre;
@@ -536,7 +536,8 @@ static bool sink_void(struct sdp_conn *c)
 	return true;
 }
 
-ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms, uint64_t start_us)
+static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms,
+			      uint64_t start_us)
 {
 	uint32_t n = room > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)room;
 	struct zc_window *win = &c->win[ZC_WIN_SINK];
@@ -580,6 +581,48 @@ ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms,
 		COUNT(c, zcopy_ops, 1);
 	}
 	return result;
+}
+
+/* ------------------------------------------- app threads in zero-copy */
+
+/* An app thread inside a zero-copy operation holds registrations and
+ * windows of the channel (across unlocked waits): a switch may not finish,
+ * and so free them, until it has left. */
+static void zc_leave(struct sdp_conn *c)
+{
+	if (--c->zc_threads == 0 && c->phase == CONN_SWITCHING)
+		switch_maybe_finish(c);
+}
+
+ssize_t zc_send(struct sdp_conn *c, const void *buf, size_t len, bool nonblock, int timeout_ms,
+		uint64_t start_us)
+{
+	ssize_t r;
+
+	c->zc_threads++;
+	r = send_zero_copy(c, buf, len, nonblock, timeout_ms, start_us);
+	zc_leave(c);
+	return r;
+}
+
+ssize_t zc_recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t room)
+{
+	ssize_t r;
+
+	c->zc_threads++;
+	r = recv_direct(c, e, dst, room);
+	zc_leave(c);
+	return r;
+}
+
+ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms, uint64_t start_us)
+{
+	ssize_t r;
+
+	c->zc_threads++;
+	r = recv_into_sink(c, dst, room, timeout_ms, start_us);
+	zc_leave(c);
+	return r;
 }
 
 /* ------------------------------------------------------------ messages */

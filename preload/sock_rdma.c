@@ -158,7 +158,7 @@ void sock_switch_all_to_tcp(bool only_inheritable)
 		conn_switch_begin(b.conns[i], SDP_REASON_FORKED);
 	deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
 	for (size_t i = 0; i < b.n; i++) {
-		if (!conn_switch_wait(b.conns[i], deadline))
+		if (!conn_switch_wait(b.conns[i], SDP_REASON_FORKED, deadline))
 			stuck++;
 		conn_put(b.conns[i]);
 	}

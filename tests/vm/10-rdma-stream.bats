@@ -111,7 +111,8 @@ both_case() {   # both_case BYTES MAXMSG MODE SECS
   to_client=$(received_digest client "$T/client.out" "$n")
   show "server received $to_server (reference $(ref_digest 0 "$1"))" \
        "client received $to_client (reference $(ref_digest 3 "$1"))"
-  [ -n "$to_server" ] && [ -n "$to_client" ]
+  [ -n "$to_server" ]
+  [ -n "$to_client" ]
   [ "$to_server" = "$(ref_digest 0 "$1")" ]
   [ "$to_client" = "$(ref_digest 3 "$1")" ]
 }

@@ -151,7 +151,8 @@ gbps_of() {   # the Gb/sec column of rstream's result line
          awk -v a="${shim:-0}" -v b="${native:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
   [ "$shim_rc" -eq 0 ]
   [ "$nat_rc" -eq 0 ]
-  [ -n "$shim" ] && [ -n "$native" ]
+  [ -n "$shim" ]
+  [ -n "$native" ]
   run grep -i 'mismatch\|error' "$T/shim.out" "$T/native.out" "$T/rs-server.log"
   [ "$status" -eq 1 ]
   [ "$shim_qps" -ge 2 ]

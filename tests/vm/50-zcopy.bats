@@ -82,7 +82,8 @@ zc_share() {
   show "received sha256 $got, reference $want; client zero-copied $share% of its bytes," \
        "ops $(zc_sum zcopy_ops role=client), cache hits $(zc_sum mr_cache_hits role=client)" \
        "misses $(zc_sum mr_cache_misses role=client)"
-  [ -n "$got" ] && [ "$got" = "$want" ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
   [ "$share" -ge 90 ]
   # (The receiver counts as zero-copy only READs straight into the app's buffer;
   # READs into its staging buffer are followed by a copy and count as copied.)
@@ -165,7 +166,8 @@ zc_cache_case() {
        "$(stats_lines "$STATS")" \
        "zero-copied $(zc_sum zcopy_bytes_sent role=client) of $(zc_sum bytes_sent role=client)," \
        "cache hits $(zc_sum mr_cache_hits role=client) misses $(zc_sum mr_cache_misses role=client)"
-  [ "$crc" -eq 0 ] && [ "$rrc" -eq 0 ]
+  [ "$crc" -eq 0 ]
+  [ "$rrc" -eq 0 ]
   grep -q "received 24 blocks of 1048576 bytes: OK" "$T/recv.log"
   assert_all_rdma "$STATS" zctest
   [ "$(zc_sum zcopy_bytes_sent role=client)" -ge $((20 << 20)) ]
@@ -278,8 +280,10 @@ bad_peer_case() {
     >"$T/send.out" 2>&1 || src=$?
   wait_bg recv || rrc=$?
   show "sender rc=$src: $(cat "$T/send.out")" "receiver rc=$rrc: $(bg_log recv)"
-  [ "$src" -ne 0 ] && [ "$src" -ne 124 ]
-  [ "$rrc" -ne 0 ] && [ "$rrc" -ne 124 ]
+  [ "$src" -ne 0 ]
+  [ "$src" -ne 124 ]
+  [ "$rrc" -ne 0 ]
+  [ "$rrc" -ne 124 ]
   cat "$T/send.out" "$T/recv.log" | grep -q "peer violated the zero-copy protocol ($want); aborting"
   if grep -q "wrong" "$T/recv.log"; then return 1; fi
 }

@@ -60,7 +60,8 @@ san_stats_rdma() {
     show "$kase: sender rc=$crc $(tail -1 "$T/send.log"); receiver rc=$rrc $(tail -1 "$T/recv.log")"
     san_clean <"$T/send.log"
     san_clean <"$T/recv.log"
-    [ "$crc" -eq 0 ] && [ "$rrc" -eq 0 ]
+    [ "$crc" -eq 0 ]
+    [ "$rrc" -eq 0 ]
     grep -q "received 12 blocks of 1048576 bytes: OK" "$T/recv.log"
     san_stats_rdma zctest
   done

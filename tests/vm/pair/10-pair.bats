@@ -91,8 +91,11 @@ show_deltas() {
   [ -n "$(counter rxe0 sent_pkts)" ]
 }
 
-@test "pair: 1 GiB stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
-  local port crc=0 src=0 bytes=$((1 << 30)) t0 got want
+# pair_stream: one 1 GiB upload to a server on $RXE_IP2; sets crc, src, ms and
+# the before/after counter snapshots.
+pair_stream() {
+  local port t0
+  crc=0 src=0
   port=$(free_port)
   start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
   wait_port "$RXE_IP2" "$port"
@@ -104,7 +107,25 @@ show_deltas() {
   wait_bg server || src=$?
   qp_watch_stop
   snapshot "$T/after"
-  show "1 GiB in $(( $(now_ms) - t0 )) ms; client (rc=$crc): $(cat "$T/client.out")" \
+  ms=$(( $(now_ms) - t0 ))
+}
+
+@test "pair: 1 GiB stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
+  local crc src ms bytes=$((1 << 30)) got want
+  pair_stream
+  if [ -n "$(stats_lines "$STATS" reason=failover)" ]; then
+    # rxe under emulation can exhaust its retries on the veth (an RC QP error
+    # after a long stall).  The stream then moves to TCP byte-exact (issue 6),
+    # which this test is not about: say so, and run it once more.
+    show "first run: the RDMA carrier failed and the stream moved to TCP (client rc=$crc," \
+         "server rc=$src) - retrying once:" "$(grep -h 'sdpshim' "$T/client.out" "$T/server.log")" \
+         "$(stats_lines "$STATS")"
+    [ "$crc" -eq 0 ]
+    [ "$src" -eq 0 ]
+    rm -f "$STATS"
+    pair_stream
+  fi
+  show "1 GiB in $ms ms; client (rc=$crc): $(cat "$T/client.out")" \
        "server (rc=$src): $(bg_log server)" "RC QPs seen: stream $(qp_seen stream)" \
        "$(stats_lines "$STATS")"
   show_deltas
@@ -113,7 +134,8 @@ show_deltas() {
   got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
   want=$("$PROGS/streamref" 1 1G)
   show "server received sha256 $got, reference $want"
-  [ -n "$got" ] && [ "$got" = "$want" ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
   [ "$(qp_seen stream)" -ge 2 ]
   assert_all_rdma "$STATS" stream
   assert_exact_bytes "$STATS"
