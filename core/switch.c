@@ -164,10 +164,7 @@ static bool app_shut_writing(const struct sdp_conn *c)
 }
 
 /* Reaps what completed (the peer may know of it: its SEND or READ
- * finished), stops the QP, reaps again until the queue is quiet, and
- * destroys the QP: only that waits out the device's work in progress, so
- * no READ response or peer WRITE lands in an app buffer (or a sink)
- * after the app has moved on to bytes from TCP. */
+ * finished), stops the QP, and reaps again until the queue is quiet. */
 static void freeze_carrier(struct sdp_conn *c)
 {
 	if (!c->carrier_dead)
@@ -176,17 +173,6 @@ static void freeze_carrier(struct sdp_conn *c)
 	qp_force_error(c);
 	for (int quiet = 0; quiet < 2 && c->cq;)
 		quiet = cq_poll(c) == 0 ? quiet + 1 : 0;
-	if (c->qp && c->cm_id) {
-		SDP_GUARD_ENTER();
-		rdma_destroy_qp(c->cm_id);
-		SDP_GUARD_LEAVE();
-		c->qp = NULL;
-	}
-	/* No completion will come for work still posted. */
-	c->rd.active = false;
-	c->write_active = false;
-	for (int i = 0; i < ZC_WINDOWS; i++)
-		c->win[i].busy = c->win[i].bound = false;
 }
 
 static void flush_drain(struct sdp_conn *c);
