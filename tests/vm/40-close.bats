@@ -70,9 +70,12 @@ kill_case() {
   grep -Eq '^end (eof|errno=(ECONNRESET|EPIPE|ECONNABORTED)) ' "$T/$survivor.log"
   [ -n "$end_ms" ]
   [ $(( end_ms - killed_ms )) -lt "$DETECT_MS" ]
-  # The killed process wrote no stats line; the survivor's connection was on RDMA.
+  # The killed process wrote no stats line; the survivor's connection was on
+  # RDMA, and stayed there, or (bytes were still in flight when the carrier
+  # died) tried to move the stream to TCP, where it found the peer gone.
   [ "$(stats_lines "$STATS" | wc -l)" -eq 1 ]
-  [ "$(stats_lines "$STATS" role="$survivor" path=rdma reason=none | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role="$survivor" path=rdma reason=none | wc -l)" -eq 1 ] ||
+    [ "$(stats_lines "$STATS" role="$survivor" path=tcp reason=failover | wc -l)" -eq 1 ]
   qps_back_to_baseline
 }
 
