@@ -16,19 +16,37 @@ static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 	close_check_orphan(c);
 }
 
+/* Before an orderly close takes the channel down, the peer learns that
+ * every byte it sent was consumed: when our end disappears its sender then
+ * knows nothing is left to move (and does not take it for a failure).
+ * True once that credit update completed, or nothing is owed. */
+static bool final_ack_landed(struct sdp_conn *c)
+{
+	if (c->carrier_dead)
+		return true;
+	if (c->rx_ack != c->rx_ack_sent) {
+		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE); /* sent by the caller's tx_kick */
+		return false;
+	}
+	return c->sq_outstanding == 0;
+}
+
 void close_check_orphan(struct sdp_conn *c)
 {
 	bool all_acked = c->tx_peer_ack == c->tx_seq && !tx_has_unposted(c);
 
-	if (!c->app_closed || c->phase != CONN_OPEN)
+	if (!c->app_closed || c->phase != CONN_OPEN || c->sw_started)
 		return;
 	switch (c->close_state) {
-	case CLOSE_DONE:
 	case CLOSE_ABORTED:
 		conn_schedule_destroy(c);
 		break;
+	case CLOSE_DONE:
+		if (final_ack_landed(c))
+			conn_schedule_destroy(c);
+		break;
 	case CLOSE_FIN_WAIT:
-		if (all_acked)
+		if (all_acked && final_ack_landed(c))
 			conn_schedule_destroy(c); /* every byte and our DisConn were consumed */
 		break;
 	case CLOSE_ACTIVE:
@@ -141,12 +159,21 @@ void close_ev_abort(struct sdp_conn *c, int err, bool send_abort)
  * without DisConn.  Before ATTACH no byte moved: fall back to TCP.  After
  * it the stream moves to TCP (core/switch.c); when nothing is left to
  * move, the peer's kernel TCP socket says whether it closed or reset. */
-void close_ev_carrier_failed(struct sdp_conn *c, int err)
+void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 {
 	enum conn_close_state old = c->close_state;
 
-	if (c->carrier_dead)
+	if (!c->carrier_why)
+		c->carrier_why = why;
+	if (c->carrier_dead || c->carrier_reaping)
 		return;
+	if (c->phase == CONN_OPEN && !c->sw_started) {
+		/* What completed before the failure (data, the peer's DisConn, its
+		 * last credits) happened first: take it in before judging. */
+		c->carrier_reaping = true;
+		cq_poll(c);
+		c->carrier_reaping = false;
+	}
 	c->carrier_dead = true;
 	switch (c->phase) {
 	case CONN_RESOLVING:

@@ -290,7 +290,7 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		close_ev_carrier_failed(c, ECONNRESET);
+		close_ev_carrier_failed(c, ECONNRESET, rdma_event_str(ev->event));
 		break;
 	default:
 		break;

@@ -280,7 +280,7 @@ void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 			c->phase = CONN_DEAD;
 			conn_schedule_destroy(c);
 		} else {
-			close_ev_carrier_failed(c, ECONNRESET);
+			close_ev_carrier_failed(c, ECONNRESET, rdma_event_str(ev->event));
 		}
 		break;
 	default:

@@ -28,6 +28,7 @@ STORE_FN(ack_timeout, unsigned)
 STORE_FN(debug_fail_after, int64_t)
 STORE_FN(switch_timeout_ms, unsigned)
 STORE_FN(linger_ms, unsigned)
+STORE_FN(stall_ms, unsigned)
 STORE_FN(pending_ttl_ms, unsigned)
 STORE_FN(stats_slots, unsigned)
 #undef STORE_FN
@@ -45,6 +46,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_DEBUG_FAIL_AFTER", 0, INT64_C(1) << 50, 0, store_debug_fail_after },
 	{ "SDPSHIM_SWITCH_TIMEOUT_MS", 10, 600000, 10000, store_switch_timeout_ms },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
+	{ "SDPSHIM_STALL_MS", 0, 3600000, 30000, store_stall_ms },
 	{ "SDPSHIM_PENDING_TTL_MS", 100, 3600000, 30000, store_pending_ttl_ms },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
 };

@@ -19,6 +19,7 @@ struct sdp_tunables {
 	int64_t  debug_fail_after;   /* SDPSHIM_DEBUG_FAIL_AFTER: tests only, fail the QP after N bytes */
 	unsigned switch_timeout_ms;  /* SDPSHIM_SWITCH_TIMEOUT_MS: bound on a move to TCP before fork/exec */
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
+	unsigned stall_ms;           /* SDPSHIM_STALL_MS: send queue without a completion = failed, 0 = never */
 	unsigned pending_ttl_ms;     /* SDPSHIM_PENDING_TTL_MS: unmatched server channels expire */
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
 };

@@ -146,6 +146,8 @@ struct sdp_conn {
 	bool app_closed;        /* no fd names it any more: linger, then free */
 	bool destroy_queued;
 	bool carrier_dead;      /* QP or cm id failed */
+	bool carrier_reaping;   /* close_ev_carrier_failed takes in the completions first */
+	const char *carrier_why; /* the first sign of the failure (static text), for the log */
 	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
 	bool committed;         /* server: the client's COMMIT arrived */
 	bool lingering;         /* counted in progress_linger_*() until destroyed */
@@ -271,9 +273,15 @@ struct sdp_conn {
 	uint64_t last_rx_ms;
 	unsigned keep_probes;
 
-	/* The one timer of the connection: connect bound, pending TTL, linger,
+	/* The main timer of the connection: connect bound, pending TTL, linger,
 	 * keepalive, carrier-failure grace. */
 	struct progress_timer timer;
+	/* The send-queue watchdog (core/timers.c): armed while work requests
+	 * are outstanding; sq_progress_ms is the last completion, or the post
+	 * that found the queue empty. */
+	struct progress_timer stall_timer;
+	bool stall_armed;
+	uint64_t sq_progress_ms;
 	struct sdp_conn *pend_next; /* listener's pending list */
 };
 

@@ -70,7 +70,7 @@ void close_ev_app_shutdown_wr(struct sdp_conn *c);
 void close_ev_tx_flushed(struct sdp_conn *c);
 void close_ev_peer_disconn(struct sdp_conn *c);
 void close_ev_abort(struct sdp_conn *c, int err, bool send_abort);
-void close_ev_carrier_failed(struct sdp_conn *c, int err);
+void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why);
 
 /* cm.c: the process-wide rdma_cm event channel */
 int cm_channel_ensure(struct rdma_event_channel **out);
@@ -88,12 +88,21 @@ void close_check_orphan(struct sdp_conn *c);
 
 /* timers.c: the connection's one timer, by phase */
 void conn_on_timer(struct sdp_conn *c);
+/* Counts a posted work request; the send-queue watchdog starts with the
+ * first on an empty queue. */
+void conn_note_post(struct sdp_conn *c);
+void conn_stall_timer_fired(void *arg);
 void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now);
 
 /* tcp_watch.c: the library's dup of the TCP socket, watched by the progress
  * thread (connect completion, FIN/RST evidence, a server that chose TCP). */
 void tcp_watch_start(struct sdp_conn *c, uint32_t events);
 void tcp_drain_start(struct sdp_conn *c);
+/* Sends drain_buf from drain_off without blocking: 0 once all of it went,
+ * EAGAIN while the socket is full, else the errno of the failure. */
+int tcp_drain_send(struct sdp_conn *c);
+/* The payload bytes of send slots [first, end), copied to dst unless NULL. */
+size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, uint8_t *dst);
 /* After the carrier died without DisConn: 0 if the peer's TCP closed
  * (EOF), else the error to report (ECONNRESET). */
 int tcp_peer_verdict(struct sdp_conn *c, int err);

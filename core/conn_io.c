@@ -391,6 +391,7 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 		close_ev_app_shutdown_wr(c); /* queued bytes first, then DisConn */
 		conn_arm_timer(c, sdp_tun.linger_ms);
 		close_check_orphan(c);
+		tx_kick(c); /* the final credit update it may have queued */
 		break;
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:

@@ -36,9 +36,11 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 				 kind <= WR_INV ? kinds[kind] : "?", ibv_wc_status_str(wc->status));
 		if (kind != WR_RECV && c->sq_outstanding)
 			c->sq_outstanding--;
+		if (!c->carrier_why)
+			c->carrier_why = ibv_wc_status_str(wc->status);
 		if (kind >= WR_READ)
 			zc_on_completion(c, kind, WR_INDEX(wc->wr_id), false);
-		close_ev_carrier_failed(c, ECONNRESET);
+		close_ev_carrier_failed(c, ECONNRESET, NULL);
 		return;
 	}
 	switch (WR_KIND(wc->wr_id)) {
@@ -83,6 +85,10 @@ int cq_poll(struct sdp_conn *c)
 			on_completion(c, &wc[i]);
 		total += n > 0 ? n : 0;
 	} while (n == 16 && c->cq);
+	if (total)
+		c->sq_progress_ms = progress_now_ms(); /* the watchdog's clock (timers.c) */
+	if (total && c->app_closed)
+		close_check_orphan(c); /* a send it waited for may have completed */
 	tx_kick(c);
 	switch_debug_maybe_fail(c);
 	conn_update_readiness(c, false);

@@ -6,8 +6,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Data leaves this many credits for control messages (credit updates,
- * DisConn, Abort), so neither side can starve the other of updates. */
+/* Every message but a credit update or an Abort leaves this many credits,
+ * so each side can always tell the other what it consumed: otherwise two
+ * ends that spent their last credits on other messages (a SrcAvail one way,
+ * a SinkAvail the other) wait for each other forever. */
 #define CREDIT_RESERVE 1u
 
 /* Receive buffers the peer still has free for us: it posted peer_bufs, and
@@ -24,9 +26,10 @@ static inline bool credits_allow_data(uint32_t avail)
 	return avail > CREDIT_RESERVE;
 }
 
-static inline bool credits_allow_ctrl(uint32_t avail)
+/* may_take_last: a credit update or an Abort. */
+static inline bool credits_allow_ctrl(uint32_t avail, bool may_take_last)
 {
-	return avail >= 1;
+	return may_take_last ? avail >= 1 : avail > CREDIT_RESERVE;
 }
 
 /* Should the receiver send a standalone credit update?  unadvertised =

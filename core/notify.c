@@ -126,20 +126,40 @@ static void indicator_clear(int fd, bool *is_set)
 	*is_set = false;
 }
 
+/* Both directions in one pass: a switching channel asks its kernel socket once. */
+static void readiness(struct sdp_conn *c, bool *readable, bool *writable)
+{
+	if (c->phase == CONN_SWITCHING) {
+		unsigned mask = switch_poll_mask(c);
+
+		*readable = mask & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
+		*writable = mask & (POLLOUT | POLLHUP | POLLERR);
+		return;
+	}
+	*readable = conn_readable_locked(c);
+	*writable = conn_writable_locked(c);
+}
+
 void conn_update_readiness(struct sdp_conn *c, bool new_data)
 {
-	if (conn_readable_locked(c))
+	bool readable, writable;
+
+	readiness(c, &readable, &writable);
+	if (readable)
 		indicator_set(c->rd_fd, &c->rd_set, new_data);
-	if (conn_writable_locked(c))
+	if (writable)
 		indicator_set(c->wr_fd, &c->wr_set, false);
 }
 
 void conn_prepare_wait(struct sdp_conn *c)
 {
+	bool readable, writable;
+
 	conn_lock(c);
-	if (!conn_readable_locked(c))
+	readiness(c, &readable, &writable);
+	if (!readable)
 		indicator_clear(c->rd_fd, &c->rd_set);
-	if (!conn_writable_locked(c))
+	if (!writable)
 		indicator_clear(c->wr_fd, &c->wr_set);
 	conn_unlock(c);
 }

@@ -204,6 +204,9 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 	conn_repost_recv(c, slot);
 	on_control(c, &h, msg, e);
 	rx_advance(c);
+	/* A control message is consumed on arrival: a peer that spent its
+	 * credits on them learns of it here (cq_poll's tx_kick sends it). */
+	rx_maybe_update_credits(c);
 }
 
 size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,

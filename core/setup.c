@@ -41,6 +41,8 @@ struct sdp_conn *conn_alloc(bool is_server)
 	c->timer.fn = conn_timer_fired;
 	c->zcopy_thresh = sdp_tun.zcopy_thresh;
 	c->timer.arg = c;
+	c->stall_timer.fn = conn_stall_timer_fired;
+	c->stall_timer.arg = c;
 	c->rd_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	c->wr_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (c->rd_fd < 0 || c->wr_fd < 0) {
@@ -76,6 +78,7 @@ void conn_put(struct sdp_conn *c)
 	if (atomic_fetch_sub(&c->refs, 1) != 1)
 		return;
 	progress_timer_cancel(&c->timer);
+	progress_timer_cancel(&c->stall_timer);
 	conn_free(c);
 }
 
@@ -253,6 +256,7 @@ static void destroy_on_progress(void *arg)
 	struct sdp_conn *c = arg;
 
 	progress_timer_cancel(&c->timer);
+	progress_timer_cancel(&c->stall_timer);
 	conn_destroy_resources(c);
 	conn_lock(c);
 	if (c->lingering) {

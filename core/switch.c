@@ -111,7 +111,7 @@ static int build_resend(struct sdp_conn *c)
 	struct sdp_switch rec = { .reason = (uint8_t)c->sw_reason };
 	struct sdp_switch_wire w;
 	uint32_t first = c->tx_head;
-	size_t payload = 0, at;
+	size_t payload = 0;
 
 	if (c->wr_unconfirmed) {
 		/* Its RdmaWrCompl may be lost: resend the WRITE's bytes too. */
@@ -135,15 +135,7 @@ static int build_resend(struct sdp_conn *c)
 		return -ENOMEM;
 	sdp_switch_to_wire(&rec, &w);
 	memcpy(c->drain_buf, &w, sizeof(w));
-	at = sizeof(w);
-	for (uint32_t pos = first; pos != c->tx_head; pos++) {
-		uint32_t idx = ring_index(pos, c->tx_nslots);
-		uint32_t n = c->tx_slots[idx].len - (uint32_t)SDP_BSDH_SIZE;
-
-		memcpy(c->drain_buf + at, c->tx_mem + (size_t)idx * c->peer_buf_size + SDP_BSDH_SIZE, n);
-		at += n;
-	}
-	c->drain_len = at;
+	c->drain_len = sizeof(w) + tx_slots_payload(c, first, c->tx_head, c->drain_buf + sizeof(w));
 	c->drain_off = 0;
 	c->tx_tail = c->tx_posted = c->tx_head;
 	sdp_debug("switch: resending %zu bytes from stream offset %llu", payload,
@@ -222,8 +214,9 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 		sdp_info("the peer moved the stream to TCP; following (%zu bytes to resend)",
 			 c->drain_len - SDP_SWITCH_SIZE);
 	else if (reason == SDP_REASON_FAILOVER)
-		sdp_warn("RDMA carrier failed; moving the stream to TCP (%zu bytes to resend, %zu "
-			 "received bytes kept)", c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
+		sdp_warn("RDMA carrier failed (%s); moving the stream to TCP (%zu bytes to resend, "
+			 "%zu received bytes kept)", c->carrier_why ? c->carrier_why : "QP error",
+			 c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
 	else
 		sdp_info("moving the stream to TCP before fork/exec (%zu bytes to resend)",
 			 c->drain_len - SDP_SWITCH_SIZE);
@@ -241,24 +234,16 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 
 static void flush_drain(struct sdp_conn *c)
 {
+	int err;
+
 	if (c->sw_tx_done)
 		return;
-	while (c->drain_off < c->drain_len) {
-		ssize_t n = real.send(c->tcp_fd, c->drain_buf + c->drain_off, c->drain_len - c->drain_off,
-				      MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			/* The peer's TCP is gone: the kernel socket reports it to the app. */
-			if (n < 0 && errno != EPIPE && !c->sw_peer_err)
-				c->sw_peer_err = errno;
-			break;
-		}
-		c->drain_off += (size_t)n;
-	}
+	err = tcp_drain_send(c);
+	if (err == EAGAIN)
+		return;
+	/* The peer's TCP is gone: the kernel socket reports it to the app. */
+	if (err && err != EPIPE && !c->sw_peer_err)
+		c->sw_peer_err = err;
 	c->sw_tx_done = true;
 	free(c->drain_buf);
 	c->drain_buf = NULL;

@@ -53,17 +53,27 @@ static void on_connect_done(struct sdp_conn *c)
 	conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 }
 
-static void on_drain_ready(struct sdp_conn *c)
+int tcp_drain_send(struct sdp_conn *c)
 {
 	while (c->drain_off < c->drain_len) {
 		ssize_t n = real.send(c->tcp_fd, c->drain_buf + c->drain_off,
 				      c->drain_len - c->drain_off, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0)
-			break; /* the kernel socket reports the error to the app */
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			return EPIPE;
 		c->drain_off += (size_t)n;
 	}
+	return 0;
+}
+
+static void on_drain_ready(struct sdp_conn *c)
+{
+	/* A failure stays on the kernel socket, which reports it to the app. */
+	if (tcp_drain_send(c) == EAGAIN)
+		return;
 	if (c->close_state == CLOSE_TX_DRAINING)
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app shut down writing meanwhile */
 	c->phase = CONN_FALLBACK;
@@ -120,19 +130,11 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 /* Moves the unposted send bytes to TCP, then the socket is plain TCP. */
 void tcp_drain_start(struct sdp_conn *c)
 {
-	size_t total = 0;
+	size_t total = tx_slots_payload(c, c->tx_posted, c->tx_head, NULL);
 
-	for (uint32_t pos = c->tx_posted; c->tx_slots && pos != c->tx_head; pos++)
-		total += c->tx_slots[pos % c->tx_nslots].len - SDP_BSDH_SIZE;
 	c->drain_buf = total ? malloc(total) : NULL;
-	c->drain_len = 0;
-	for (uint32_t pos = c->tx_posted; c->drain_buf && pos != c->tx_head; pos++) {
-		struct tx_slot *slot = &c->tx_slots[pos % c->tx_nslots];
-		const uint8_t *mem = c->tx_mem + (size_t)(pos % c->tx_nslots) * c->peer_buf_size;
-
-		memcpy(c->drain_buf + c->drain_len, mem + SDP_BSDH_SIZE, slot->len - SDP_BSDH_SIZE);
-		c->drain_len += slot->len - SDP_BSDH_SIZE;
-	}
+	c->drain_len = c->drain_buf ? tx_slots_payload(c, c->tx_posted, c->tx_head, c->drain_buf) : 0;
+	c->drain_off = 0;
 	c->tx_posted = c->tx_head;
 	c->phase = CONN_DRAINING;
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);

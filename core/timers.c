@@ -1,6 +1,7 @@
-/* The one timer of each channel and what it means in each phase: the
- * bound on the RDMA connect, the TTL of an unmatched server channel, the
- * linger bound after close, and keepalive probes. */
+/* The timers of each channel: the main one and what it means in each
+ * phase (the bound on the RDMA connect, the TTL of an unmatched server
+ * channel, the linger bound after close, keepalive probes), and the
+ * send-queue watchdog. */
 #include <errno.h>
 
 #include "core/config.h"
@@ -67,6 +68,46 @@ void conn_on_timer(struct sdp_conn *c)
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		break;
+	}
+	conn_unlock(c);
+}
+
+/* ------------------------------------------------ send-queue watchdog */
+
+void conn_note_post(struct sdp_conn *c)
+{
+	if (c->sq_outstanding++ > 0)
+		return;
+	c->sq_progress_ms = progress_now_ms();
+	if (sdp_tun.stall_ms && !c->stall_armed) {
+		c->stall_armed = true;
+		progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
+	}
+}
+
+/* Every work request completes within the transport's retry time (a
+ * send needs no app on the other side: it only goes with a credit), and
+ * a transport that gives up reports an error.  Work requests outstanding
+ * with no completion for SDPSHIM_STALL_MS mean the queue pair stalled
+ * without saying so (rxe of Linux 6.1 can, after retransmissions): the
+ * carrier counts as failed and the stream moves to TCP. */
+void conn_stall_timer_fired(void *arg)
+{
+	struct sdp_conn *c = arg;
+
+	conn_lock(c);
+	c->stall_armed = false;
+	if (c->phase == CONN_OPEN && !c->carrier_dead && !c->sw_started && c->sq_outstanding) {
+		cq_poll(c); /* a completion whose event we missed is no stall */
+		if (c->phase != CONN_OPEN || c->carrier_dead || !c->sq_outstanding) {
+			/* settled meanwhile */
+		} else if (progress_now_ms() - c->sq_progress_ms >= sdp_tun.stall_ms) {
+			close_ev_carrier_failed(c, ETIMEDOUT,
+						"send queue stalled: no completion within SDPSHIM_STALL_MS");
+		} else if (!c->stall_armed) {
+			c->stall_armed = true;
+			progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
+		}
 	}
 	conn_unlock(c);
 }

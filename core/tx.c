@@ -149,7 +149,7 @@ static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len
 		sdp_warn("ibv_post_send failed: %s", strerror(rc));
 		return -rc;
 	}
-	c->sq_outstanding++;
+	conn_note_post(c);
 	return 0;
 }
 
@@ -162,7 +162,7 @@ static bool post_data_slot(struct sdp_conn *c)
 	slot->seq = c->tx_seq;
 	if (post_send(c, WR_ID(WR_SEND_DATA, ring_index(c->tx_posted, c->tx_nslots)), mem,
 		      slot->len) != 0) {
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting a data send failed");
 		return false;
 	}
 	if (c->st)
@@ -190,7 +190,7 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 		sdp_ext_to_wire(&ext, mem + SDP_BSDH_SIZE);
 	}
 	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len) != 0) {
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting a control send failed");
 		return false;
 	}
 	c->ctrl_outstanding++;
@@ -217,11 +217,14 @@ static bool sq_has_room(const struct sdp_conn *c)
 static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 {
 	for (uint8_t mid = 1; mid < 32; mid++) {
+		bool may_take_last = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_ABORT;
+
 		if (!(c->ctrl_pending & allowed & CTRL_BIT(mid)))
 			continue;
-		if (!credits_allow_ctrl(tx_credits(c)) || !sq_has_room(c) || c->carrier_dead ||
-		    c->ctrl_outstanding >= CTRL_SLOTS)
+		if (!sq_has_room(c) || c->carrier_dead || c->ctrl_outstanding >= CTRL_SLOTS)
 			return;
+		if (!credits_allow_ctrl(tx_credits(c), may_take_last))
+			continue; /* the last credit: only an update or an Abort may take it */
 		if (mid == SDP_MID_CREDIT_UPDATE && c->rx_ack_sent == c->rx_ack) {
 			c->ctrl_pending &= ~CTRL_BIT(mid); /* already carried by another message */
 			continue;
@@ -280,4 +283,19 @@ void tx_free_acked(struct sdp_conn *c, uint32_t ack)
 	c->tx_peer_ack = ack;
 	while (c->tx_tail != c->tx_posted && !sdp_seq_after(slot_at(c, c->tx_tail)->seq, ack))
 		c->tx_tail++;
+}
+
+size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, uint8_t *dst)
+{
+	size_t total = 0;
+
+	for (uint32_t pos = first; c->tx_slots && pos != end; pos++) {
+		uint32_t idx = ring_index(pos, c->tx_nslots);
+		uint32_t n = c->tx_slots[idx].len - (uint32_t)SDP_BSDH_SIZE;
+
+		if (dst)
+			memcpy(dst + total, c->tx_mem + (size_t)idx * c->peer_buf_size + SDP_BSDH_SIZE, n);
+		total += n;
+	}
+	return total;
 }

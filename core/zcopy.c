@@ -71,9 +71,11 @@ static int post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 	SDP_GUARD_ENTER();
 	rc = ibv_post_send(c->qp, wr, &bad);
 	SDP_GUARD_LEAVE();
-	if (rc)
+	if (rc) {
+		sdp_warn("ibv_post_send of a zero-copy request failed: %s", strerror(rc));
 		return -rc;
-	c->sq_outstanding++;
+	}
+	conn_note_post(c);
 	return 0;
 }
 
@@ -160,7 +162,7 @@ static void mw_close(struct sdp_conn *c, struct zc_window *w)
 	if (!w->bound || c->carrier_dead || !c->qp)
 		return;
 	if (mw_invalidate(c, w) != 0) {
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting a window invalidate failed");
 		return;
 	}
 	wait_uninterruptible(c, idle);
@@ -216,7 +218,7 @@ static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
 	wr.wr.rdma.rkey = c->psink.rkey;
 	if (post_wr(c, &wr) != 0) {
 		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting an RDMA WRITE failed");
 		return -ECONNRESET;
 	}
 	c->psink.valid = false;
@@ -258,7 +260,7 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 
 	if (mw_bind(c, win, mre, (uintptr_t)buf, n, IBV_ACCESS_REMOTE_READ) != 0) {
 		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "binding a read window failed");
 		return -ECONNRESET;
 	}
 	c->src = (struct zc_src){ .active = true, .stream_off = c->tx_stream_off,
@@ -393,7 +395,7 @@ void zc_stage_kick(struct sdp_conn *c)
 	}
 	n = e->unread < c->stage_len ? e->unread : c->stage_len;
 	if (post_read(c, e, c->stage, c->stage_mr->lkey, n) != 0) {
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting an RDMA READ failed");
 		return;
 	}
 	c->rd = (struct zc_read){ .active = true, .len = n };
@@ -439,7 +441,7 @@ static ssize_t recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, si
 	count_cache(c, hit);
 	if (post_read(c, e, dst, mre->mr->lkey, n) != 0) {
 		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "posting an RDMA READ failed");
 		return -ECONNRESET;
 	}
 	c->rd = (struct zc_read){ .active = true, .direct = true, .len = n, .mre = mre };
@@ -550,7 +552,7 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 	count_cache(c, hit);
 	if (mw_bind(c, win, mre, (uintptr_t)dst, n, IBV_ACCESS_REMOTE_WRITE) != 0) {
 		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO);
+		close_ev_carrier_failed(c, EIO, "binding a write window failed");
 		return -ECONNRESET;
 	}
 	c->sink = (struct zc_sink){ .active = true, .stream_off = c->rx_stream_off,
@@ -768,7 +770,7 @@ static void read_completed(struct sdp_conn *c, bool ok)
 
 	c->rd.active = false;
 	if (!ok) {
-		close_ev_carrier_failed(c, ECONNRESET);
+		close_ev_carrier_failed(c, ECONNRESET, "an RDMA READ failed");
 		return;
 	}
 	c->rd.done = true;
@@ -812,13 +814,14 @@ void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok)
 		break;
 	}
 	if (!ok)
-		close_ev_carrier_failed(c, ECONNRESET);
+		close_ev_carrier_failed(c, ECONNRESET, "a zero-copy operation failed");
 }
 
 /* Test hook (SDPSHIM_DEBUG_ZC_CORRUPT): make this end a misbehaving peer, so
  * the VM suite can show the other end's validation abort the connection.
  * 1: SrcAvail one byte ahead of the stream; 2: SrcAvail longer than 1 GiB;
- * 3: SinkAvail one byte ahead of the stream. */
+ * 3: SinkAvail 1 GiB ahead of the stream (far enough that no bytes in flight
+ * can make it look like a stale sink the sender just declines). */
 static void debug_corrupt(uint8_t mid, struct sdp_ext *x)
 {
 	switch (sdp_tun.debug_zc_corrupt) {
@@ -832,7 +835,7 @@ static void debug_corrupt(uint8_t mid, struct sdp_ext *x)
 		break;
 	case 3:
 		if (mid == SDP_MID_SINK_AVAIL)
-			x->d += 1;
+			x->d += MAX_ZC_LEN;
 		break;
 	default:
 		break;

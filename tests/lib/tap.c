@@ -33,3 +33,12 @@ int tap_exit_status(void)
 {
 	return tap_failures == 0 ? 0 : 1;
 }
+
+int tap_run(const struct tap_case *cases, unsigned count)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("1..%u\n", count);
+	for (unsigned i = 0; i < count; i++)
+		tap_result(cases[i].fn(), cases[i].desc);
+	return tap_exit_status();
+}

@@ -10,4 +10,12 @@ int check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The exit status: 0 if every case passed. */
 int tap_exit_status(void);
 
+/* A table-driven test program: the plan, one result line per case, and the
+ * exit status for main to return. */
+struct tap_case {
+	const char *desc;
+	int (*fn)(void);
+};
+int tap_run(const struct tap_case *cases, unsigned count);
+
 #endif

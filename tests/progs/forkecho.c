@@ -2,7 +2,7 @@
  * tests of moving a connection from RDMA to TCP when a process forks or execs
  * (tests/vm/70-switch.bats).
  *
- *   forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS]
+ *   forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS] [-d MS]
  *       Listens on ADDR:PORT (default 0.0.0.0) and prints "forkecho: listening on
  *       PORT" and "forkecho: server pid PID".  For every accepted connection it
  *       forks; the parent closes the accepted fd at once and accepts the next one
@@ -11,7 +11,9 @@
  *       to fd 3 and execs /bin/sh -c 'exec cat <&3 >&3': the echo runs in a new
  *       image on an inherited descriptor.  After MAXCONNS connections (0 or no -n:
  *       never) the parent waits for every child and exits 0, or 1 if a child
- *       failed (nonzero exit or a signal).
+ *       failed (nonzero exit or a signal).  With -d the parent holds each
+ *       accepted connection MS milliseconds before it forks (so a test can see
+ *       the connection's queue pair before the fork moves it to TCP).
  *
  *   forkecho -c HOST -p PORT [-n CONNS] [-j PARALLEL] [-b BYTES] [-S SEED]
  *       CONNS connections (default 1), at most PARALLEL at once (threads, default
@@ -65,7 +67,7 @@ static void die(const char *fmt, ...)
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
-	fprintf(stderr, "usage: forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS]\n"
+	fprintf(stderr, "usage: forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS] [-d MS]\n"
 			"       forkecho -c HOST -p PORT [-n CONNS] [-j PARALLEL] [-b BYTES] "
 			"[-S SEED]\n");
 	exit(2);
@@ -171,6 +173,8 @@ static void child_exec(int fd, int index)
 	_exit(127);
 }
 
+static int fork_delay_ms; /* -d */
+
 static int server(const char *addr, const char *port, int maxconns, int exec_mode)
 {
 	struct addrinfo *ai = resolve(addr, port, 1);
@@ -206,6 +210,9 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 			die("accept: %s", strerror(errno));
 		}
 		accepted++;
+		if (fork_delay_ms > 0)
+			nanosleep(&(struct timespec){ fork_delay_ms / 1000,
+						      (fork_delay_ms % 1000) * 1000000L }, NULL);
 		fflush(NULL); /* nothing buffered for the child to repeat */
 		pid = fork();
 		if (pid < 0) {
@@ -569,12 +576,13 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	cl.bytes = 65536;
 	cl.seed = 1;
-	while ((c = getopt(argc, argv, "s:a:xn:c:p:j:b:S:")) != -1) {
+	while ((c = getopt(argc, argv, "s:a:xn:d:c:p:j:b:S:")) != -1) {
 		switch (c) {
 		case 's': listen_port = optarg; break;
 		case 'a': addr = optarg; break;
 		case 'x': exec_mode = 1; break;
 		case 'n': count = parse_int(optarg, "-n", 0); break;
+		case 'd': fork_delay_ms = parse_int(optarg, "-d", 0); break;
 		case 'c': host = optarg; break;
 		case 'p': port = optarg; break;
 		case 'j': parallel = parse_int(optarg, "-j", 1); break;

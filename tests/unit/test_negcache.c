@@ -451,12 +451,7 @@ static int test_threads_churn(void)
 	return ok;
 }
 
-struct test_case {
-	const char *desc;
-	int (*fn)(void);
-};
-
-static const struct test_case cases[] = {
+static const struct tap_case cases[] = {
 	{ "new cache is empty", test_empty },
 	{ "insert then lookup hits with the reason", test_insert_lookup },
 	{ "ports are distinct keys", test_port_distinct },
@@ -482,9 +477,5 @@ static const struct test_case cases[] = {
 
 int main(void)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("1..%zu\n", ARRAY_SIZE(cases));
-	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
-		tap_result(cases[i].fn(), cases[i].desc);
-	return tap_exit_status();
+	return tap_run(cases, ARRAY_SIZE(cases));
 }

@@ -114,23 +114,16 @@ static int test_bsdh_length(void)
 	return ok;
 }
 
-static const struct {
-	int (*fn)(void);
-	const char *desc;
-} cases[] = {
-	{ test_switch_round_trip, "SWITCH record: 16 bytes, round trip of reason and offset" },
-	{ test_switch_big_endian, "SWITCH record: magic SDPS and a big-endian offset" },
-	{ test_switch_short, "SWITCH record: every shorter length is refused" },
-	{ test_switch_bad_fields, "SWITCH record: bad magic, version, flags, reason refused" },
-	{ test_switch_plain_text, "SWITCH record: plain application bytes are refused" },
-	{ test_bsdh_length, "base header: length and mid checks" },
+static const struct tap_case cases[] = {
+	{ "SWITCH record: 16 bytes, round trip of reason and offset", test_switch_round_trip },
+	{ "SWITCH record: magic SDPS and a big-endian offset", test_switch_big_endian },
+	{ "SWITCH record: every shorter length is refused", test_switch_short },
+	{ "SWITCH record: bad magic, version, flags, reason refused", test_switch_bad_fields },
+	{ "SWITCH record: plain application bytes are refused", test_switch_plain_text },
+	{ "base header: length and mid checks", test_bsdh_length },
 };
 
 int main(void)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("1..%zu\n", ARRAY_SIZE(cases));
-	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
-		tap_result(cases[i].fn(), cases[i].desc);
-	return tap_exit_status();
+	return tap_run(cases, ARRAY_SIZE(cases));
 }

@@ -42,6 +42,17 @@ ip link set lo up
 # --- soft-RoCE ---------------------------------------------------------------
 modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_umad 2>/dev/null || modprobe -a rdma_rxe ib_uverbs rdma_ucm
 t modules-loaded
+# A NIC delivers the packets of one flow in order.  veth queues each packet on
+# the backlog of the CPU that sent it, and rxe's tasks move between CPUs, so the
+# RoCE packets of one QP can arrive out of order: rxe then NAKs and retransmits,
+# and rxe of Linux 6.1 can stall a QP after that.  Receive packet steering to
+# CPU 0 puts every received packet on one backlog, in the order it was sent.
+veth_in_order() {
+  local d q
+  for d in "$@"; do
+    for q in /sys/class/net/$d/queues/rx-*/rps_cpus; do echo 1 >"$q" || log "rps on $q failed"; done
+  done
+}
 case "$RXE_NETDEV" in
   dummy) modprobe dummy numdummies=0; ip link add rxenet0 type dummy
          ip link set rxenet0 mtu "$RXE_MTU"; ip addr add "$RXE_IP/24" dev rxenet0
@@ -49,6 +60,7 @@ case "$RXE_NETDEV" in
   veth)  ip link add rxenet0 type veth peer name rxenet1
          ip link set rxenet0 mtu "$RXE_MTU"; ip link set rxenet1 mtu "$RXE_MTU"
          ip addr add "$RXE_IP/24" dev rxenet0; ip link set rxenet0 up; ip link set rxenet1 up
+         veth_in_order rxenet0 rxenet1
          rdma link add rxe0 type rxe netdev rxenet0 ;;
   pair)  # Two rxe devices on the two ends of a veth pair, same netns. rxe in 6.1 has no
          # netns support (its UDP socket and route lookups are in init_net), so instead of two
@@ -65,6 +77,7 @@ case "$RXE_NETDEV" in
          ip route add "$RXE_IP2/32" dev rxenet0 src "$RXE_IP" table 100
          ip route add "$RXE_IP/32" dev rxenet1 src "$RXE_IP2" table 100
          ip rule add pref 100 iif lo lookup 100
+         veth_in_order rxenet0 rxenet1
          rdma link add rxe0 type rxe netdev rxenet0
          rdma link add rxe1 type rxe netdev rxenet1 ;;
   lo)    rdma link add rxe0 type rxe netdev lo ;;
