@@ -98,10 +98,256 @@ for (comm, role, p, reason, sw), n in sorted(groups.items(), key=lambda kv: tupl
 EOF
 }
 
+# stats_field ROLE FIELD: FIELD summed over the stats lines of ROLE (0 if none)
+stats_field() {
+  "$PY" -S -c '
+import json, os, sys
+path, role, field = sys.argv[1:4]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+print(sum(c.get(field, 0) for c in lines if c["role"] == role))' "$STATS" "$1" "$2"
+}
+
+mr_total() { rdma resource show mr 2>/dev/null | wc -l; }
+mr_count() { rdma resource show mr 2>/dev/null | grep -c "comm $1\( \|$\)" || true; }
+fd_count() { ls "/proc/$1/fd" | wc -l; }
+
+# --- fork and exec: tests/progs/forkecho -----------------------------------------
+
+# forkecho_case CONNS PARALLEL BYTES SECS [SERVER ARGS...]: a preloaded forkecho
+# server (-n CONNS) and a preloaded client; every connection sha-checked, RC QPs
+# seen while it ran, every client line switched with reason=forked.  With -x the
+# server end's lines come from cat, whose role for an inherited socket is only
+# guessed from the ports: the client lines are then taken by comm as well.
+forkecho_case() {
+  local conns=$1 par=$2 bytes=$3 secs=$4 port t0 ms crc=0 src=0 okl filter=(role=client); shift 4
+  case " $* " in *" -x "*) filter=(comm=forkecho role=client) ;; esac
+  port=$(free_port)
+  start_bg server timeout -k 5 "$secs" "${PRE[@]}" "$FORKECHO" -s "$port" -a "$RXE_IP" -n "$conns" "$@"
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout "$secs" "${PRE[@]}" "$FORKECHO" -c "$RXE_IP" -p "$port" -n "$conns" -j "$par" \
+    -b "$bytes" >"$T/client.out" 2>"$T/client.err" || crc=$?
+  # A client that could not make all its connections leaves the server waiting.
+  [ "$crc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  ms=$(( $(now_ms) - t0 ))
+  qp_watch_stop
+  okl=$(grep -cE "^conn [0-9]+ bytes=$bytes sha256=[0-9a-f]{64} ok\$" "$T/client.out" || true)
+  show "forkecho server${*:+ $*} -n $conns, client -n $conns -j $par -b $bytes: $ms ms" \
+       "  ($(( ms / conns )) ms per connection), $okl of $conns connections ok" \
+       "client (rc=$crc): $(tail -1 "$T/client.out")" \
+       "$(grep -v ' ok$' "$T/client.out" | grep -v '^forkecho: ' | head -10)" \
+       "client stderr: $(head -20 "$T/client.err")" \
+       "server (rc=$src): $(bg_log server | tail -20)" \
+       "RC QPs of forkecho seen while it ran: $(qp_seen forkecho)" \
+       "$(stats_summary)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$okl" -eq "$conns" ]
+  grep -qx "forkecho: $conns/$conns ok" "$T/client.out"
+  [ "$(qp_seen forkecho)" -ge 1 ]
+  # One client line per connection, each moved to TCP by the fork.
+  assert_switched forked "$conns" "${filter[@]}"
+}
+
+@test "switch: fork-per-connection server, 200 sequential connections, sha-checked" {
+  forkecho_case 200 1 65536 900
+  # The server's lines come from the children that echoed (the parent moved no
+  # bytes); they and the client lines must add up.
+  assert_exact_bytes "$STATS"
+}
+
+@test "switch: fork-per-connection server, 20 concurrent connections of 1 MiB, sha-checked" {
+  forkecho_case 20 20 $((1 << 20)) 600
+  assert_exact_bytes "$STATS"
+}
+
+@test "switch: inherited socket used after exec (sh -c on fd 3), 20 connections, sha-checked" {
+  # (No byte pairing here: the server end's lines come from cat, which inherited
+  # the socket through exec, and its role is only guessed from the ports.)
+  # The parent holds each connection 300 ms before it forks: short-lived queue
+  # pairs can otherwise fall between two samples of `rdma resource show qp`.
+  forkecho_case 20 4 $((256 << 10)) 600 -x -d 300
+}
+
+# --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
+
+# failover_stream up|down: a 1 GiB stream whose SENDING end (client for up, server
+# for down) forces its QP into the error state after 128 MiB sent over RDMA.
+failover_stream() {
+  local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
+  local total=$((1 << 30)) rdma_sent
+  if [ "$dir" = up ]; then
+    cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G"); sender=client; receiver=server; out=$T/server.log
+  else
+    senv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G"); sender=server; receiver=client; out=$T/client.out
+  fi
+  port=$(free_port)
+  start_bg server timeout -k 5 600 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  qp_watch_start
+  t0=$(now_ms)
+  run_timeout 600 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G \
+    -d "$dir" -m 1M >"$T/client.out" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  ms=$(( $(now_ms) - t0 ))
+  qp_watch_stop
+  got=$(received_digest "$receiver" "$out" "$total")
+  want=$(ref_digest 1 1G)
+  rdma_sent=$(( $(stats_field "$sender" copy_bytes_sent) + $(stats_field "$sender" zcopy_bytes_sent) ))
+  show "stream -d $dir -b 1G, SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER_1G on the $sender: $ms ms" \
+       "client (rc=$crc): $(cat "$T/client.out")" "server (rc=$src): $(bg_log server)" \
+       "$receiver received sha256 ${got:-none}, reference $want" \
+       "RC QPs of stream seen while it ran: $(qp_seen stream)" \
+       "the $sender sent $rdma_sent bytes over RDMA (copy + zero-copy) of $(stats_field "$sender" bytes_sent)" \
+       "$(stats_lines "$STATS")" "$(stats_summary)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  [ "$(qp_seen stream)" -ge 2 ]
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server | wc -l)" -eq 1 ]
+  assert_switched failover 2
+  assert_exact_bytes "$STATS"
+  # The failure came after FAIL_AFTER bytes entered the stream (all but the last
+  # unposted slots of them counted as sent on RDMA), and the rest went over TCP.
+  [ "$rdma_sent" -ge $(( FAIL_AFTER_1G - (2 << 20) )) ]
+  [ "$rdma_sent" -lt "$total" ]
+}
+
+@test "switch: forced QP error during 1 GiB upload, stream continues on TCP byte-exact" {
+  failover_stream up
+  [ "$(stats_field client bytes_sent)" -eq $(( (1 << 30) + 32 )) ]
+}
+
+@test "switch: forced QP error during 1 GiB download, stream continues on TCP byte-exact" {
+  failover_stream down
+  [ "$(stats_field server bytes_sent)" -eq $((1 << 30)) ]
+}
+
+# --- soak ------------------------------------------------------------------------
+
+# soak_stream N: an 8 MiB stream failing over after 1 MiB; odd N up (failure on
+# the client), even N down (failure on the server); checks rc and sha256.
+soak_stream() {
+  local n=$1 port crc=0 src=0 dir=up senv=() cenv=() got
+  if (( n % 2 )); then
+    cenv=(SDPSHIM_DEBUG_FAIL_AFTER=1048576)
+  else
+    dir=down; senv=(SDPSHIM_DEBUG_FAIL_AFTER=1048576)
+  fi
+  port=$(free_port)
+  start_bg sserver timeout -k 5 300 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  run_timeout 300 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 8M \
+    -d "$dir" -m 1M >"$T/sclient.out" 2>&1 || crc=$?
+  wait_bg sserver || src=$?
+  if [ "$dir" = up ]; then
+    got=$(received_digest server "$T/sserver.log" 8388608)
+  else
+    got=$(received_digest client "$T/sclient.out" 8388608)
+  fi
+  if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$got" != "$SOAK_REF" ]; then
+    show "soak stream $n (-d $dir) failed: client rc=$crc, server rc=$src," \
+         "received ${got:-none}, reference $SOAK_REF" \
+         "client: $(cat "$T/sclient.out")" "server: $(bg_log sserver)"
+    return 1
+  fi
+}
+
+# wait_no_children PID [S]: until PID has no child process (default 15 s)
+wait_no_children() {
+  local until=$(( $(date +%s) + ${2:-15} ))
+  while pgrep -P "$1" >/dev/null; do
+    if [ "$(date +%s)" -ge "$until" ]; then
+      echo "process $1 still has children after ${2:-15} s:" >&2
+      ps -o pid,stat,etime,args --ppid "$1" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# wait_le CMD... -- N [S]: until the output of CMD is at most N (default 30 s); prints it
+wait_le() {
+  local cmd=() n v until
+  while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+  n=$2; until=$(( $(date +%s) + ${3:-30} ))
+  while :; do
+    v=$("${cmd[@]}")
+    if [ "$v" -le "$n" ] || [ "$(date +%s)" -ge "$until" ]; then echo "$v"; return 0; fi
+    sleep 0.2
+  done
+}
+
+@test "switch: fork and failover load for ${SDPSHIM_SOAK_S:-60} s leaks no fd, MR or QP" {
+  local secs=${SDPSHIM_SOAK_S:-60} port spid deadline t0 i=0 crc
+  local base_qps base_mrs fds1 fds2 smrs1 smrs2 sqps2 end_qps end_mrs conns=0
+  SOAK_REF=$(ref_digest 1 8M)
+  base_qps=$(count_rc_qps)
+  base_mrs=$(mr_total)
+  port=$(free_port)
+  start_bg server timeout -k 5 $(( secs + 1200 )) "${PRE[@]}" "$FORKECHO" -s "$port" -a "$RXE_IP"
+  wait_port "$RXE_IP" "$port"
+  wait_for_line "$T/server.log" '^forkecho: server pid [0-9]+$'
+  spid=$(sed -nE 's/^forkecho: server pid ([0-9]+)$/\1/p' "$T/server.log")
+  t0=$(now_ms)
+  deadline=$(( $(date +%s) + secs ))
+  while :; do
+    i=$(( i + 1 ))
+    crc=0
+    run_timeout 300 "${PRE[@]}" "$FORKECHO" -c "$RXE_IP" -p "$port" -n 10 -j 5 -b 262144 -S "$i" \
+      >"$T/batch.out" 2>&1 || crc=$?
+    if [ "$crc" -ne 0 ] || ! grep -qx 'forkecho: 10/10 ok' "$T/batch.out"; then
+      show "batch $i failed (rc=$crc):" "$(cat "$T/batch.out")" "server: $(bg_log server | tail -20)"
+      false
+    fi
+    conns=$(( conns + 10 ))
+    if [ "$i" -eq 1 ]; then
+      # The parent's own state after its first connections: the baseline for growth.
+      wait_no_children "$spid"
+      fds1=$(fd_count "$spid")
+      smrs1=$(mr_count forkecho)
+    fi
+    soak_stream "$i"
+    [ "$(date +%s)" -lt "$deadline" ] || break
+  done
+  # The server, alive and idle: no child left, no RC QP, fds and MRs not grown.
+  wait_no_children "$spid"
+  fds2=$(fd_count "$spid")
+  sqps2=$(wait_le count_rc_qps forkecho -- 0 30)
+  smrs2=$(wait_le mr_count forkecho -- "$smrs1" 30)
+  show "soak: $i rounds in $(( $(now_ms) - t0 )) ms: $conns forkecho connections (batches of 10," \
+       "  5 at once), $i streams of 8 MiB failing over after 1 MiB" \
+       "server parent pid $spid: fds $fds1 after the first batch, $fds2 at the end;" \
+       "  RC QPs at the end $sqps2; MRs $smrs1 after the first batch, $smrs2 at the end" \
+       "$(ls -l "/proc/$spid/fd" 2>&1 | tail -n +2)" \
+       "$(stats_summary)"
+  [ "$fds2" -le $(( fds1 + 2 )) ]
+  [ "$sqps2" -eq 0 ]
+  [ "$smrs2" -le "$smrs1" ]
+  assert_switched forked "$conns" comm=forkecho role=client
+  assert_switched failover $(( 2 * i )) comm=stream
+  # Everything exits: RC QPs and MRs back to where they were before the test.
+  kill -TERM "$(cat "$T/server.pid")"
+  wait_bg server || true
+  wait_rc_qps_at_most "$base_qps" 30
+  end_qps=$(count_rc_qps)
+  end_mrs=$(wait_le mr_total -- "$base_mrs" 30)
+  show "RC QPs: $base_qps before, $end_qps after; MRs: $base_mrs before, $end_mrs after" \
+       "$(rdma resource show mr 2>&1 | head -10)"
+  [ "$end_qps" -le "$base_qps" ]
+  [ "$end_mrs" -le "$base_mrs" ]
+}
+
+# --- device removal (last: it deletes and re-adds the rxe link) -------------------
+
+# rxe_counter LINK NAME: a port counter (rdma statistic show link LINK)
 rxe_counter() {
   rdma statistic show link "$1" 2>/dev/null | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
 }
-
 
 # Teardown of the link-delete test: let the delete finish (it can block until the
 # last user context closes; the processes are gone by now), then re-add the link
