@@ -1,8 +1,8 @@
 #!/bin/bash
 # setup-debian.sh : as root on Debian 12, installs everything the build and the test
 # suites need (build tools, rdma-core, the VM test bed, the apps the suites drive).
-# Idempotent: installs only what is missing; keeps redis-server from running as a
-# service (the tests start their own).  Also makes sure apt can fetch the kernel
+# Idempotent: installs only what is missing; keeps redis-server and postgresql from
+# running as services (the tests start their own).  Also makes sure apt can fetch the kernel
 # package that tests/vm/run-in-vm.sh downloads on first use.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -16,6 +16,7 @@ PKGS=(
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2   # soft-RoCE VM
   bats                                                     # test runner
   iperf3 redis-server redis-tools sockperf                 # apps under test
+  postgresql                                               # a forking server (tests/vm/65-postgres)
   strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
   gnuplot-nox                                              # bench/ plots (PNG)
 )
@@ -52,9 +53,11 @@ fi
 
 # Keep redis-server from auto-starting later (only where systemd is actually running).
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-  if systemctl is-enabled --quiet redis-server 2>/dev/null; then
-    say "disabling the redis-server service"
-    systemctl disable --now redis-server >/dev/null 2>&1 || true
-  fi
+  for svc in redis-server postgresql; do
+    if systemctl is-enabled --quiet "$svc" 2>/dev/null; then
+      say "disabling the $svc service"
+      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 say "done"

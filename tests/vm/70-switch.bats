@@ -27,7 +27,7 @@
 #    than after the first batch once idle, and after the programs exit the RC
 #    QP and MR counts (`rdma resource show`) are back to their baseline.
 #  - link delete (last, as it removes rxe0): `rdma link delete` of the device
-#    under a running 1 GiB stream; the stream must finish on TCP with the
+#    under a running 1 GiB stream, up and down; it must finish on TCP with the
 #    reference SHA-256 and reason=failover on both ends.  The delete's exit code,
 #    output and duration are printed (rxe cannot disassociate user contexts, so
 #    the delete may block until the processes close them).  Teardown re-adds
@@ -372,8 +372,12 @@ restore_link() {
   return 1
 }
 
-@test "switch: rdma link delete during a 1 GiB stream: the stream finishes on TCP" {
-  local links netdev link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
+# link_delete_case up|down: `rdma link delete` of the device under a running
+# 1 GiB stream (up: client -> server, down: server -> client); the receiver's
+# digest must match the reference and both ends must have moved to TCP.
+link_delete_case() {
+  local dir=$1 field receiver links netdev link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
+  if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
   links=$(rdma link show)
   # The link whose netdev carries $RXE_IP (else the first one).
   netdev=$(ip -o -4 addr show to "$RXE_IP" 2>/dev/null | awk '{ print $2; exit }')
@@ -391,17 +395,17 @@ restore_link() {
   wait_port "$RXE_IP" "$port"
   qp_watch_start
   pkts0=$(rxe_counter "$link" sent_pkts)
-  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G -d up -m 1M
-  # Data is flowing over RDMA: the server's live counters show 16 MiB received.
+  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G -d "$dir" -m 1M
+  # Data is flowing over RDMA: the server's live counters show 16 MiB moved.
   until=$(( $(date +%s) + 90 ))
   while :; do
-    live=$(live_server "$port")
+    live=$(live_server "$port" "$field")
     [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
     [ "$(date +%s)" -lt "$until" ] || break
     sleep 0.2
   done
   pkts=$(rxe_counter "$link" sent_pkts)
-  show "before the delete: server connection path and bytes received: $live;" \
+  show "before the delete: server connection path and $field: $live;" \
        "  sent_pkts of $link: ${pkts0:-?} before the stream, ${pkts:-?} now; RC QPs of stream: $(count_rc_qps stream)"
   [ "${live% *}" = rdma ]
   [ "${live#* }" -ge $((16 << 20)) ]
@@ -423,14 +427,14 @@ restore_link() {
     sleep 0.1
   done
   del=$(cat "$T/linkdel.res" 2>/dev/null)
-  got=$(received_digest server "$T/server.log" $((1 << 30)))
+  got=$(received_digest "$receiver" "$T/$receiver.log" $((1 << 30)))
   want=$(ref_digest 1 1G)
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
        "  output: $(cat "$T/linkdel.out" 2>/dev/null)" \
        "  the stream ended $(( t_end - t_del )) ms after the delete began" \
        "  rdma link show now: $(rdma link show 2>&1)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
-       "server received sha256 ${got:-none}, reference $want" \
+       "$receiver received sha256 ${got:-none}, reference $want" \
        "RC QPs of stream seen: $(qp_seen stream)" \
        "$(stats_lines "$STATS")" "$(stats_summary)"
   [ "$crc" -eq 0 ]
@@ -441,4 +445,12 @@ restore_link() {
   [ "$(stats_lines "$STATS" role=server | wc -l)" -eq 1 ]
   assert_switched failover 2
   assert_exact_bytes "$STATS"
+}
+
+@test "switch: rdma link delete during a 1 GiB upload: the stream finishes on TCP" {
+  link_delete_case up
+}
+
+@test "switch: rdma link delete during a 1 GiB download: the stream finishes on TCP" {
+  link_delete_case down
 }

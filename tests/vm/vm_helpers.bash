@@ -31,7 +31,7 @@
 #   redis_data ADDR PORT      40 keys and a 4 MiB value through preloaded redis-cli, by SHA-256
 #   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
 #   assert_switched REASON COUNT [K=V...]   stats lines that moved to TCP (issue 6)
-#   live_server PORT          "PATH BYTES_RECEIVED" of the live server connection on PORT
+#   live_server PORT [FIELD]  "PATH BYTES_RECEIVED" (or FIELD) of the live server connection on PORT
 
 vm_setup() {
   requires_rdma
@@ -372,10 +372,10 @@ EOF
 live_server() {
   "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
 import json, re, sys
-port, best = sys.argv[1], "none 0"
+port, field, best = sys.argv[1], sys.argv[2], "none 0"
 for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
     c = json.loads(m.group(0))
     if c.get("role") == "server" and c.get("local", "").rsplit(":", 1)[-1] == port:
-        best = "%s %d" % (c["path"], c["bytes_received"])
-print(best)' "$1"
+        best = "%s %d" % (c["path"], c[field])
+print(best)' "$1" "${2:-bytes_received}"
 }
