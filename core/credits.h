@@ -6,10 +6,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Every message but a credit update or an Abort leaves this many credits,
- * so each side can always tell the other what it consumed: otherwise two
- * ends that spent their last credits on other messages (a SrcAvail one way,
- * a SinkAvail the other) wait for each other forever. */
+/* Every message but a credit update, a keepalive probe or an Abort leaves
+ * this many credits, so each side can always tell the other what it
+ * consumed: otherwise two ends that spent their last credits on other
+ * messages (a SrcAvail one way, a SinkAvail the other) wait for each other
+ * forever. */
 #define CREDIT_RESERVE 1u
 
 /* Receive buffers the peer still has free for us: it posted peer_bufs, and
@@ -26,7 +27,7 @@ static inline bool credits_allow_data(uint32_t avail)
 	return avail > CREDIT_RESERVE;
 }
 
-/* may_take_last: a credit update or an Abort. */
+/* may_take_last: a credit update, a keepalive probe or an Abort. */
 static inline bool credits_allow_ctrl(uint32_t avail, bool may_take_last)
 {
 	return may_take_last ? avail >= 1 : avail > CREDIT_RESERVE;

@@ -217,14 +217,17 @@ static bool sq_has_room(const struct sdp_conn *c)
 static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 {
 	for (uint8_t mid = 1; mid < 32; mid++) {
-		bool may_take_last = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_ABORT;
+		/* A keepalive probe too: like TCP's window probe, it must go while
+		 * the peer's app reads nothing (its answer is the RC ack). */
+		bool may_take_last = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_ABORT ||
+				     mid == SDP_MID_KEEPALIVE;
 
 		if (!(c->ctrl_pending & allowed & CTRL_BIT(mid)))
 			continue;
 		if (!sq_has_room(c) || c->carrier_dead || c->ctrl_outstanding >= CTRL_SLOTS)
 			return;
 		if (!credits_allow_ctrl(tx_credits(c), may_take_last))
-			continue; /* the last credit: only an update or an Abort may take it */
+			continue; /* the last credit is kept for updates */
 		if (mid == SDP_MID_CREDIT_UPDATE && c->rx_ack_sent == c->rx_ack) {
 			c->ctrl_pending &= ~CTRL_BIT(mid); /* already carried by another message */
 			continue;
