@@ -10,8 +10,9 @@
  *       until EOF, closes and exits 0.  With -x the child instead moves the socket
  *       to fd 3 and execs /bin/sh -c 'exec cat <&3 >&3': the echo runs in a new
  *       image on an inherited descriptor.  After MAXCONNS connections (0 or no -n:
- *       never) the parent waits for every child and exits 0, or 1 if a child
- *       failed (nonzero exit or a signal).  With -d the parent holds each
+ *       never) the parent waits for every child, prints how long its fork()
+ *       calls took (median, p90, max) and exits 0, or 1 if a child failed
+ *       (nonzero exit or a signal).  With -d the parent holds each
  *       accepted connection MS milliseconds before it forks (so a test can see
  *       the connection's queue pair before the fork moves it to TCP).
  *
@@ -175,6 +176,29 @@ static void child_exec(int fd, int index)
 
 static int fork_delay_ms; /* -d */
 
+/* How long each fork() took in the parent (with the shim: moving the accepted
+ * socket to TCP first), for the summary line. */
+#define MAX_TIMED_FORKS 100000
+static double fork_us[MAX_TIMED_FORKS];
+static int timed_forks;
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void print_fork_times(void)
+{
+	if (timed_forks == 0)
+		return;
+	qsort(fork_us, (size_t)timed_forks, sizeof(fork_us[0]), cmp_double);
+	printf("forkecho: server: fork() took median %.0f us, p90 %.0f us, max %.0f us over %d forks\n",
+	       fork_us[timed_forks / 2], fork_us[timed_forks * 9 / 10], fork_us[timed_forks - 1],
+	       timed_forks);
+}
+
 static int server(const char *addr, const char *port, int maxconns, int exec_mode)
 {
 	struct addrinfo *ai = resolve(addr, port, 1);
@@ -214,7 +238,16 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 			nanosleep(&(struct timespec){ fork_delay_ms / 1000,
 						      (fork_delay_ms % 1000) * 1000000L }, NULL);
 		fflush(NULL); /* nothing buffered for the child to repeat */
+		struct timespec t0, t1;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		pid = fork();
+		if (pid > 0) {
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			if (timed_forks < MAX_TIMED_FORKS)
+				fork_us[timed_forks++] = (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+							 (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+		}
 		if (pid < 0) {
 			fprintf(stderr, "forkecho: fork for connection %d: %s\n", accepted,
 				strerror(errno));
@@ -251,6 +284,7 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 		}
 		note_child(status);
 	}
+	print_fork_times();
 	printf("forkecho: server: %d connections, %d children failed, %d forks failed\n",
 	       forked + fork_failures, (int)child_failures, fork_failures);
 	fflush(stdout);

@@ -1,0 +1,56 @@
+#!/bin/bash
+# fork_switch_inside.sh: runs inside the test bed (bench/fork_switch.sh).  What a
+# fork costs when it moves the accepted RDMA connection to TCP, against a fork
+# with a plain TCP connection, and against what re-creating an RDMA channel in
+# the child would cost at least (an RDMA connect: the first one of a process
+# also opens the device).  Prints one line per measurement.
+set -uo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+B=$REPO/${BUILD:-build}
+P=$B/tests/progs
+IP=${RXE_IP:-10.77.0.1}
+N=${FORK_CONNS:-50}
+export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19
+
+wait_listen() {   # wait_listen PORT
+	local i hex
+	hex=$(printf ':%04X' "$1")
+	for i in $(seq 100); do
+		grep -q "$hex 00000000:0000 0A" /proc/net/tcp && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# fork_case LABEL PRELOAD_CLIENT: N connections to a preloaded forkecho server
+fork_case() {
+	local port=$((20000 + RANDOM % 20000)) pre=() line
+	[ "$2" = yes ] && pre=("$B/sdpshim" run --)
+	"$B/sdpshim" run -- "$P/forkecho" -s "$port" -a "$IP" -n "$N" >/tmp/fs.server 2>&1 &
+	wait_listen "$port" || { echo "$1: server did not listen"; return 1; }
+	"${pre[@]}" "$P/forkecho" -c "$IP" -p "$port" -n "$N" -b 65536 >/tmp/fs.client 2>&1 ||
+		echo "$1: client failed: $(tail -2 /tmp/fs.client)"
+	wait
+	line=$(sed -n 's/^forkecho: server: fork() took //p' /tmp/fs.server)
+	echo "$1: ${line:-no timing}; client: $(tail -1 /tmp/fs.client)"
+}
+
+fork_case "fork() with the accepted connection on RDMA (moved to TCP first)" yes
+fork_case "fork() with the accepted connection on TCP (client not preloaded)" no
+
+# RDMA channel setup: one process, 20 connects (the first opens the device).
+port=$((20000 + RANDOM % 20000))
+"$B/sdpshim" run -- "$P/connects" -s "$port" -a "$IP" -n 20 >/tmp/fs.cserver 2>&1 &
+wait_listen "$port"
+SDPSHIM_STATS_FILE=/tmp/fs.stats "$B/sdpshim" run -- "$P/connects" -c "$IP" -p "$port" -n 20 \
+	>/tmp/fs.connects 2>&1 || echo "connects failed: $(tail -2 /tmp/fs.connects)"
+wait
+paths=$(grep -o '"path":"[a-z]*"' /tmp/fs.stats 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+sed -nE 's/^conn ([0-9]+) connect_ms=([0-9.]+) .*/\1 \2/p' /tmp/fs.connects | awk -v paths="$paths" '
+	$1 == 1 { first = $2; next }
+	{ v[++n] = $2 }
+	END {
+		asort(v)
+		printf "RDMA connect (channel setup), first in a process: %.1f ms; next %d: median %.1f ms (client paths: %s)\n",
+		       first, n, v[int((n + 1) / 2)], paths
+	}'
