@@ -46,11 +46,11 @@ SDPSHIM_STATS_FILE=/tmp/fs.stats "$B/sdpshim" run -- "$P/connects" -c "$IP" -p "
 	>/tmp/fs.connects 2>&1 || echo "connects failed: $(tail -2 /tmp/fs.connects)"
 wait
 paths=$(grep -o '"path":"[a-z]*"' /tmp/fs.stats 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ';')
-sed -nE 's/^conn ([0-9]+) connect_ms=([0-9.]+) .*/\1 \2/p' /tmp/fs.connects | awk -v paths="$paths" '
-	$1 == 1 { first = $2; next }
-	{ v[++n] = $2 }
+first=$(sed -nE 's/^conn 1 connect_ms=([0-9.]+) .*/\1/p' /tmp/fs.connects)
+sed -nE 's/^conn ([0-9]+) connect_ms=([0-9.]+) .*/\1 \2/p' /tmp/fs.connects | awk '$1 != 1 { print $2 }' |
+	sort -n | awk -v first="${first:-0}" -v paths="$paths" '
+	{ v[++n] = $1 }
 	END {
-		asort(v)
 		printf "RDMA connect (channel setup), first in a process: %.1f ms; next %d: median %.1f ms (client paths: %s)\n",
 		       first, n, v[int((n + 1) / 2)], paths
 	}'

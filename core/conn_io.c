@@ -150,12 +150,12 @@ static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 	size_t n;
 
 	*again = false;
+	if (has_qp_phase(c->phase))
+		cq_poll(c); /* it may start a switch: the phase is read after it */
 	if (c->phase == CONN_SWITCHING)
 		return switch_recv_step(c, iov, iovcnt, done, flags, again);
 	if (c->phase == CONN_DRAINING || c->phase == CONN_FALLBACK)
-		return CONN_USE_TCP;
-	if (has_qp_phase(c->phase))
-		cq_poll(c);
+		return done ? (ssize_t)done : CONN_USE_TCP;
 	n = rx_copy_out(c, iov, iovcnt, done, total - done, peek);
 	if (!peek)
 		count_received(c, n);
@@ -253,6 +253,8 @@ static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 	size_t n;
 
 	*again = false;
+	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c))
+		cq_poll(c); /* it may start a switch: the phase is read after it */
 	if (c->phase == CONN_SWITCHING)
 		return switch_send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
 	if (c->phase == CONN_FALLBACK)
@@ -266,8 +268,11 @@ static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 		c->error = 0;
 		return done ? (ssize_t)done : -err;
 	}
+	if (c->carrier_dead)
+		return done ? (ssize_t)done : -EPIPE; /* failed, and nothing was left to move */
 	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c)) {
-		cq_poll(c);
+		/* Only after the cq_poll: a switch it started has built its resend
+		 * already, and bytes appended then would never leave. */
 		n = tx_append(c, iov, iovcnt, done, total - done);
 		if (n) {
 			done += n;

@@ -56,18 +56,18 @@ pg_start() {
 # pg_conn I: one preloaded psql connection; 64 KiB of hex up, its SHA-256 as
 # computed by the server and the same 64 KiB back; prints "conn I ok" or BAD.
 pg_conn() {
-  local i=$1 payload want out
+  local i=$1 payload want out rc=0
   payload=$(head -c 32768 /dev/urandom | od -An -tx1 -v | tr -d ' \n')
   want=$(printf %s "$payload" | sha256sum | cut -d' ' -f1)
   printf "SELECT encode(sha256(convert_to('%s', 'UTF8')), 'hex'), '%s';\n" "$payload" "$payload" \
     >"$T/q$i.sql"
   out=$(timeout 120 "${PRE[@]}" psql -X -q -A -t -F ' ' -h "$RXE_IP" -p "$PG_PORT" -U postgres \
-    -d postgres -f "$T/q$i.sql" 2>&1)
+    -d postgres -f "$T/q$i.sql" 2>&1) || rc=$?
   rm -f "$T/q$i.sql"
-  if [ "${out%% *}" = "$want" ] && [ "${out#* }" = "$payload" ]; then
+  if [ "$rc" -eq 0 ] && [ "${out%% *}" = "$want" ] && [ "${out#* }" = "$payload" ]; then
     echo "conn $i ok"
   else
-    echo "conn $i BAD: ${out:0:160}"
+    echo "conn $i BAD (psql rc=$rc): ${out:0:300}"
   fi
 }
 
