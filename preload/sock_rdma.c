@@ -108,6 +108,7 @@ const struct conn_owner_ops sock_conn_ops = {
 
 struct switch_batch {
 	struct sdp_conn **conns;
+	struct sdp_sock **socks; /* held: the socket of conns[i] */
 	size_t n, cap;
 	bool only_inheritable;
 };
@@ -134,14 +135,19 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	if (b->n == b->cap) {
 		size_t cap = b->cap ? b->cap * 2 : 16;
 		struct sdp_conn **grown = realloc(b->conns, cap * sizeof(*grown));
+		struct sdp_sock **grown_socks = grown ? realloc(b->socks, cap * sizeof(*grown_socks)) : NULL;
 
-		if (!grown) {
+		if (grown)
+			b->conns = grown;
+		if (!grown_socks) {
 			conn_put(c);
 			return;
 		}
-		b->conns = grown;
+		b->socks = grown_socks;
 		b->cap = cap;
 	}
+	sock_hold(s);
+	b->socks[b->n] = s;
 	b->conns[b->n++] = c;
 }
 
@@ -160,9 +166,15 @@ void sock_switch_all_to_tcp(bool only_inheritable)
 	for (size_t i = 0; i < b.n; i++) {
 		if (!conn_switch_wait(b.conns[i], SDP_REASON_FORKED, deadline))
 			stuck++;
+		else if (conn_get_phase(b.conns[i]) == CONN_FALLBACK)
+			/* The progress thread may still be delivering this news to
+			 * the socket; the child's copy must see it on TCP. */
+			on_fallback(b.socks[i], b.conns[i]);
+		sock_release(b.socks[i]);
 		conn_put(b.conns[i]);
 	}
 	free(b.conns);
+	free(b.socks);
 	if (stuck)
 		sdp_warn("%zu of %zu RDMA sockets could not move to TCP before %s within %u ms; "
 			 "the new process cannot use them", stuck, b.n, only_inheritable ? "exec" : "fork",
