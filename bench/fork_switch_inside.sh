@@ -5,29 +5,20 @@
 # the child would cost at least (an RDMA connect: the first one of a process
 # also opens the device).  Prints one line per measurement.
 set -uo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-B=$REPO/${BUILD:-build}
-P=$B/tests/progs
-IP=${RXE_IP:-10.77.0.1}
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/helpers.bash"   # SDPSHIM_BIN, PROGS, RXE_IP, free_port, wait_port
+B=$BUILD
+P=$PROGS
+IP=$RXE_IP
 N=${FORK_CONNS:-50}
 export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19
 
-wait_listen() {   # wait_listen PORT
-	local i hex
-	hex=$(printf ':%04X' "$1")
-	for i in $(seq 100); do
-		grep -q "$hex 00000000:0000 0A" /proc/net/tcp && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
 # fork_case LABEL PRELOAD_CLIENT: N connections to a preloaded forkecho server
 fork_case() {
-	local port=$((20000 + RANDOM % 20000)) pre=() line
+	local port pre=() line
+	port=$(free_port)
 	[ "$2" = yes ] && pre=("$B/sdpshim" run --)
 	"$B/sdpshim" run -- "$P/forkecho" -s "$port" -a "$IP" -n "$N" >/tmp/fs.server 2>&1 &
-	wait_listen "$port" || { echo "$1: server did not listen"; return 1; }
+	wait_port "$IP" "$port" || { echo "$1: server did not listen"; return 1; }
 	"${pre[@]}" "$P/forkecho" -c "$IP" -p "$port" -n "$N" -b 65536 >/tmp/fs.client 2>&1 ||
 		echo "$1: client failed: $(tail -2 /tmp/fs.client)"
 	wait
@@ -39,9 +30,9 @@ fork_case "fork() with the accepted connection on RDMA (moved to TCP first)" yes
 fork_case "fork() with the accepted connection on TCP (client not preloaded)" no
 
 # RDMA channel setup: one process, 20 connects (the first opens the device).
-port=$((20000 + RANDOM % 20000))
+port=$(free_port)
 "$B/sdpshim" run -- "$P/connects" -s "$port" -a "$IP" -n 20 >/tmp/fs.cserver 2>&1 &
-wait_listen "$port"
+wait_port "$IP" "$port"
 SDPSHIM_STATS_FILE=/tmp/fs.stats "$B/sdpshim" run -- "$P/connects" -c "$IP" -p "$port" -n 20 \
 	>/tmp/fs.connects 2>&1 || echo "connects failed: $(tail -2 /tmp/fs.connects)"
 wait

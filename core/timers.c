@@ -91,23 +91,26 @@ void conn_note_post(struct sdp_conn *c)
  * with no completion for SDPSHIM_STALL_MS mean the queue pair stalled
  * without saying so (rxe of Linux 6.1 can, after retransmissions): the
  * carrier counts as failed and the stream moves to TCP. */
+static bool sq_waiting(const struct sdp_conn *c)
+{
+	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw_started && c->sq_outstanding;
+}
+
 void conn_stall_timer_fired(void *arg)
 {
 	struct sdp_conn *c = arg;
 
 	conn_lock(c);
 	c->stall_armed = false;
-	if (c->phase == CONN_OPEN && !c->carrier_dead && !c->sw_started && c->sq_outstanding) {
+	if (sq_waiting(c))
 		cq_poll(c); /* a completion whose event we missed is no stall */
-		if (c->phase != CONN_OPEN || c->carrier_dead || !c->sq_outstanding) {
-			/* settled meanwhile */
-		} else if (progress_now_ms() - c->sq_progress_ms >= sdp_tun.stall_ms) {
-			close_ev_carrier_failed(c, ETIMEDOUT,
-						"send queue stalled: no completion within SDPSHIM_STALL_MS");
-		} else if (!c->stall_armed) {
-			c->stall_armed = true;
-			progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
-		}
+	/* With nothing outstanding, the next post starts the clock again. */
+	if (sq_waiting(c) && progress_now_ms() - c->sq_progress_ms >= sdp_tun.stall_ms) {
+		close_ev_carrier_failed(c, ETIMEDOUT,
+					"send queue stalled: no completion within SDPSHIM_STALL_MS");
+	} else if (sq_waiting(c) && !c->stall_armed) {
+		c->stall_armed = true;
+		progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
 	}
 	conn_unlock(c);
 }
