@@ -257,6 +257,20 @@ static bool pending_take(struct sdp_conn *c)
 	return found;
 }
 
+/* The channel is the accepted socket's from now on; the client learns it
+ * from the ATTACH, and until that completes the stream stays where it is. */
+static void queue_attach(struct sdp_conn *c)
+{
+	c->attach_unconfirmed = true;
+	c->attach_posted = false;
+	if (sdp_tun.debug_attach_delay_ms) {
+		c->attach_held = true; /* tests: widen the window a fork can hit */
+		conn_arm_timer(c, sdp_tun.debug_attach_delay_ms);
+		return;
+	}
+	tx_queue_ctrl(c, SDP_MID_ATTACH);
+}
+
 void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 {
 	conn_lock(c);
@@ -265,7 +279,7 @@ void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 		c->established = true;
 		if (c->phase == CONN_ATTACHING) {
 			c->phase = CONN_OPEN;
-			tx_queue_ctrl(c, SDP_MID_ATTACH);
+			queue_attach(c);
 			tx_kick(c);
 			conn_update_readiness(c, false);
 		}
@@ -383,7 +397,7 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->phase = CONN_ATTACHING;
 	if (c->established) {
 		c->phase = CONN_OPEN;
-		tx_queue_ctrl(c, SDP_MID_ATTACH);
+		queue_attach(c);
 		tx_kick(c);
 	}
 	conn_update_readiness(c, false);

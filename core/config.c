@@ -26,6 +26,7 @@ STORE_FN(zcopy_nb_wait_ms, unsigned)
 STORE_FN(debug_zc_corrupt, unsigned)
 STORE_FN(ack_timeout, unsigned)
 STORE_FN(debug_fail_after, int64_t)
+STORE_FN(debug_attach_delay_ms, unsigned)
 STORE_FN(switch_timeout_ms, unsigned)
 STORE_FN(linger_ms, unsigned)
 STORE_FN(stall_ms, unsigned)
@@ -44,6 +45,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_DEBUG_ZC_CORRUPT", 0, 3, 0, store_debug_zc_corrupt },
 	{ "SDPSHIM_ACK_TIMEOUT", 0, 31, 0, store_ack_timeout },
 	{ "SDPSHIM_DEBUG_FAIL_AFTER", 0, INT64_C(1) << 50, 0, store_debug_fail_after },
+	{ "SDPSHIM_DEBUG_ATTACH_DELAY_MS", 0, 60000, 0, store_debug_attach_delay_ms },
 	{ "SDPSHIM_SWITCH_TIMEOUT_MS", 10, 600000, 10000, store_switch_timeout_ms },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
 	{ "SDPSHIM_STALL_MS", 0, 3600000, 30000, store_stall_ms },

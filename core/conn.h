@@ -177,6 +177,13 @@ struct sdp_conn {
 	uint32_t sq_depth;
 	uint32_t sq_outstanding;
 	bool established;
+	/* Server: our ATTACH is queued or posted and has not completed, so the
+	 * client may not know the channel is attached: the stream must not
+	 * move to TCP until it has (switch.c). */
+	bool attach_unconfirmed;
+	uint32_t attach_idx;       /* its control slot, once posted */
+	bool attach_posted;
+	bool attach_held;          /* SDPSHIM_DEBUG_ATTACH_DELAY_MS: queued when the timer fires */
 
 	/* Receive side: our buffers, filled by the peer's SENDs. */
 	uint32_t buf_size;
@@ -277,7 +284,7 @@ struct sdp_conn {
 	 * keepalive, carrier-failure grace. */
 	struct progress_timer timer;
 	/* The send-queue watchdog (core/timers.c): armed while work requests
-	 * are outstanding; sq_progress_ms is the last completion, or the post
+	 * are outstanding; sq_progress_ms is the last send completion, or the post
 	 * that found the queue empty. */
 	struct progress_timer stall_timer;
 	bool stall_armed;

@@ -59,6 +59,10 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 			c->wr_unconfirmed = false; /* our RdmaWrCompl landed: the WRITE is the peer's */
 			pthread_cond_broadcast(&c->cond);
 		}
+		if (c->attach_unconfirmed && c->attach_posted && WR_INDEX(wc->wr_id) == c->attach_idx) {
+			c->attach_unconfirmed = false; /* the ATTACH is in the client's queue */
+			pthread_cond_broadcast(&c->cond);
+		}
 		break;
 	case WR_READ:
 	case WR_WRITE:
@@ -73,7 +77,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 int cq_poll(struct sdp_conn *c)
 {
 	struct ibv_wc wc[16];
-	int n, total = 0;
+	int n, total = 0, sends = 0;
 
 	if (!c->cq)
 		return 0;
@@ -81,11 +85,13 @@ int cq_poll(struct sdp_conn *c)
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(c->cq, 16, wc);
 		SDP_GUARD_LEAVE();
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			sends += WR_KIND(wc[i].wr_id) != WR_RECV;
 			on_completion(c, &wc[i]);
+		}
 		total += n > 0 ? n : 0;
 	} while (n == 16 && c->cq);
-	if (total)
+	if (sends)
 		c->sq_progress_ms = progress_now_ms(); /* the watchdog's clock (timers.c) */
 	if (total && c->app_closed)
 		close_check_orphan(c); /* a send it waited for may have completed */

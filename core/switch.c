@@ -558,7 +558,7 @@ uint64_t switch_readable_bytes(struct sdp_conn *c)
 void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason)
 {
 	conn_lock(c);
-	if (c->phase == CONN_OPEN)
+	if (c->phase == CONN_OPEN && !c->attach_unconfirmed)
 		switch_start(c, reason, false, false);
 	conn_unlock(c);
 }
@@ -625,8 +625,8 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
 
 		if (now >= deadline_ms)
 			break;
-		if (phase_settling(c->phase)) {
-			wait_settle(c, now, deadline_ms); /* then move it if it opened */
+		if (phase_settling(c->phase) || (c->phase == CONN_OPEN && c->attach_unconfirmed)) {
+			wait_settle(c, now, deadline_ms); /* then move it once it opened */
 		} else if (c->phase == CONN_OPEN) {
 			if (!switch_start(c, reason, false, false))
 				break;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/conn_internal.h"
+#include "core/cq.h"
 #include "core/log.h"
 #include "preload/real.h"
 
@@ -91,6 +92,19 @@ static bool peer_wrote(struct sdp_conn *c)
 	return real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
 }
 
+/* Bytes (or a FIN) on TCP before the ATTACH: the server side chose TCP,
+ * unless it attached and then moved the stream at once (it forked): its
+ * ATTACH completed before its SWITCH record left, so it is in our
+ * completion queue by now, though its event may not have woken us yet. */
+static void on_bytes_before_attach(struct sdp_conn *c, uint32_t events)
+{
+	cq_poll(c);
+	if (c->phase == CONN_AWAIT_ATTACH)
+		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
+	else if (c->phase == CONN_OPEN && (events & EPOLLIN) && peer_wrote(c))
+		switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+}
+
 static void on_tcp_ready(struct progress_source *src, uint32_t events)
 {
 	struct sdp_conn *c = (struct sdp_conn *)((char *)src - offsetof(struct sdp_conn, tcp_src));
@@ -102,8 +116,7 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 			on_connect_done(c);
 		break;
 	case CONN_AWAIT_ATTACH:
-		/* Bytes (or a FIN) on TCP: the server side chose TCP. */
-		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
+		on_bytes_before_attach(c, events);
 		break;
 	case CONN_DRAINING:
 		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))

@@ -50,7 +50,13 @@ void conn_on_timer(struct sdp_conn *c)
 		pending_expire(c);
 		break;
 	case CONN_OPEN:
-		if (c->app_closed) {
+		if (c->attach_held) {
+			c->attach_held = false;
+			tx_queue_ctrl(c, SDP_MID_ATTACH);
+			tx_kick(c);
+			if (c->keepalive)
+				conn_arm_timer(c, c->keepidle_s * 1000);
+		} else if (c->app_closed) {
 			sdp_info("linger bound reached with the peer silent; aborting");
 			close_ev_abort(c, ETIMEDOUT, true);
 			conn_schedule_destroy(c);

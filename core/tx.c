@@ -198,6 +198,10 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 		c->wr_compl_idx = idx; /* its completion confirms the WRITE (cq.c) */
 		c->wr_compl_posted = true;
 	}
+	if (mid == SDP_MID_ATTACH) {
+		c->attach_idx = idx; /* its completion tells the client knows (cq.c) */
+		c->attach_posted = true;
+	}
 	if (mid == SDP_MID_CREDIT_UPDATE && c->st)
 		atomic_fetch_add_explicit(&c->st->credit_updates_sent, 1, memory_order_relaxed);
 	return true;
@@ -258,8 +262,8 @@ void tx_kick(struct sdp_conn *c)
 	if (!c->qp || !c->tx_slots || c->carrier_dead || !phase_sends_ctrl(c->phase))
 		return;
 	send_ctrls(c, CTRL_OVERTAKING);
-	if (!phase_sends_data(c->phase))
-		return;
+	if (!phase_sends_data(c->phase) || c->attach_held)
+		return; /* (data may not overtake a held ATTACH) */
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
 		struct tx_slot *slot = slot_at(c, c->tx_posted);
 		bool partial = c->tx_posted + 1 == c->tx_head && slot->len < c->peer_buf_size;

@@ -16,7 +16,7 @@ PKGS=(
   qemu-system-x86 busybox-static kmod cpio xz-utils iproute2   # soft-RoCE VM
   bats                                                     # test runner
   iperf3 redis-server redis-tools sockperf                 # apps under test
-  postgresql                                               # a forking server (tests/vm/manual/postgres)
+  postgresql                                               # a forking server (tests/vm/75-postgres)
   strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
   gnuplot-nox                                              # bench/ plots (PNG)
 )

@@ -118,11 +118,15 @@ fd_count() { ls "/proc/$1/fd" | wc -l; }
 # seen while it ran, every client line switched with reason=forked.  With -x the
 # server end's lines come from cat, whose role for an inherited socket is only
 # guessed from the ports: the client lines are then taken by comm as well.
+# FORKECHO_SERVER_ENV: VAR=VALUE words for the server only.
 forkecho_case() {
   local conns=$1 par=$2 bytes=$3 secs=$4 port t0 ms crc=0 src=0 okl filter=(role=client); shift 4
+  local senv
+  read -ra senv <<<"${FORKECHO_SERVER_ENV:-}"
   case " $* " in *" -x "*) filter=(comm=forkecho role=client) ;; esac
   port=$(free_port)
-  start_bg server timeout -k 5 "$secs" "${PRE[@]}" "$FORKECHO" -s "$port" -a "$RXE_IP" -n "$conns" "$@"
+  start_bg server timeout -k 5 "$secs" "${PRE[@]}" env "${senv[@]}" "$FORKECHO" -s "$port" \
+    -a "$RXE_IP" -n "$conns" "$@"
   wait_port "$RXE_IP" "$port"
   qp_watch_start
   t0=$(now_ms)
@@ -160,6 +164,15 @@ forkecho_case() {
 
 @test "switch: fork-per-connection server, 20 concurrent connections of 1 MiB, sha-checked" {
   forkecho_case 20 20 $((1 << 20)) 600
+  assert_exact_bytes "$STATS"
+}
+
+@test "switch: a fork while the server's ATTACH is still in flight waits for it, 20 connections" {
+  # The server holds each ATTACH 300 ms (a test hook), so the parent's fork right
+  # after accept finds the channel attached on its side only: moving the stream
+  # then must wait until the client has the ATTACH, or the client takes the
+  # SWITCH record on TCP for a plain-TCP server's bytes (PostgreSQL hit this).
+  FORKECHO_SERVER_ENV=SDPSHIM_DEBUG_ATTACH_DELAY_MS=300 forkecho_case 20 4 65536 600
   assert_exact_bytes "$STATS"
 }
 
