@@ -11,8 +11,12 @@
 #include "core/conn_internal.h"
 #include "core/listener.h"
 #include "core/log.h"
+#include "ipoib_fallback/tcp_diag.h"
 #include "preload/init.h"
 #include "preload/real.h"
+
+#define PENDING_FIRST_CHECK_MS 10
+#define PENDING_MAX_CHECK_MS   200
 
 static void listener_put(struct sdp_listener *l)
 {
@@ -203,7 +207,9 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	l->pending = c;
 	l->pending_count++;
 	pthread_mutex_unlock(&l->lock);
-	conn_arm_timer(c, sdp_tun.pending_ttl_ms);
+	c->pending_deadline_ms = progress_now_ms() + sdp_tun.pending_ttl_ms;
+	c->pending_check_ms = PENDING_FIRST_CHECK_MS;
+	conn_arm_timer(c, PENDING_FIRST_CHECK_MS);
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_accept(ev->id, &param);
@@ -264,8 +270,8 @@ static void queue_attach(struct sdp_conn *c)
 	c->attach_unconfirmed = true;
 	c->attach_posted = false;
 	if (sdp_tun.debug_attach_delay_ms) {
-		c->attach_held = true; /* tests: widen the window a fork can hit */
 		conn_arm_timer(c, sdp_tun.debug_attach_delay_ms);
+		c->attach_held = true; /* tests: widen the window a fork can hit */
 		return;
 	}
 	tx_queue_ctrl(c, SDP_MID_ATTACH);
@@ -305,19 +311,58 @@ void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 
 #define DETACH_GRACE_MS 5000
 
-void pending_expire(struct sdp_conn *c)
+/* Sends DETACH: the channel will never be attached, the client uses TCP. */
+static void pending_detach(struct sdp_conn *c, const char *why)
 {
-	if (!pending_take(c)) {
+	if (!pending_take(c))
+		return; /* the DISCONNECTED path took it */
+	c->pending_detached = true;
+	sdp_info("%s; telling the client to use TCP", why);
+	c->detach_reason = SDP_REASON_ACCEPTED_ELSEWHERE;
+	tx_queue_ctrl(c, SDP_MID_DETACH);
+	tx_kick(c);
+	conn_arm_timer(c, DETACH_GRACE_MS); /* the client's disconnect usually comes first */
+}
+
+/* Milliseconds to the next look at a pending channel's TCP connection. */
+static unsigned pending_next_check(struct sdp_conn *c, enum tcp_accept_state st, uint64_t ttl_left)
+{
+	if (st == TCP_STATE_UNKNOWN)
+		return (unsigned)ttl_left; /* no sock_diag: only the TTL is left */
+	if (st == TCP_ACCEPTED)
+		c->pending_check_ms = PENDING_FIRST_CHECK_MS; /* confirm it soon */
+	else if (c->pending_check_ms < PENDING_MAX_CHECK_MS)
+		c->pending_check_ms *= 2;
+	return c->pending_check_ms < ttl_left ? c->pending_check_ms : (unsigned)ttl_left;
+}
+
+/* The pending timer: the TTL, and meanwhile (with a growing interval) the
+ * question whether another process, such as a pre-fork server's worker that
+ * inherited the listening socket, accepted the TCP connection: its client
+ * would otherwise wait the whole TTL for an ATTACH.  Seen twice in a row,
+ * so that our own accept() on its way to attaching is not taken for one. */
+void pending_on_timer(struct sdp_conn *c)
+{
+	uint64_t now = progress_now_ms();
+	enum tcp_accept_state st;
+
+	if (c->pending_detached) {
 		/* DETACH went out a grace period ago; the client never hung up. */
 		c->phase = CONN_DEAD;
 		conn_schedule_destroy(c);
 		return;
 	}
-	sdp_info("an RDMA channel was never matched by accept(); telling the client to use TCP");
-	c->detach_reason = SDP_REASON_ACCEPTED_ELSEWHERE;
-	tx_queue_ctrl(c, SDP_MID_DETACH);
-	tx_kick(c);
-	conn_arm_timer(c, DETACH_GRACE_MS); /* the client's disconnect usually comes first */
+	if (!c->lsn || now >= c->pending_deadline_ms) {
+		pending_detach(c, "an RDMA channel was never matched by accept()");
+		return;
+	}
+	st = tcp_diag_accept_state(&c->tuple);
+	if (st == TCP_ACCEPTED && c->pending_seen_accepted) {
+		pending_detach(c, "another process accepted the TCP connection of an RDMA channel");
+		return;
+	}
+	c->pending_seen_accepted = st == TCP_ACCEPTED;
+	conn_arm_timer(c, pending_next_check(c, st, c->pending_deadline_ms - now));
 }
 
 static void tuple_of_accepted(const struct sockaddr *local, const struct sockaddr *peer,

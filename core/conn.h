@@ -290,6 +290,12 @@ struct sdp_conn {
 	bool stall_armed;
 	uint64_t sq_progress_ms;
 	struct sdp_conn *pend_next; /* listener's pending list */
+	/* Pending (server): the TTL, and the checks whether another process
+	 * accepted the TCP connection (a pre-fork server's worker). */
+	uint64_t pending_deadline_ms;
+	unsigned pending_check_ms;
+	bool pending_seen_accepted;
+	bool pending_detached;     /* DETACH sent; the timer now bounds the client's hang-up */
 };
 
 /* Parameters of a client connect. */

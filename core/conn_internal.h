@@ -80,8 +80,9 @@ void cm_apply_ack_timeout(struct rdma_cm_id *id);
 void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev);
 void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev);
 void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev);
-/* cm_server.c: an unmatched server channel outlived its TTL: DETACH it. */
-void pending_expire(struct sdp_conn *c);
+/* cm_server.c: the timer of an unmatched server channel: DETACH it once
+ * another process accepted its TCP connection or its TTL ran out. */
+void pending_on_timer(struct sdp_conn *c);
 /* close.c: an orphaned channel (app closed) whose bytes are all consumed
  * by the peer, or which ended, is freed. */
 void close_check_orphan(struct sdp_conn *c);

@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/conn_internal.h"
 #include "core/cq.h"
@@ -94,11 +95,20 @@ static bool peer_wrote(struct sdp_conn *c)
 
 /* Bytes (or a FIN) on TCP before the ATTACH: the server side chose TCP,
  * unless it attached and then moved the stream at once (it forked): its
- * ATTACH completed before its SWITCH record left, so it is in our
- * completion queue by now, though its event may not have woken us yet. */
+ * ATTACH completed (was acknowledged) before its SWITCH record left, so it
+ * is in our completion queue by now, though its event may not have woken
+ * us yet.  The spec does not order our completion entry against the
+ * acknowledgement, hence a short grace before the verdict. */
+#define ATTACH_GRACE_US 2000
+
 static void on_bytes_before_attach(struct sdp_conn *c, uint32_t events)
 {
-	cq_poll(c);
+	for (unsigned waited_us = 0;; waited_us += 100) {
+		cq_poll(c);
+		if (c->phase != CONN_AWAIT_ATTACH || c->carrier_dead || waited_us >= ATTACH_GRACE_US)
+			break;
+		usleep(100);
+	}
 	if (c->phase == CONN_AWAIT_ATTACH)
 		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
 	else if (c->phase == CONN_OPEN && (events & EPOLLIN) && peer_wrote(c))

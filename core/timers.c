@@ -8,8 +8,18 @@
 #include "core/conn_internal.h"
 #include "core/log.h"
 
+/* SDPSHIM_DEBUG_ATTACH_DELAY_MS: the held ATTACH goes now. */
+static void release_held_attach(struct sdp_conn *c)
+{
+	c->attach_held = false;
+	tx_queue_ctrl(c, SDP_MID_ATTACH);
+	tx_kick(c);
+}
+
 void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now)
 {
+	if (c->attach_held)
+		release_held_attach(c); /* the timer is wanted for something else */
 	progress_timer_arm(&c->timer, progress_now_ms() + ms_from_now);
 }
 
@@ -47,13 +57,11 @@ void conn_on_timer(struct sdp_conn *c)
 		conn_fallback(c, SDP_REASON_RDMA_TIMEOUT);
 		break;
 	case CONN_PENDING:
-		pending_expire(c);
+		pending_on_timer(c);
 		break;
 	case CONN_OPEN:
 		if (c->attach_held) {
-			c->attach_held = false;
-			tx_queue_ctrl(c, SDP_MID_ATTACH);
-			tx_kick(c);
+			release_held_attach(c);
 			if (c->keepalive)
 				conn_arm_timer(c, c->keepidle_s * 1000);
 		} else if (c->app_closed) {

@@ -15,9 +15,11 @@
 #define CTRL_SLOT_SIZE 64u
 
 /* Control messages that may overtake queued data (they carry no stream
- * position); the others (DisConn, Detach, Switch) wait behind the data. */
+ * position; DETACH comes from a pending server, which has no data); the
+ * others (DisConn, Switch) wait behind the data. */
 #define CTRL_OVERTAKING (CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE) | \
 			 CTRL_BIT(SDP_MID_ABORT) | CTRL_BIT(SDP_MID_ATTACH) | CTRL_BIT(SDP_MID_COMMIT) | \
+			 CTRL_BIT(SDP_MID_DETACH) | \
 			 CTRL_BIT(SDP_MID_RDMA_RD_COMPL) | CTRL_BIT(SDP_MID_SRC_CANCEL) |             \
 			 CTRL_BIT(SDP_MID_SINK_AVAIL) | CTRL_BIT(SDP_MID_SINK_CANCEL))
 

@@ -41,7 +41,8 @@ struct sdp_conn *sock_conn_get(struct sdp_sock *s)
 static bool reason_is_cacheable(enum sdp_reason reason)
 {
 	return reason == SDP_REASON_PEER_NO_SDPSHIM || reason == SDP_REASON_PEER_UNREACHABLE ||
-	       reason == SDP_REASON_RDMA_TIMEOUT || reason == SDP_REASON_PEER_REJECTED;
+	       reason == SDP_REASON_RDMA_TIMEOUT || reason == SDP_REASON_PEER_REJECTED ||
+	       reason == SDP_REASON_ACCEPTED_ELSEWHERE; /* a pre-fork server's workers */
 }
 
 static void on_fallback(struct sdp_sock *s, struct sdp_conn *c)

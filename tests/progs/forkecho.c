@@ -16,6 +16,12 @@
  *       accepted connection MS milliseconds before it forks (so a test can see
  *       the connection's queue pair before the fork moves it to TCP).
  *
+ *   forkecho -s PORT [-a ADDR] -w WORKERS -n MAXCONNS
+ *       A pre-fork server instead: WORKERS processes (at most 64) forked after
+ *       listen, each accepting on the inherited socket and echoing one connection
+ *       at a time; the parent never accepts.  After MAXCONNS connections were
+ *       served it stops the workers and exits 0, or 1 if a worker failed.
+ *
  *   forkecho -c HOST -p PORT [-n CONNS] [-j PARALLEL] [-b BYTES] [-S SEED]
  *       CONNS connections (default 1), at most PARALLEL at once (threads, default
  *       1).  Each sends BYTES (default 65536; k, M, G suffixes) of a pseudo-random
@@ -42,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -69,6 +76,7 @@ static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
 	fprintf(stderr, "usage: forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS] [-d MS]\n"
+			"       forkecho -s PORT [-a ADDR] -w WORKERS -n MAXCONNS\n"
 			"       forkecho -c HOST -p PORT [-n CONNS] [-j PARALLEL] [-b BYTES] "
 			"[-S SEED]\n");
 	exit(2);
@@ -121,9 +129,8 @@ static int write_all(int fd, const uint8_t *p, size_t len)
 	return 0;
 }
 
-/* The forked child: echo until EOF. */
-static void child_echo(int fd, int index) __attribute__((noreturn));
-static void child_echo(int fd, int index)
+/* Echoes until EOF, then closes.  Returns 0, or 1 after a one-line error. */
+static int echo_conn(int fd, int index)
 {
 	static uint8_t buf[CHUNK];
 	uint64_t total = 0;
@@ -135,23 +142,32 @@ static void child_echo(int fd, int index)
 		if (n < 0) {
 			fprintf(stderr, "forkecho: child %d (pid %d): read after %llu bytes: %s\n",
 				index, (int)getpid(), (unsigned long long)total, strerror(errno));
-			_exit(1);
+			close(fd);
+			return 1;
 		}
 		if (n == 0)
 			break;
 		if (write_all(fd, buf, (size_t)n) != 0) {
 			fprintf(stderr, "forkecho: child %d (pid %d): write after %llu bytes: %s\n",
 				index, (int)getpid(), (unsigned long long)total, strerror(errno));
-			_exit(1);
+			close(fd);
+			return 1;
 		}
 		total += (uint64_t)n;
 	}
 	if (close(fd) != 0) {
 		fprintf(stderr, "forkecho: child %d (pid %d): close: %s\n", index, (int)getpid(),
 			strerror(errno));
-		_exit(1);
+		return 1;
 	}
-	_exit(0);
+	return 0;
+}
+
+/* The forked child: echo until EOF. */
+static void child_echo(int fd, int index) __attribute__((noreturn));
+static void child_echo(int fd, int index)
+{
+	_exit(echo_conn(fd, index));
 }
 
 /* The forked child with -x: the socket becomes fd 3 of a shell that execs cat. */
@@ -174,7 +190,8 @@ static void child_exec(int fd, int index)
 	_exit(127);
 }
 
-static int fork_delay_ms; /* -d */
+static int fork_delay_ms;   /* -d */
+static int prefork_workers; /* -w */
 
 /* How long each fork() took in the parent (with the shim: moving the accepted
  * socket to TCP first), for the summary line. */
@@ -197,6 +214,54 @@ static void print_fork_times(void)
 	printf("forkecho: server: fork() took median %.0f us, p90 %.0f us, max %.0f us over %d forks\n",
 	       fork_us[timed_forks / 2], fork_us[timed_forks * 9 / 10], fork_us[timed_forks - 1],
 	       timed_forks);
+}
+
+/* -w: WORKERS processes forked before any connection, each accepting on the
+ * inherited listening socket and echoing one connection at a time; served
+ * connections are counted in shared memory.  Once MAXCONNS were served the
+ * parent stops the workers. */
+static int prefork_serve(int lfd, int workers, int maxconns)
+{
+	atomic_int *served = mmap(NULL, sizeof(*served), PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t pids[64];
+	int failed = 0, status;
+
+	if (served == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	atomic_init(served, 0);
+	signal(SIGCHLD, SIG_DFL);
+	fflush(NULL);
+	for (int w = 0; w < workers; w++) {
+		pids[w] = fork();
+		if (pids[w] < 0)
+			die("fork of worker %d: %s", w, strerror(errno));
+		if (pids[w] == 0) {
+			for (int index = 0;; index++) {
+				int fd = accept(lfd, NULL, NULL);
+
+				if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+					continue;
+				if (fd < 0)
+					die("worker %d: accept: %s", w, strerror(errno));
+				if (echo_conn(fd, w * 100000 + index) != 0)
+					_exit(1);
+				atomic_fetch_add(served, 1);
+			}
+		}
+	}
+	while (atomic_load(served) < maxconns && waitpid(-1, &status, WNOHANG) == 0)
+		nanosleep(&(struct timespec){ 0, 10000000L }, NULL);
+	for (int w = 0; w < workers; w++)
+		kill(pids[w], SIGTERM);
+	for (int w = 0; w < workers; w++)
+		if (waitpid(pids[w], &status, 0) == pids[w] &&
+		    !(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM))
+			failed++; /* it ended on its own: an error */
+	printf("forkecho: server: %d connections served by %d pre-forked workers, %d workers "
+	       "failed\n", atomic_load(served), workers, failed);
+	fflush(stdout);
+	return failed || atomic_load(served) < maxconns ? 1 : 0;
 }
 
 static int server(const char *addr, const char *port, int maxconns, int exec_mode)
@@ -223,6 +288,8 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 	freeaddrinfo(ai);
 	printf("forkecho: listening on %s\nforkecho: server pid %d\n", port, (int)getpid());
 	fflush(stdout);
+	if (prefork_workers > 0)
+		return prefork_serve(lfd, prefork_workers, maxconns);
 
 	for (int accepted = 0; maxconns == 0 || accepted < maxconns;) {
 		pid_t pid;
@@ -610,13 +677,14 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	cl.bytes = 65536;
 	cl.seed = 1;
-	while ((c = getopt(argc, argv, "s:a:xn:d:c:p:j:b:S:")) != -1) {
+	while ((c = getopt(argc, argv, "s:a:xn:d:w:c:p:j:b:S:")) != -1) {
 		switch (c) {
 		case 's': listen_port = optarg; break;
 		case 'a': addr = optarg; break;
 		case 'x': exec_mode = 1; break;
 		case 'n': count = parse_int(optarg, "-n", 0); break;
 		case 'd': fork_delay_ms = parse_int(optarg, "-d", 0); break;
+		case 'w': prefork_workers = parse_int(optarg, "-w", 1); break; /* (<= 64) */
 		case 'c': host = optarg; break;
 		case 'p': port = optarg; break;
 		case 'j': parallel = parse_int(optarg, "-j", 1); break;
@@ -629,6 +697,8 @@ int main(int argc, char **argv)
 		usage();
 	if (listen_port) {
 		parse_int(listen_port, "port", 1);
+		if (prefork_workers > 64 || (prefork_workers && (count < 1 || exec_mode)))
+			usage();
 		return server(addr, listen_port, count < 0 ? 0 : count, exec_mode);
 	}
 	if (!port)

@@ -3,7 +3,8 @@
 # sdpshim the connection must stay on kernel TCP, with the reason
 # peer_no_sdpshim on the preloaded end, and work byte for byte; one listening
 # port must serve a plain client (TCP) and a preloaded client (RDMA) at once; a
-# second connect to a plain-TCP peer must hit the negative cache.
+# second connect to a plain-TCP peer must hit the negative cache; a pre-fork
+# server's workers accept connections the listening process got channels for.
 # tests/progs/connects: an echo server, and a client that times connect() and
 # checks the echo of what it sent by SHA-256.
 
@@ -115,4 +116,36 @@ connect_ms() {
   show "connect 1 (detection): $first ms, connect 2 (cached): $second ms, plain: $base ms"
   # No detection cost: as fast as a plain connect, give or take scheduling noise.
   awk -v s="$second" -v b="$base" 'BEGIN { exit !(s < b + 50 && s < 100) }'
+}
+
+@test "pre-fork server (workers accept on the inherited socket): clients use TCP at once, bytes verified" {
+  # The listening process owns the RDMA listener, so its channels can never be
+  # attached by a worker's accept(): the owner notices (sock_diag: the TCP
+  # connection has been accepted by someone) and DETACHes them, and the client,
+  # which speaks first, moves on within milliseconds instead of the 30 s
+  # SDPSHIM_PENDING_TTL_MS.
+  local port t0 ms crc=0 src=0 okl
+  port=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$PROGS/forkecho" -s "$port" -a "$RXE_IP" -w 3 -n 20
+  wait_port "$RXE_IP" "$port"
+  t0=$(now_ms)
+  # No negative cache on the client: every connection goes through the detection
+  # (with it, the first one would and the others would skip RDMA).
+  run_timeout 60 env SDPSHIM_NEGCACHE_TTL_MS=0 "${PRE[@]}" "$PROGS/forkecho" -c "$RXE_IP" \
+    -p "$port" -n 20 -j 4 >"$T/client.out" 2>"$T/client.err" || crc=$?
+  ms=$(( $(now_ms) - t0 ))
+  wait_bg server || src=$?
+  okl=$(grep -cE '^conn [0-9]+ bytes=65536 sha256=[0-9a-f]{64} ok$' "$T/client.out" || true)
+  show "20 connections to 3 pre-forked workers: $okl ok in $ms ms (client rc=$crc, server rc=$src)" \
+       "client stderr: $(head -5 "$T/client.err")" "server: $(bg_log server | tail -5)" \
+       "$(stats_lines "$STATS" | head -12)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$okl" -eq 20 ]
+  # Every client connection: TCP, because another process accepted it.
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 20 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=accepted_elsewhere negcached=false | wc -l)" -eq 20 ]
+  # No client waited for the pending TTL: 20 connections, 4 at a time, well
+  # under one TTL in all.
+  [ "$ms" -lt 20000 ]
 }

@@ -1,0 +1,97 @@
+/* Whether the server end of a kernel TCP connection has been accepted, by
+ * any process: an exact sock_diag lookup of the 4-tuple, whose answer
+ * carries the socket's inode (0 while it waits in the listen queue). */
+#include <errno.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "ipoib_fallback/tcp_diag.h"
+#include "preload/real.h"
+
+#define TCP_LISTEN_STATE 10 /* TCP_LISTEN in the kernel's numbering */
+
+struct diag_request {
+	struct nlmsghdr nlh;
+	struct inet_diag_req_v2 req;
+};
+
+static bool addr_is_v4_mapped(const uint8_t a[16])
+{
+	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return memcmp(a, prefix, sizeof(prefix)) == 0;
+}
+
+static void build_request(const struct sdp_tuple *t, struct diag_request *r)
+{
+	bool v4 = addr_is_v4_mapped(t->src_addr) && addr_is_v4_mapped(t->dst_addr);
+
+	memset(r, 0, sizeof(*r));
+	r->nlh.nlmsg_len = sizeof(*r);
+	r->nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	r->nlh.nlmsg_flags = NLM_F_REQUEST;
+	r->req.sdiag_family = v4 ? AF_INET : AF_INET6;
+	r->req.sdiag_protocol = IPPROTO_TCP;
+	r->req.idiag_states = ~0u;
+	/* The server socket's view: source is the server, destination the client. */
+	r->req.id.idiag_sport = htons(t->dst_port);
+	r->req.id.idiag_dport = htons(t->src_port);
+	memcpy(r->req.id.idiag_src, v4 ? t->dst_addr + 12 : t->dst_addr, v4 ? 4 : 16);
+	memcpy(r->req.id.idiag_dst, v4 ? t->src_addr + 12 : t->src_addr, v4 ? 4 : 16);
+	r->req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	r->req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+}
+
+/* The answer about the connection asked for: an exact lookup that finds no
+ * connection returns the listening socket instead (lookup falls back to
+ * listeners), which is told apart by its state and its empty peer port. */
+static enum tcp_accept_state parse_reply(const void *buf, ssize_t len, uint16_t peer_port_be)
+{
+	const struct nlmsghdr *h = buf;
+	const struct inet_diag_msg *m;
+
+	if (len < (ssize_t)sizeof(*h) || !NLMSG_OK(h, (size_t)len))
+		return TCP_STATE_UNKNOWN;
+	if (h->nlmsg_type == NLMSG_ERROR) {
+		const struct nlmsgerr *e = NLMSG_DATA(h);
+
+		if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+			return TCP_STATE_UNKNOWN;
+		return e->error == -ENOENT ? TCP_NOT_ACCEPTED : TCP_STATE_UNKNOWN;
+	}
+	if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+	    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+		return TCP_STATE_UNKNOWN;
+	m = NLMSG_DATA(h);
+	if (m->idiag_state == TCP_LISTEN_STATE || m->id.idiag_dport != peer_port_be)
+		return TCP_NOT_ACCEPTED;
+	return m->idiag_inode ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
+}
+
+enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t)
+{
+	struct diag_request r;
+	union {
+		struct nlmsghdr h;
+		char bytes[1024];
+	} reply;
+	enum tcp_accept_state state = TCP_STATE_UNKNOWN;
+	int fd = real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	ssize_t n;
+
+	if (fd < 0)
+		return TCP_STATE_UNKNOWN;
+	build_request(t, &r);
+	/* The kernel answers within send(): the reply is queued when it returns. */
+	if (real.send(fd, &r, sizeof(r), 0) == (ssize_t)sizeof(r)) {
+		n = real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
+		state = parse_reply(&reply, n, r.req.id.idiag_dport);
+	}
+	real.close(fd);
+	return state;
+}
