@@ -5,6 +5,7 @@
 
 #include "core/conn_internal.h"
 #include "core/log.h"
+#include "preload/real.h"
 
 static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 {
@@ -155,6 +156,24 @@ void close_ev_abort(struct sdp_conn *c, int err, bool send_abort)
 	notify_close_change(c, old);
 }
 
+/* The carrier failed while our ATTACH was unconfirmed: the client may still
+ * be waiting for it, and then takes TCP for a plain server and a SWITCH
+ * record for app bytes; or it has it, and then moves the stream itself.
+ * Neither end can know which, so the connection is reset, never guessed. */
+static void reset_unconfirmed_attach(struct sdp_conn *c)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	sdp_warn("the RDMA channel failed before the client confirmed it (%s); resetting the "
+		 "connection", c->carrier_why ? c->carrier_why : "carrier failure");
+	close_ev_abort(c, ECONNRESET, false);
+	if (c->tcp_fd >= 0)
+		(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
+	conn_update_readiness(c, true);
+	if (c->app_closed)
+		conn_schedule_destroy(c);
+}
+
 /* The QP or the rdma_cm connection failed, or the peer disconnected
  * without DisConn.  Before ATTACH no byte moved: fall back to TCP.  After
  * it the stream moves to TCP (core/switch.c); when nothing is left to
@@ -193,6 +212,10 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 	}
 	if (c->sw_started)
 		return; /* reaping completions while a switch starts */
+	if (c->attach_unconfirmed) {
+		reset_unconfirmed_attach(c);
+		return;
+	}
 	if (switch_start(c, SDP_REASON_FAILOVER, true, false))
 		return; /* the stream continues on TCP */
 	switch (c->close_state) {

@@ -584,6 +584,12 @@ static bool phase_settling(enum conn_phase phase)
 	return false;
 }
 
+/* A server's ATTACH not yet confirmed: the client may not know the channel. */
+static bool attach_settling(const struct sdp_conn *c)
+{
+	return c->phase == CONN_OPEN && c->attach_unconfirmed && !c->carrier_dead;
+}
+
 static void wait_settle(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
 {
 	uint64_t ms = deadline_ms - now < 20 ? deadline_ms - now : 20;
@@ -625,7 +631,7 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
 
 		if (now >= deadline_ms)
 			break;
-		if (phase_settling(c->phase) || (c->phase == CONN_OPEN && c->attach_unconfirmed)) {
+		if (phase_settling(c->phase) || attach_settling(c)) {
 			wait_settle(c, now, deadline_ms); /* then move it once it opened */
 		} else if (c->phase == CONN_OPEN) {
 			if (!switch_start(c, reason, false, false))

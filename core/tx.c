@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
 #include "core/log.h"
@@ -203,6 +204,10 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 	if (mid == SDP_MID_ATTACH) {
 		c->attach_idx = idx; /* its completion tells the client knows (cq.c) */
 		c->attach_posted = true;
+		if (sdp_tun.debug_fail_attach) {
+			sdp_warn("SDPSHIM_DEBUG_FAIL_ATTACH: forcing the QP into the error state behind ATTACH");
+			qp_force_error(c);
+		}
 	}
 	if (mid == SDP_MID_CREDIT_UPDATE && c->st)
 		atomic_fetch_add_explicit(&c->st->credit_updates_sent, 1, memory_order_relaxed);

@@ -240,6 +240,31 @@ failover_stream() {
   [ "$(stats_field server bytes_sent)" -eq $((1 << 30)) ]
 }
 
+@test "switch: the QP fails with the server's ATTACH in flight: a clean reset on both ends, no byte guessed" {
+  # SDPSHIM_DEBUG_FAIL_ATTACH: the server forces its QP into the error state right
+  # after posting ATTACH, so neither end can know whether the client got it.  A
+  # switch would be a guess (the client may read the SWITCH record as data): the
+  # server must reset the connection, and both apps see an error, never bytes.
+  local port crc=0 src=0
+  port=$(free_port)
+  start_bg server timeout -k 5 120 env SDPSHIM_DEBUG_FAIL_ATTACH=1 "${PRE[@]}" \
+    "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP" "$port"
+  run_timeout 120 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 4M -d down -m 64k \
+    >"$T/client.out" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  show "client (rc=$crc): $(cat "$T/client.out")" "server (rc=$src): $(bg_log server)" \
+       "$(stats_lines "$STATS")"
+  bg_log server | grep -q 'SDPSHIM_DEBUG_FAIL_ATTACH: forcing'
+  bg_log server | grep -q 'failed before the client confirmed it'
+  # Both ends fail, with a reset or an early EOF, and no data was taken for good.
+  [ "$crc" -ne 0 ]
+  [ "$src" -ne 0 ]
+  ! grep -q 'MISMATCH\|sha256=.* OK' "$T/client.out"
+  grep -qi 'reset by peer\|EOF after\|unexpected EOF' "$T/client.out"
+  [ "$(stats_lines "$STATS" role=server switches=1 | wc -l)" -eq 0 ]
+}
+
 # --- soak ------------------------------------------------------------------------
 
 # soak_stream N: an 8 MiB stream failing over after 1 MiB; odd N up (failure on
