@@ -18,7 +18,7 @@ struct sdp_tunables {
 	unsigned debug_zc_corrupt;   /* SDPSHIM_DEBUG_ZC_CORRUPT: tests only, see zc_fill_ext */
 	int64_t  debug_fail_after;   /* SDPSHIM_DEBUG_FAIL_AFTER: tests only, fail the QP after N bytes */
 	unsigned debug_attach_delay_ms; /* SDPSHIM_DEBUG_ATTACH_DELAY_MS: tests only, hold a server's ATTACH */
-	unsigned debug_fail_attach;  /* SDPSHIM_DEBUG_FAIL_ATTACH: tests only, fail the QP behind ATTACH */
+	unsigned debug_fail_attach;  /* SDPSHIM_DEBUG_FAIL_ATTACH: tests only, fail the QP as ATTACH is posted */
 	unsigned switch_timeout_ms;  /* SDPSHIM_SWITCH_TIMEOUT_MS: bound on a move to TCP before fork/exec */
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
 	unsigned stall_ms;           /* SDPSHIM_STALL_MS: send queue without a completion = failed, 0 = never */

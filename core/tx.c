@@ -192,6 +192,10 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 			zc_fill_ext(c, mid, &ext);
 		sdp_ext_to_wire(&ext, mem + SDP_BSDH_SIZE);
 	}
+	if (mid == SDP_MID_ATTACH && sdp_tun.debug_fail_attach) {
+		sdp_warn("SDPSHIM_DEBUG_FAIL_ATTACH: forcing the QP into the error state as ATTACH is posted");
+		qp_force_error(c); /* the ATTACH is flushed, never confirmed */
+	}
 	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting a control send failed");
 		return false;
@@ -204,10 +208,6 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 	if (mid == SDP_MID_ATTACH) {
 		c->attach_idx = idx; /* its completion tells the client knows (cq.c) */
 		c->attach_posted = true;
-		if (sdp_tun.debug_fail_attach) {
-			sdp_warn("SDPSHIM_DEBUG_FAIL_ATTACH: forcing the QP into the error state behind ATTACH");
-			qp_force_error(c);
-		}
 	}
 	if (mid == SDP_MID_CREDIT_UPDATE && c->st)
 		atomic_fetch_add_explicit(&c->st->credit_updates_sent, 1, memory_order_relaxed);

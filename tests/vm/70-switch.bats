@@ -241,8 +241,8 @@ failover_stream() {
 }
 
 @test "switch: the QP fails with the server's ATTACH in flight: a clean reset on both ends, no byte guessed" {
-  # SDPSHIM_DEBUG_FAIL_ATTACH: the server forces its QP into the error state right
-  # after posting ATTACH, so neither end can know whether the client got it.  A
+  # SDPSHIM_DEBUG_FAIL_ATTACH: the server forces its QP into the error state as it
+  # posts ATTACH, which is flushed: the server cannot know the client lacks it.  A
   # switch would be a guess (the client may read the SWITCH record as data): the
   # server must reset the connection, and both apps see an error, never bytes.
   local port crc=0 src=0
