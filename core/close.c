@@ -5,7 +5,6 @@
 
 #include "core/conn_internal.h"
 #include "core/log.h"
-#include "preload/real.h"
 
 static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 {
@@ -162,13 +161,10 @@ void close_ev_abort(struct sdp_conn *c, int err, bool send_abort)
  * Neither end can know which, so the connection is reset, never guessed. */
 static void reset_unconfirmed_attach(struct sdp_conn *c)
 {
-	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
-
 	sdp_warn("the RDMA channel failed before the client confirmed it (%s); resetting the "
 		 "connection", c->carrier_why ? c->carrier_why : "carrier failure");
 	close_ev_abort(c, ECONNRESET, false);
-	if (c->tcp_fd >= 0)
-		(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
+	tcp_send_reset(c);
 	conn_update_readiness(c, true);
 	if (c->app_closed)
 		conn_schedule_destroy(c);

@@ -107,6 +107,8 @@ size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, 
 /* After the carrier died without DisConn: 0 if the peer's TCP closed
  * (EOF), else the error to report (ECONNRESET). */
 int tcp_peer_verdict(struct sdp_conn *c, int err);
+/* Resets the kernel TCP connection (connect AF_UNSPEC sends RST). */
+void tcp_send_reset(struct sdp_conn *c);
 
 /* switch.c: moving an open stream to TCP.  keep_local: bytes received
  * over RDMA and not read yet stay here and are read first (else they are

@@ -255,8 +255,6 @@ static void flush_drain(struct sdp_conn *c)
 /* A record that does not parse, or names bytes we do not have: reset. */
 static void switch_reset(struct sdp_conn *c, const char *what)
 {
-	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
-
 	sdp_warn("the peer's SWITCH record on TCP is invalid (%s); resetting the connection", what);
 	c->fail_reason = SDP_REASON_PROTOCOL;
 	c->close_state = CLOSE_ABORTED;
@@ -265,7 +263,7 @@ static void switch_reset(struct sdp_conn *c, const char *what)
 	free(c->sw_local);
 	c->sw_local = NULL;
 	c->sw_local_len = c->sw_local_off = 0;
-	(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
+	tcp_send_reset(c);
 }
 
 static void on_peer_record(struct sdp_conn *c)

@@ -93,6 +93,13 @@ static bool peer_wrote(struct sdp_conn *c)
 	return real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
 }
 
+/* An open channel: bytes on its TCP socket are the peer's SWITCH record. */
+static void follow_peer_if_it_wrote(struct sdp_conn *c, uint32_t events)
+{
+	if ((events & EPOLLIN) && peer_wrote(c))
+		switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+}
+
 /* Bytes (or a FIN) on TCP before the ATTACH: the server side chose TCP,
  * unless it attached and then moved the stream at once (it forked): its
  * ATTACH completed (was acknowledged) before its SWITCH record left, so it
@@ -111,8 +118,8 @@ static void on_bytes_before_attach(struct sdp_conn *c, uint32_t events)
 	}
 	if (c->phase == CONN_AWAIT_ATTACH)
 		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
-	else if (c->phase == CONN_OPEN && (events & EPOLLIN) && peer_wrote(c))
-		switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+	else if (c->phase == CONN_OPEN)
+		follow_peer_if_it_wrote(c, events);
 }
 
 static void on_tcp_ready(struct progress_source *src, uint32_t events)
@@ -134,8 +141,7 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 		conn_update_readiness(c, true); /* reads now come from TCP */
 		break;
 	case CONN_OPEN:
-		if ((events & EPOLLIN) && peer_wrote(c))
-			switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+		follow_peer_if_it_wrote(c, events);
 		break;
 	case CONN_SWITCHING:
 		switch_on_tcp_ready(c, events);
@@ -162,6 +168,14 @@ void tcp_drain_start(struct sdp_conn *c)
 	c->phase = CONN_DRAINING;
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
 	on_drain_ready(c);
+}
+
+void tcp_send_reset(struct sdp_conn *c)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	if (c->tcp_fd >= 0)
+		(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
 }
 
 int tcp_peer_verdict(struct sdp_conn *c, int err)
