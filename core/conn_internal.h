@@ -53,6 +53,9 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 /* rx.c */
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
 void rx_maybe_update_credits(struct sdp_conn *c);
+/* An entry was consumed outside the copy path (a SrcAvail READ and
+ * answered): return its place in the ring and advance the ack. */
+void rx_entry_consumed(struct sdp_conn *c);
 /* Copies unread payload into iov (MSG_PEEK: without consuming). */
 size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		   size_t len, bool peek);

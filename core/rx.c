@@ -51,6 +51,12 @@ void rx_maybe_update_credits(struct sdp_conn *c)
 		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE);
 }
 
+void rx_entry_consumed(struct sdp_conn *c)
+{
+	rx_advance(c);
+	rx_maybe_update_credits(c);
+}
+
 /* The server can only accept (and ATTACH or DETACH) once the kernel TCP
  * connect completed, which we may not have noticed yet. */
 static bool client_waits_for_attach(const struct sdp_conn *c)

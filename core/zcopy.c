@@ -424,6 +424,9 @@ static void source_consumed(struct sdp_conn *c, struct rx_entry *e)
 		return;
 	answer_source(c, e);
 	c->src_cancel_pending = false;
+	/* Its ack goes out now: the RdmaRdCompl may have to wait for a credit
+	 * that only this ack, in a credit update, can bring back. */
+	rx_entry_consumed(c);
 	tx_kick(c);
 }
 

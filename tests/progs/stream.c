@@ -5,12 +5,14 @@
  * SHA-256 of what it received.  -e picks blocking I/O or a readiness API.
  * STREAM_READ_MAX / STREAM_READ_PAUSE_US make the receiver slow. */
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,16 +51,27 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-/* Byte i of the stream is a pure function of (seed, i): any offset checks. */
+static uint64_t stream_word(uint64_t seed, uint64_t word_index)
+{
+	uint64_t s = seed ^ (word_index * 0x2545f4914f6cdd1dULL);
+
+	return splitmix(&s);
+}
+
+/* Byte i of the stream is a pure function of (seed, i): any offset checks.
+ * Byte i is byte (i % 8) of word i / 8, least significant first. */
 static void fill(uint64_t seed, uint64_t off, uint8_t *buf, size_t len)
 {
-	for (size_t i = 0; i < len;) {
-		uint64_t word_index = (off + i) / 8, s = seed ^ (word_index * 0x2545f4914f6cdd1dULL);
-		uint64_t w = splitmix(&s);
-		unsigned k = (unsigned)((off + i) % 8);
-		for (; k < 8 && i < len; k++, i++)
-			buf[i] = (uint8_t)(w >> (8 * k));
+	size_t i = 0;
+
+	for (; i < len && (off + i) % 8; i++)
+		buf[i] = (uint8_t)(stream_word(seed, (off + i) / 8) >> (8 * ((off + i) % 8)));
+	for (; len - i >= 8; i += 8) {
+		uint64_t w = htole64(stream_word(seed, (off + i) / 8));
+		memcpy(buf + i, &w, 8);
 	}
+	for (; i < len; i++)
+		buf[i] = (uint8_t)(stream_word(seed, (off + i) / 8) >> (8 * ((off + i) % 8)));
 }
 
 /* Message sizes: mostly small, sometimes up to max (1 byte to 1 MiB). */
@@ -197,15 +210,99 @@ static void send_stream(int fd, const struct header *h)
 	free(buf);
 }
 
+/* The receiver's check runs in a second thread, a few chunks behind its
+ * reads, so checking and hashing a chunk overlaps with receiving the next
+ * one (with zero-copy, a sender's write waits for the receiver's read). */
+#define CHECK_CHUNKS 4
+#define CHUNK_CAP (1u << 20)
+
+struct checker {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint8_t *chunk[CHECK_CHUNKS];
+	size_t len[CHECK_CHUNKS];
+	unsigned filled, checked; /* chunks handed over / verified, ever */
+	bool eof;                 /* no chunk will follow */
+	bool mismatch;
+	uint64_t mismatch_at;
+	uint64_t seed, off;       /* the checker's own position */
+	sha256_ctx sha;
+};
+
+static void *checker_main(void *p)
+{
+	struct checker *k = p;
+	uint8_t *want = malloc(CHUNK_CAP);
+
+	if (!want)
+		die("malloc");
+	pthread_mutex_lock(&k->lock);
+	for (;;) {
+		while (k->checked == k->filled && !k->eof)
+			pthread_cond_wait(&k->cond, &k->lock);
+		if (k->checked == k->filled)
+			break;
+		unsigned slot = k->checked % CHECK_CHUNKS;
+		const uint8_t *got = k->chunk[slot];
+		size_t n = k->len[slot];
+		pthread_mutex_unlock(&k->lock);
+
+		fill(k->seed, k->off, want, n);
+		if (memcmp(got, want, n) != 0) {
+			size_t i = 0;
+			while (got[i] == want[i])
+				i++;
+			pthread_mutex_lock(&k->lock);
+			k->mismatch = true;
+			k->mismatch_at = k->off + i;
+			pthread_cond_broadcast(&k->cond);
+			break;
+		}
+		sha256_update(&k->sha, got, n);
+		k->off += n;
+		pthread_mutex_lock(&k->lock);
+		k->checked++;
+		pthread_cond_broadcast(&k->cond);
+	}
+	pthread_mutex_unlock(&k->lock);
+	free(want);
+	return NULL;
+}
+
+/* The reader's side: a free chunk, or NULL once the checker found a mismatch. */
+static uint8_t *checker_free_chunk(struct checker *k)
+{
+	uint8_t *chunk = NULL;
+
+	pthread_mutex_lock(&k->lock);
+	while (k->filled - k->checked == CHECK_CHUNKS && !k->mismatch)
+		pthread_cond_wait(&k->cond, &k->lock);
+	if (!k->mismatch)
+		chunk = k->chunk[k->filled % CHECK_CHUNKS];
+	pthread_mutex_unlock(&k->lock);
+	return chunk;
+}
+
+static void checker_hand_over(struct checker *k, size_t n, bool eof)
+{
+	pthread_mutex_lock(&k->lock);
+	if (n)
+		k->len[k->filled++ % CHECK_CHUNKS] = n;
+	k->eof = eof;
+	pthread_cond_broadcast(&k->cond);
+	pthread_mutex_unlock(&k->lock);
+}
+
 /* Returns 0 if every byte matched. */
 static int recv_stream(int fd, const struct header *h, const char *who)
 {
-	size_t cap = 1 << 20;
-	uint8_t *buf = malloc(cap), *want = malloc(cap);
+	struct checker k = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+			     .seed = h->seed };
+	pthread_t checker;
 	uint64_t off = 0;
-	sha256_ctx sha;
 	uint8_t digest[32];
 	char hex[65];
+	int rc = 0;
 
 	/* Test knobs for a slow reader (bytes pile up in the receive path):
 	 * STREAM_READ_MAX caps each read, STREAM_READ_PAUSE_US sleeps after it. */
@@ -213,40 +310,48 @@ static int recv_stream(int fd, const struct header *h, const char *who)
 	size_t read_max = rmax ? strtoul(rmax, NULL, 0) : 0;
 	unsigned pause_us = pause ? (unsigned)strtoul(pause, NULL, 0) : 0;
 
-	if (!buf || !want)
-		die("malloc");
-	if (read_max == 0 || read_max > cap)
-		read_max = cap;
-	sha256_init(&sha);
+	if (read_max == 0 || read_max > CHUNK_CAP)
+		read_max = CHUNK_CAP;
+	for (int i = 0; i < CHECK_CHUNKS; i++)
+		if (!(k.chunk[i] = malloc(CHUNK_CAP)))
+			die("malloc");
+	sha256_init(&k.sha);
+	if (pthread_create(&checker, NULL, checker_main, &k) != 0)
+		die("pthread_create");
 	while (off < h->bytes) {
 		size_t ask = h->bytes - off < read_max ? (size_t)(h->bytes - off) : read_max;
-		size_t n = read_some(fd, buf, ask);
+		uint8_t *chunk = checker_free_chunk(&k);
+		size_t n;
 
+		if (!chunk)
+			break; /* mismatch: reported below */
+		n = read_some(fd, chunk, ask);
 		if (pause_us)
 			usleep(pause_us);
 		if (n == 0) {
 			fprintf(stderr, "stream: %s: EOF after %llu of %llu bytes\n", who,
 				(unsigned long long)off, (unsigned long long)h->bytes);
-			return 5;
+			rc = 5;
+			break;
 		}
-		fill(h->seed, off, want, n);
-		if (memcmp(buf, want, n) != 0) {
-			size_t i = 0;
-			while (buf[i] == want[i])
-				i++;
-			fprintf(stderr, "stream: %s: MISMATCH at byte %llu\n", who,
-				(unsigned long long)(off + i));
-			return 6;
-		}
-		sha256_update(&sha, buf, n);
+		checker_hand_over(&k, n, false);
 		off += n;
 	}
-	sha256_final(&sha, digest);
+	checker_hand_over(&k, 0, true);
+	pthread_join(checker, NULL);
+	for (int i = 0; i < CHECK_CHUNKS; i++)
+		free(k.chunk[i]);
+	if (k.mismatch) {
+		fprintf(stderr, "stream: %s: MISMATCH at byte %llu\n", who,
+			(unsigned long long)k.mismatch_at);
+		return 6;
+	}
+	if (rc)
+		return rc;
+	sha256_final(&k.sha, digest);
 	sha256_hex(digest, hex);
 	printf("stream: %s received %llu bytes sha256=%s OK\n", who, (unsigned long long)off, hex);
 	fflush(stdout);
-	free(buf);
-	free(want);
 	return 0;
 }
 

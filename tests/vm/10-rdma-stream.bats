@@ -9,24 +9,13 @@
 load ../helpers
 load vm_helpers
 
-# Reference digests (streamref SEED BYTES).  The 1 GiB one costs ~35 s of guest CPU,
-# so it is computed once, in the background, while the first transfers run.
+# Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
   requires_rdma
-  local ref=$BATS_FILE_TMPDIR/ref
-  mkdir -p "$ref"
-  (
-    for spec in "1 1G" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"; do
-      set -- $spec
-      "$PROGS/streamref" "$1" "$2" >"$ref/$1-$2.tmp" && mv "$ref/$1-$2.tmp" "$ref/$1-$2"
-    done
-  ) >/dev/null 2>&1 3>&- &
-  echo $! >"$BATS_FILE_TMPDIR/ref.pid"
+  ref_digests_start "1 1G" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"
 }
 
-teardown_file() {
-  kill "$(cat "$BATS_FILE_TMPDIR/ref.pid" 2>/dev/null)" 2>/dev/null || true
-}
+teardown_file() { ref_digests_stop; }
 
 setup() {
   vm_setup
@@ -34,12 +23,6 @@ setup() {
 }
 
 teardown() { vm_teardown; }
-
-ref_digest() {   # ref_digest SEED BYTES: waits (up to 5 min) for the reference digest
-  local f=$BATS_FILE_TMPDIR/ref/$1-$2
-  wait_for_line "$f" '^[0-9a-f]{64}$' 300 >/dev/null
-  cat "$f"
-}
 
 # stream_case DIR BYTES MAXMSG MODE SECS: one stream run, both ends preloaded.
 stream_case() {

@@ -10,16 +10,10 @@ load vm_helpers
 
 setup_file() {
   requires_rdma
-  local ref=$BATS_FILE_TMPDIR/ref
-  mkdir -p "$ref"
-  ( "$PROGS/streamref" 1 1G >"$ref/1-1G.tmp" && mv "$ref/1-1G.tmp" "$ref/1-1G" ) \
-    >/dev/null 2>&1 3>&- &
-  echo $! >"$BATS_FILE_TMPDIR/ref.pid"
+  ref_digests_start "1 1G"
 }
 
-teardown_file() {
-  kill "$(cat "$BATS_FILE_TMPDIR/ref.pid" 2>/dev/null)" 2>/dev/null || true
-}
+teardown_file() { ref_digests_stop; }
 
 setup() {
   vm_setup
@@ -76,8 +70,7 @@ zc_share() {
   zc_stream up 1G -m 1M -F
   local got want share
   got=$(sed -nE 's/^stream: server received 1073741824 bytes sha256=([0-9a-f]{64}) OK$/\1/p' "$T/server.log")
-  wait_for_line "$BATS_FILE_TMPDIR/ref/1-1G" '^[0-9a-f]{64}$' 300 >/dev/null
-  want=$(cat "$BATS_FILE_TMPDIR/ref/1-1G")
+  want=$(ref_digest 1 1G)
   share=$(zc_share client)
   show "received sha256 $got, reference $want; client zero-copied $share% of its bytes," \
        "ops $(zc_sum zcopy_ops role=client), cache hits $(zc_sum mr_cache_hits role=client)" \

@@ -26,8 +26,12 @@
 #   assert_exact_bytes FILE   for every connection both ends logged, bytes sent by one end
 #                             = bytes received by the other
 #   now_ms                    CLOCK_REALTIME in milliseconds
+#   ref_digests_start "SEED BYTES"...   (setup_file) reference digests of tests/progs/stream
+#                             streams: taken from the host's $STREAMREF_DIR, else
+#                             computed in the background by streamref
+#   ref_digest SEED BYTES     one of them (waits up to 5 min; computes it if never started)
 #   redis_start ADDR PORT / redis_stop          a preloaded redis-server (start_bg "redis")
-#   redis_bench ADDR PORT N [ARGS...]           preloaded redis-benchmark -n N -t get,set
+#   redis_bench ADDR PORT N [-t CMDS] [ARGS...] preloaded redis-benchmark -n N -t CMDS (get,set)
 #   redis_data ADDR PORT      40 keys and a 4 MiB value through preloaded redis-cli, by SHA-256
 #   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
 #   assert_switched REASON COUNT [K=V...]   stats lines that moved to TCP (issue 6)
@@ -261,21 +265,25 @@ redis_stop() {
   [ "$rc" -eq 0 ] || { echo "redis-server exited with $rc:" >&2; bg_log redis >&2; return 1; }
 }
 
-# redis_bench ADDR PORT N ARGS...: preloaded redis-benchmark -n N -t get,set with the QPs
-# watched; fails on a nonzero exit, a missing result line or any "error" in its output.
+# redis_bench ADDR PORT N [-t CMDS] ARGS...: preloaded redis-benchmark -n N -t CMDS
+# (default get,set) with the QPs watched; fails on a nonzero exit, a missing result
+# line for any of CMDS or any "error" in its output.
 redis_bench() {
-  local addr=$1 port=$2 n=$3 out=$BATS_TEST_TMPDIR/bench.out rc=0 t0; shift 3
+  local addr=$1 port=$2 n=$3 out=$BATS_TEST_TMPDIR/bench.out rc=0 t0 cmds=get,set cmd
+  shift 3
+  if [ "${1:-}" = -t ]; then cmds=$2; shift 2; fi
   qp_watch_start
   t0=$(now_ms)
-  run_timeout 600 "${PRE[@]}" redis-benchmark -h "$addr" -p "$port" -n "$n" -t get,set \
+  run_timeout 600 "${PRE[@]}" redis-benchmark -h "$addr" -p "$port" -n "$n" -t "$cmds" \
     -q "$@" >"$out" 2>&1 || rc=$?
   qp_watch_stop
-  show "redis-benchmark -n $n -t get,set $*: rc=$rc, $(( $(now_ms) - t0 )) ms" \
+  show "redis-benchmark -n $n -t $cmds $*: rc=$rc, $(( $(now_ms) - t0 )) ms" \
        "$(tr '\r' '\n' <"$out" | grep -E 'requests per second' | sed -E 's/^.*(SET|GET)/\1/')" \
        "RC QPs seen: redis-benchmark $(qp_seen redis-benchmark), redis-server $(qp_seen redis-server)"
   [ "$rc" -eq 0 ] || { cat "$out" >&2; return 1; }
-  tr '\r' '\n' <"$out" | grep -Eq '^SET: [0-9.]+ requests per second'
-  tr '\r' '\n' <"$out" | grep -Eq '^GET: [0-9.]+ requests per second'
+  for cmd in ${cmds//,/ }; do
+    tr '\r' '\n' <"$out" | grep -Eq "^${cmd^^}: [0-9.]+ requests per second"
+  done
   if grep -qi 'error' "$out"; then
     echo "redis-benchmark printed errors:" >&2
     cat "$out" >&2
@@ -378,4 +386,49 @@ for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
     if c.get("role") == "server" and c.get("local", "").rsplit(":", 1)[-1] == port:
         best = "%s %d" % (c["path"], c[field])
 print(best)' "$1" "${2:-bytes_received}"
+}
+
+# Reference digests (tests/progs/streamref SEED BYTES: the SHA-256 of the stream,
+# computed without any socket).  run-bats.sh computes the usual ones natively on
+# the host before the boot, into $STREAMREF_DIR; under emulation a 1 GiB one
+# costs ~35 s of guest CPU.  Anything not there is computed here, in the
+# background, while the first transfers run.
+host_ref_digest() {   # host_ref_digest SEED BYTES: prints it if the host computed it
+  local f=${STREAMREF_DIR:-/nonexistent}/$1-$2
+  grep -Exm1 '[0-9a-f]{64}' "$f" 2>/dev/null
+}
+
+ref_digests_start() {
+  local ref=$BATS_FILE_TMPDIR/ref spec todo=()
+  mkdir -p "$ref"
+  for spec in "$@"; do
+    set -- $spec
+    if host_ref_digest "$1" "$2" >"$ref/$1-$2.tmp"; then
+      mv "$ref/$1-$2.tmp" "$ref/$1-$2"
+    else
+      todo+=("$spec")
+    fi
+  done
+  [ ${#todo[@]} -gt 0 ] || return 0
+  (
+    for spec in "${todo[@]}"; do
+      set -- $spec
+      "$PROGS/streamref" "$1" "$2" >"$ref/$1-$2.tmp" && mv "$ref/$1-$2.tmp" "$ref/$1-$2"
+    done
+  ) >/dev/null 2>&1 3>&- &
+  echo $! >"$BATS_FILE_TMPDIR/ref.pid"
+}
+
+ref_digests_stop() {   # teardown_file
+  kill "$(cat "$BATS_FILE_TMPDIR/ref.pid" 2>/dev/null)" 2>/dev/null || true
+}
+
+ref_digest() {
+  local f=$BATS_FILE_TMPDIR/ref/$1-$2
+  if [ -e "$f" ] || [ -e "$f.tmp" ]; then
+    wait_for_line "$f" '^[0-9a-f]{64}$' 300 >/dev/null
+    cat "$f"
+  else
+    host_ref_digest "$1" "$2" || "$PROGS/streamref" "$1" "$2"
+  fi
 }

@@ -137,7 +137,7 @@ pair_stream() {
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
   got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
-  want=$("$PROGS/streamref" 1 1G)
+  want=$(ref_digest 1 1G)
   show "server received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
@@ -277,7 +277,7 @@ drop_roce() {
   wait_bg server || src=$?
   ms=$(( $(now_ms) - t_drop ))
   got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
-  want=$("$PROGS/streamref" 1 128M)
+  want=$(ref_digest 1 128M)
   show "the stream ended $ms ms after the drop began" \
        "$(tc -s qdisc show dev rxenet0 | grep -A1 netem)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
