@@ -31,18 +31,15 @@ need() {
 
 # redis_start, redis_bench, redis_data, redis_stop, redis_stats: tests/vm/vm_helpers.bash
 
-# Without pipelining, GET only: 100000 round trips cost about 110 s of emulated
-# CPU per command.  SET without pipelining runs in the pair layout and through
-# redis-cli (redis_data); with -P 16 below, both.
-@test "redis over RDMA: redis-benchmark -n 100000 -t get, every connection path=rdma" {
+@test "redis over RDMA: redis-benchmark -n 100000 -t get,set, every connection path=rdma" {
   need redis-server redis-benchmark
   local port
   port=$(free_port)
   redis_start "$RXE_IP" "$port"
-  redis_bench "$RXE_IP" "$port" 100000 -t get
+  redis_bench "$RXE_IP" "$port" 100000
   redis_stop
-  # 50 clients for GET, 1 for CONFIG.
-  redis_stats 51 redis-benchmark
+  # 50 clients for SET, 50 for GET, 1 for CONFIG.
+  redis_stats 101 redis-benchmark
 }
 
 @test "redis over RDMA: redis-benchmark -n 100000 -t get,set -P 16, every connection path=rdma" {

@@ -12,7 +12,7 @@
 #    inherited socket (fd 3) so an exec'd image does the echo.
 #  - failover: SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
 #    its RDMA connections into the error state once it has sent N bytes over
-#    RDMA; a 256 MiB stream (tests/progs/stream) with the failure on the sending
+#    RDMA; a 1 GiB stream (tests/progs/stream) with the failure on the sending
 #    end, up and down, must finish byte-exact on TCP (SHA-256 = tests/progs/
 #    streamref), both stats lines reason=failover, switches >= 1, with the
 #    sender's RDMA byte counters between N and the stream's length.
@@ -36,16 +36,13 @@
 load ../helpers
 load vm_helpers
 
-# Forced QP error after 64 MiB of a 256 MiB stream.  (The 1 GiB failovers that
-# issue 6 names are the `rdma link delete` cases at the end: a forced error tests
-# the same switch, and 1 GiB of it would cost ~50 s more of each run.)
-FAIL_AFTER=$((64 << 20))
-FAIL_STREAM=256M
+FAIL_AFTER=$((128 << 20))   # forced QP error after 128 MiB of a 1 GiB stream
+FAIL_STREAM=1G
 
 # Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
   requires_rdma
-  ref_digests_start "1 8M" "1 $FAIL_STREAM" "1 1G"
+  ref_digests_start "1 8M" "1 1G"
 }
 
 teardown_file() { ref_digests_stop; }
@@ -178,7 +175,7 @@ forkecho_case() {
 # over RDMA.
 failover_stream() {
   local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
-  local total=$((256 << 20)) rdma_sent
+  local total=$((1 << 30)) rdma_sent
   if [ "$dir" = up ]; then
     cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER"); sender=client; receiver=server; out=$T/server.log
   else
@@ -218,14 +215,14 @@ failover_stream() {
   [ "$rdma_sent" -lt "$total" ]
 }
 
-@test "switch: forced QP error during a 256 MiB upload, stream continues on TCP byte-exact" {
+@test "switch: forced QP error during 1 GiB upload, stream continues on TCP byte-exact" {
   failover_stream up
-  [ "$(stats_field client bytes_sent)" -eq $(( (256 << 20) + 32 )) ]
+  [ "$(stats_field client bytes_sent)" -eq $(( (1 << 30) + 32 )) ]
 }
 
-@test "switch: forced QP error during a 256 MiB download, stream continues on TCP byte-exact" {
+@test "switch: forced QP error during 1 GiB download, stream continues on TCP byte-exact" {
   failover_stream down
-  [ "$(stats_field server bytes_sent)" -eq $((256 << 20)) ]
+  [ "$(stats_field server bytes_sent)" -eq $((1 << 30)) ]
 }
 
 @test "switch: the QP fails with the server's ATTACH in flight: a clean reset on both ends, no byte guessed" {
