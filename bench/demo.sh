@@ -22,7 +22,7 @@ REQUESTS=${REQUESTS:-20000}
 CLIENTS=${CLIENTS:-10}
 WORK=$(mktemp -d)
 export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19 SDPSHIM_RUN_DIR=$WORK
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 wait_port() {
 	local hex i
