@@ -115,21 +115,23 @@ pair_stream() {
 }
 
 @test "pair: 1 GiB stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
-  local crc src ms bytes=$((1 << 30)) got want
+  local crc src ms bytes=$((1 << 30)) got want run=1
   pair_stream
-  if [ -n "$(stats_lines "$STATS" reason=failover)" ]; then
+  while [ -n "$(stats_lines "$STATS" reason=failover)" ] && [ "$run" -lt 3 ]; do
     # rxe of Linux 6.1 under emulation can exhaust its retries on the veth (an
     # RC QP error) or stall a queue pair silently (SDPSHIM_STALL_MS notices).
     # The stream then moves to TCP byte-exact (issue 6), which this test is not
-    # about: say so, and run it once more.
-    show "first run: the RDMA carrier failed and the stream moved to TCP (client rc=$crc," \
-         "server rc=$src) - retrying once:" "$(grep -h 'sdpshim' "$T/client.out" "$T/server.log")" \
-         "$(stats_lines "$STATS")"
+    # about: say so, and run it again, up to 3 runs.  (About 1 run in 3 meets
+    # the stall; twice in a row failed one CI run.)
+    show "run $run: the RDMA carrier failed and the stream moved to TCP (client rc=$crc," \
+         "server rc=$src) - running it again:" \
+         "$(grep -h 'sdpshim' "$T/client.out" "$T/server.log")" "$(stats_lines "$STATS")"
     [ "$crc" -eq 0 ]
     [ "$src" -eq 0 ]
     rm -f "$STATS"
+    run=$((run + 1))
     pair_stream
-  fi
+  done
   show "1 GiB in $ms ms; client (rc=$crc): $(cat "$T/client.out")" \
        "server (rc=$src): $(bg_log server)" "RC QPs seen: stream $(qp_seen stream)" \
        "$(stats_lines "$STATS")"
