@@ -42,8 +42,12 @@ run_part() {   # run_part NAME CMD... : stream the part's output, keep a copy to
   echo; echo "######## $name: $*"
   "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
-  count "$name" "$log" "$rc" $((SECONDS - t0))
-  grep -E '^# vm\[[a-z]+\]: boot [0-9?]' "$log" | sed 's/^# /== /' >>"$LOGDIR/vmtimes"
+  tally_part "$name" "$log" "$rc" $((SECONDS - t0))
+}
+
+tally_part() {   # tally_part NAME LOGFILE RC SECONDS: count it, keep its VM boot lines
+  count "$@"
+  grep -E '^# vm\[[a-z]+\]: boot [0-9?]' "$2" | sed 's/^# /== /' >>"$LOGDIR/vmtimes"
 }
 
 # Unit tests: build every tests/unit/test_*.c first (make's `test` goal builds the
@@ -76,8 +80,7 @@ finish_part() {
   echo; echo "######## $name (started $((SECONDS - t0)) s ago: its output so far, then live)"
   tail -n +1 -f --pid="${PART_PID[$name]}" "$log"
   wait "${PART_PID[$name]}"
-  count "$name" "$log" "$(cat "$LOGDIR/$name.rc" 2>/dev/null || echo 1)" $((SECONDS - t0))
-  grep -E '^# vm\[[a-z]+\]: boot [0-9?]' "$log" | sed 's/^# /== /' >>"$LOGDIR/vmtimes"
+  tally_part "$name" "$log" "$(cat "$LOGDIR/$name.rc" 2>/dev/null || echo 1)" $((SECONDS - t0))
 }
 
 # The VM suite keeps both cores busy under emulation for most of the run; the

@@ -58,20 +58,26 @@ static uint64_t stream_word(uint64_t seed, uint64_t word_index)
 	return splitmix(&s);
 }
 
-/* Byte i of the stream is a pure function of (seed, i): any offset checks.
- * Byte i is byte (i % 8) of word i / 8, least significant first. */
+/* Byte pos of the stream is byte (pos % 8) of word pos / 8, least
+ * significant first: a pure function of (seed, pos), so any offset checks. */
+static uint8_t stream_byte(uint64_t seed, uint64_t pos)
+{
+	return (uint8_t)(stream_word(seed, pos / 8) >> (8 * (pos % 8)));
+}
+
+/* Bytes off..off+len of the stream; whole words at a time where aligned. */
 static void fill(uint64_t seed, uint64_t off, uint8_t *buf, size_t len)
 {
 	size_t i = 0;
 
 	for (; i < len && (off + i) % 8; i++)
-		buf[i] = (uint8_t)(stream_word(seed, (off + i) / 8) >> (8 * ((off + i) % 8)));
+		buf[i] = stream_byte(seed, off + i);
 	for (; len - i >= 8; i += 8) {
 		uint64_t w = htole64(stream_word(seed, (off + i) / 8));
 		memcpy(buf + i, &w, 8);
 	}
 	for (; i < len; i++)
-		buf[i] = (uint8_t)(stream_word(seed, (off + i) / 8) >> (8 * ((off + i) % 8)));
+		buf[i] = stream_byte(seed, off + i);
 }
 
 /* Message sizes: mostly small, sometimes up to max (1 byte to 1 MiB). */
