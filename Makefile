@@ -49,7 +49,7 @@ PROG_BINS := $(PROG_SRCS:tests/progs/%.c=$(BUILD)/tests/progs/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-.PHONY: all install uninstall test unit native vm check fuzz clean help progs san
+.PHONY: all install uninstall test unit native vm check fuzz fuzz-run clean help progs san
 
 all: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim progs
 
@@ -81,11 +81,15 @@ progs: $(PROG_BINS)
 $(BUILD)/tests/progs/%: tests/progs/%.c $(TLIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(PROG_CFLAGS_$*) \
-	  $(if $(SANPROGS),$(SANFLAGS)) -o $@ $< $(TLIB_OBJS) \
+	  $(if $(SANPROGS),$(SANFLAGS)) -o $@ $< $(PROG_OBJS_$*) $(TLIB_OBJS) \
 	  $(RDMA_LIBS) -lpthread
 
 # One program is built twice: with and without _FORTIFY_SOURCE=2 (issue 3).
 PROG_CFLAGS_stream_fortify := -O2 -D_FORTIFY_SOURCE=2
+# Programs that link modules of the library: the rogue peer speaks the wire
+# format with core/wire.c's own encoders and decoders.
+PROG_OBJS_rogue := $(BUILD)/pure/core/wire.o
+$(BUILD)/tests/progs/rogue: $(PROG_OBJS_rogue)
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard ipoib_fallback/tcp_diag.*)
 	@mkdir -p $(dir $@)
@@ -114,6 +118,10 @@ test: all $(UNIT_BINS) san
 	@tests/run-all.sh
 
 fuzz: $(FUZZ_BINS)
+# Each harness: its kept crash inputs, then FUZZ_SECONDS (default 10) of fuzzing.
+fuzz-run:
+	@BUILD=$(BUILD) tests/run-fuzz.sh $(FUZZ_SECONDS)
+
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(PURE_SRCS)
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) -DSDPSHIM_PURE -std=gnu11 -g -O1 \

@@ -191,11 +191,13 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 	}
 	c->carrier_dead = true;
 	switch (c->phase) {
+	case CONN_AWAIT_ATTACH:
+	case CONN_ATTACHING:
+		bind_on_carrier_failed(c); /* a PROOF may be owed an answer */
+		return;
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
-	case CONN_AWAIT_ATTACH:
 	case CONN_PENDING:
-	case CONN_ATTACHING:
 		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
 		return;
 	case CONN_OPEN:

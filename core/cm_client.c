@@ -116,6 +116,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 		return NULL;
 	}
 	conn_get(c); /* the caller's reference */
+	c->connect_deadline_ms = progress_now_ms() + p->timeout_ms; /* binding included */
 	conn_arm_timer(c, p->timeout_ms);
 	return c;
 }
@@ -147,9 +148,7 @@ void conn_tcp_connected(struct sdp_conn *c, int rc)
 	conn_lock(c);
 	if (c->phase == CONN_TCP_CONNECTING) {
 		if (rc == 0) {
-			c->phase = CONN_AWAIT_ATTACH;
-			tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
-			conn_update_readiness(c, false);
+			bind_client_begin(c);
 		} else {
 			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 		}
@@ -229,10 +228,12 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 		return;
 	}
 	c->established = true;
-	progress_timer_cancel(&c->timer);
+	progress_timer_cancel(&c->timer); /* bind_client_begin() bounds the rest */
 	c->phase = CONN_TCP_CONNECTING;
+	memcpy(c->nonce_peer, ack.nonce, SDP_NONCE_SIZE);
+	bind_make_nonce(c->nonce_local);
 	/* From here on this channel is our choice: say so before the SYN, so
-	 * the server never attaches a channel a client gave up on. */
+	 * the server never asks a client that gave up for a proof. */
 	tx_queue_ctrl(c, SDP_MID_COMMIT);
 	tx_kick(c);
 	pthread_cond_broadcast(&c->cond);
@@ -322,7 +323,7 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app's shutdown now applies to TCP */
 	if (was == CONN_RESOLVING && c->async_connect && c->tcp_fd >= 0)
 		(void)real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
-	if (was == CONN_AWAIT_ATTACH && tx_has_unposted(c)) {
+	if ((was == CONN_AWAIT_ATTACH || was == CONN_ATTACHING) && tx_has_unposted(c)) {
 		tcp_drain_start(c); /* becomes FALLBACK once the bytes are in TCP */
 		pthread_cond_broadcast(&c->cond);
 		return;

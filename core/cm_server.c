@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/config.h"
 #include "core/conn_internal.h"
@@ -27,6 +26,7 @@ static void listener_put(struct sdp_listener *l)
 }
 
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
+				     const struct rule_net *client_nets, unsigned client_net_count,
 				     enum sdp_reason *reason)
 {
 	struct rdma_event_channel *ch;
@@ -48,6 +48,9 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	atomic_init(&l->refs, 1);
 	sockaddr_to_tuple_addr(local, addr, &l->port);
 	l->pending_max = backlog > 0 ? (unsigned)backlog * 2 + 16 : 144;
+	l->client_net_count = client_net_count < RULE_CLIENT_NETS_MAX ? client_net_count
+								      : RULE_CLIENT_NETS_MAX;
+	memcpy(l->client_nets, client_nets, l->client_net_count * sizeof(*client_nets));
 	SDP_GUARD_ENTER();
 	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
 	if (rc == 0)
@@ -58,9 +61,14 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	if (rc && l->id)
 		rdma_destroy_id(l->id);
 	SDP_GUARD_LEAVE();
-	if (rc) {
+	if (rc && err == EADDRINUSE) {
+		sdp_warn("no RDMA listener on port %u: another process holds that port in the RDMA "
+			 "port space; this listener serves TCP only", l->port);
+	} else if (rc) {
 		sdp_info("no RDMA listener on port %u: %s; this listener serves TCP only", l->port,
 			 strerror(err));
+	}
+	if (rc) {
 		*reason = err == EADDRINUSE ? SDP_REASON_RESOURCES : SDP_REASON_LISTENER_TCP;
 		listener_put(l);
 		return NULL;
@@ -75,6 +83,7 @@ static void pending_unlink_locked(struct sdp_listener *l, struct sdp_conn *c)
 			*pp = c->pend_next;
 			c->pend_next = NULL;
 			l->pending_count--;
+			pending_budget_give(c);
 			return;
 		}
 	}
@@ -165,6 +174,8 @@ static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, str
 	return 0;
 }
 
+/* Sizes nothing from the Hello: our receive buffers are our policy, and
+ * the send slots, capped at our own geometry, wait for accept(). */
 static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 			   const struct sdp_hello *h)
 {
@@ -178,11 +189,25 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 		reject_request(ev->id, SDP_REJECT_RESOURCES);
 		return;
 	}
+	c->tuple = h->tuple;
+	if (!pending_budget_take(c)) {
+		static atomic_bool warned;
+		/* Once per process as a warning: a flood must not flood the log. */
+		sdp_log_at(atomic_exchange(&warned, true) ? SDP_LOG_INFO : SDP_LOG_WARN,
+			"refusing an RDMA channel for port %u: the pending budget is spent "
+			"(SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE); that client uses TCP", l->port);
+		conn_put(c);
+		reject_request(ev->id, SDP_REJECT_RESOURCES);
+		return;
+	}
 	c->cm_id = ev->id;
 	ev->id->context = c;
-	c->tuple = h->tuple;
-	if (conn_setup_qp(c, ev->id, h->buf_size, h->buf_count, &reason) != 0) {
+	c->peer_buf_size = h->buf_size; /* checked by the decoder; used at accept() */
+	c->peer_buf_count = h->buf_count;
+	c->tx_peer_bufs = h->buf_count; /* credits for control messages (DETACH) meanwhile */
+	if (conn_setup_qp(c, ev->id, 0, 0, &reason) != 0) {
 		reject(ev->id, SDP_REJECT_RESOURCES); /* the teardown destroys QP and id */
+		pending_budget_give(c);
 		conn_lock(c);
 		c->phase = CONN_DEAD;
 		conn_schedule_destroy(c);
@@ -190,8 +215,10 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 		return;
 	}
 	conn_post_all_recvs(c);
+	bind_make_nonce(c->nonce_local);
 	ack = (struct sdp_hello_ack){ .version = SDP_WIRE_VERSION, .buf_count = c->buf_count,
 				      .buf_size = c->buf_size };
+	memcpy(ack.nonce, c->nonce_local, SDP_NONCE_SIZE);
 	sdp_hello_ack_to_wire(&ack, &ack_wire);
 	memset(&param, 0, sizeof(param));
 	param.private_data = &ack_wire;
@@ -239,6 +266,12 @@ void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
 		reject_request(ev->id, code);
 		return;
 	}
+	if (!rule_nets_match(l->client_nets, l->client_net_count, h.tuple.src_addr)) {
+		sdp_info("refusing an RDMA channel for port %u: the client's network is not in the "
+			 "rule's clients= list; it uses TCP", l->port);
+		reject_request(ev->id, SDP_REJECT_RULE);
+		return;
+	}
 	accept_channel(l, ev, &h);
 }
 
@@ -263,9 +296,16 @@ static bool pending_take(struct sdp_conn *c)
 	return found;
 }
 
+void pending_drop(struct sdp_conn *c)
+{
+	pending_take(c);
+	c->phase = CONN_DEAD;
+	conn_schedule_destroy(c);
+}
+
 /* The channel is the accepted socket's from now on; the client learns it
  * from the ATTACH, and until that completes the stream stays where it is. */
-static void queue_attach(struct sdp_conn *c)
+void queue_attach(struct sdp_conn *c)
 {
 	c->attach_unconfirmed = true;
 	c->attach_posted = false;
@@ -283,12 +323,8 @@ void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ESTABLISHED:
 		c->established = true;
-		if (c->phase == CONN_ATTACHING) {
-			c->phase = CONN_OPEN;
-			queue_attach(c);
-			tx_kick(c);
-			conn_update_readiness(c, false);
-		}
+		if (c->phase == CONN_ATTACHING && c->bind == BIND_PROVEN)
+			bind_server_open(c);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -296,9 +332,7 @@ void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_REJECTED:
 		if (c->phase == CONN_PENDING) {
-			pending_take(c);
-			c->phase = CONN_DEAD;
-			conn_schedule_destroy(c);
+			pending_drop(c);
 		} else {
 			close_ev_carrier_failed(c, ECONNRESET, rdma_event_str(ev->event));
 		}
@@ -378,26 +412,36 @@ static bool tuple_equal(const struct sdp_tuple *a, const struct sdp_tuple *b)
 	       memcmp(a->src_addr, b->src_addr, 16) == 0 && memcmp(a->dst_addr, b->dst_addr, 16) == 0;
 }
 
-/* The client sends COMMIT before its SYN, but our progress thread may not
- * have read it when accept() returns: wait a little for it.  A channel
- * without COMMIT was abandoned by its client (its RDMA attempt timed out),
- * so the accepted socket stays on TCP. */
-static bool wait_for_commit(struct sdp_conn *c)
+/* The newest channel that names this tuple, committed ones first (an
+ * uncommitted one may be an attempt its client gave up).  Unlinked, with
+ * the owner's reference.  Several can exist only if someone forged a Hello
+ * for the tuple: the client's PROOF then decides, and a wrong pick costs
+ * the client RDMA, never its bytes. */
+static struct sdp_conn *take_candidate(struct sdp_listener *l, const struct sdp_tuple *t)
 {
-	struct timespec until;
-	unsigned ms = sdp_tun.connect_timeout_ms < 2000 ? sdp_tun.connect_timeout_ms : 2000;
+	struct sdp_conn *best = NULL;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
+	pthread_mutex_lock(&l->lock);
+	for (struct sdp_conn *c = l->pending; c; c = c->pend_next)
+		if (tuple_equal(&c->tuple, t) && (!best || (c->committed && !best->committed)))
+			best = c;
+	if (best) {
+		pending_unlink_locked(l, best);
+		conn_get(best);
 	}
-	while (!c->committed && c->phase == CONN_PENDING && !c->carrier_dead)
-		if (pthread_cond_timedwait(&c->cond, &c->lock, &until) != 0)
-			break;
-	return c->committed && c->phase == CONN_PENDING && !c->carrier_dead;
+	pthread_mutex_unlock(&l->lock);
+	return best;
+}
+
+/* The send slots, sized now that a socket claims the channel. */
+static bool setup_send_side(struct sdp_conn *c)
+{
+	int err = conn_setup_tx(c, c->peer_buf_size, c->peer_buf_count);
+
+	if (err)
+		sdp_warn("cannot set up an RDMA channel's send buffers: %s%s; using TCP", strerror(-err),
+			 err == -ENOMEM || err == -EPERM || err == -EAGAIN ? " (RLIMIT_MEMLOCK too low?)" : "");
+	return err == 0;
 }
 
 struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const struct sockaddr *local,
@@ -408,25 +452,20 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	struct sdp_conn *c;
 
 	tuple_of_accepted(local, peer, &t);
-	pthread_mutex_lock(&l->lock);
-	for (c = l->pending; c; c = c->pend_next)
-		if (tuple_equal(&c->tuple, &t))
-			break;
-	if (c) {
-		pending_unlink_locked(l, c);
-		conn_get(c); /* the owner's reference */
-	}
-	pthread_mutex_unlock(&l->lock);
+	c = take_candidate(l, &t);
 	if (!c)
 		return NULL;
 	conn_lock(c);
 	c->lsn = NULL;
 	listener_put(l);
 	progress_timer_cancel(&c->timer);
-	if (!wait_for_commit(c)) {
-		sdp_info("an RDMA channel for an accepted connection was never committed by its "
-			 "client; using TCP");
+	c->tcp_fd = progress_hide_fd(real.dup(fd));
+	if (c->carrier_dead || c->peer_gave_up || c->tcp_fd < 0 || !setup_send_side(c)) {
 		c->phase = CONN_DEAD;
+		c->detach_reason = SDP_REASON_RESOURCES;
+		if (!c->carrier_dead)
+			tx_queue_ctrl(c, SDP_MID_DETACH);
+		tx_kick(c);
 		conn_schedule_destroy(c);
 		conn_unlock(c);
 		conn_put(c);
@@ -435,16 +474,10 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->owner = owner;
 	c->owner_ops = ops;
 	c->st = st;
-	c->tcp_fd = progress_hide_fd(real.dup(fd));
 	if (c->st)
 		atomic_store(&c->st->rx_posted, c->buf_count);
-	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
 	c->phase = CONN_ATTACHING;
-	if (c->established) {
-		c->phase = CONN_OPEN;
-		queue_attach(c);
-		tx_kick(c);
-	}
+	bind_server_begin(c); /* accept() returns now; the handshake goes on */
 	conn_update_readiness(c, false);
 	conn_unlock(c);
 	return c;

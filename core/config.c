@@ -32,6 +32,8 @@ STORE_FN(switch_timeout_ms, unsigned)
 STORE_FN(linger_ms, unsigned)
 STORE_FN(stall_ms, unsigned)
 STORE_FN(pending_ttl_ms, unsigned)
+STORE_FN(pending_max, unsigned)
+STORE_FN(pending_per_source, unsigned)
 STORE_FN(stats_slots, unsigned)
 #undef STORE_FN
 
@@ -52,6 +54,8 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
 	{ "SDPSHIM_STALL_MS", 0, 3600000, 30000, store_stall_ms },
 	{ "SDPSHIM_PENDING_TTL_MS", 100, 3600000, 30000, store_pending_ttl_ms },
+	{ "SDPSHIM_PENDING_MAX", 1, 65536, 128, store_pending_max },
+	{ "SDPSHIM_PENDING_PER_SOURCE", 1, 65536, 64, store_pending_per_source },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
 };
 

@@ -23,6 +23,8 @@ struct sdp_tunables {
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
 	unsigned stall_ms;           /* SDPSHIM_STALL_MS: send queue without a completion = failed, 0 = never */
 	unsigned pending_ttl_ms;     /* SDPSHIM_PENDING_TTL_MS: unmatched server channels expire */
+	unsigned pending_max;        /* SDPSHIM_PENDING_MAX: unclaimed server channels per process */
+	unsigned pending_per_source; /* SDPSHIM_PENDING_PER_SOURCE: ... per client address */
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
 };
 

@@ -54,6 +54,17 @@ enum conn_phase {
 	CONN_DEAD,           /* channel torn down */
 };
 
+/* The binding handshake (core/bind.c, docs/trust.md): how far this end is
+ * in proving, on the TCP connection, that the channel is that connection's.
+ * Only in client AWAIT_ATTACH and server ATTACHING. */
+enum conn_bind {
+	BIND_IDLE,      /* server: no signal sent yet; client: no signal seen yet */
+	BIND_SIGNALLED, /* server: urgent byte sent, PROOF awaited;
+			 * client: PROOF sent, ATTACH (channel) or NAK (TCP) awaited */
+	BIND_PROVEN,    /* server: PROOF matched, ATTACH goes once established;
+			 * client: ATTACH received (the phase is OPEN) */
+};
+
 /* Orderly close, one direction at a time, like TCP (see core/close.c). */
 enum conn_close_state {
 	CLOSE_ACTIVE,      /* both directions open */
@@ -158,6 +169,12 @@ struct sdp_conn {
 
 	/* Binding to the app's TCP connection. */
 	struct sdp_tuple tuple;
+	enum conn_bind bind;
+	uint8_t nonce_local[SDP_NONCE_SIZE]; /* server: ours, in the HelloAck; client: ours, in COMMIT */
+	uint8_t nonce_peer[SDP_NONCE_SIZE];  /* client: the server's (echoed in our PROOF) */
+	bool peer_gave_up;      /* server: the client DETACHed (it uses TCP) */
+	bool budget_held;       /* server: counted in the pending budget (core/budget.c) */
+	uint64_t connect_deadline_ms; /* client: the whole RDMA attempt ends by then */
 	struct sockaddr_storage peer_addr;
 	socklen_t peer_addr_len;
 	int tcp_fd;             /* the library's own dup of the TCP socket, or -1 */
@@ -203,8 +220,9 @@ struct sdp_conn {
 	/* Send side: slots mirroring the peer's buffers, kept until acked.
 	 * [tail, posted) posted and unacked, [posted, head) filled, unposted;
 	 * slot head-1 may still take bytes while it is unposted. */
-	uint32_t peer_buf_size;
+	uint32_t peer_buf_size;    /* as the peer announced (validated, not trusted for sizing) */
 	uint16_t peer_buf_count;
+	uint32_t tx_slot_size;     /* our send slots: the peer's buffer size capped at ours */
 	uint16_t tx_peer_bufs;     /* receive buffers the peer says it posted */
 	uint8_t *tx_mem;
 	size_t tx_mem_len;

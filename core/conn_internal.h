@@ -23,6 +23,14 @@ enum wr_kind {
 
 #define CTRL_BIT(mid) (1u << (mid))
 
+/* Control messages go from slots after our receive buffers (setup.c). */
+#define CTRL_SLOTS     32u
+#define CTRL_SLOT_SIZE 64u
+static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
+{
+	return c->rx_mem + (size_t)c->buf_size * c->buf_count + (size_t)idx * CTRL_SLOT_SIZE;
+}
+
 /* setup.c: allocation, QP and buffers, teardown */
 struct sdp_conn *conn_alloc(bool is_server);
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
@@ -89,6 +97,37 @@ void pending_on_timer(struct sdp_conn *c);
 /* close.c: an orphaned channel (app closed) whose bytes are all consumed
  * by the peer, or which ended, is freed. */
 void close_check_orphan(struct sdp_conn *c);
+
+/* bind.c: the binding handshake on the TCP connection (docs/trust.md) */
+void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE]);
+/* Server: accept() matched the channel (phase ATTACHING). */
+void bind_server_begin(struct sdp_conn *c);
+/* Server: the client's COMMIT arrived. */
+void bind_server_on_commit(struct sdp_conn *c);
+/* Server: proven and established; the channel opens (ATTACH queued). */
+void bind_server_open(struct sdp_conn *c);
+/* Client: the kernel connect completed (phase becomes AWAIT_ATTACH). */
+void bind_client_begin(struct sdp_conn *c);
+void bind_client_on_attach(struct sdp_conn *c);
+void bind_client_on_detach(struct sdp_conn *c);
+/* Either end, while binding: the TCP socket is readable (or urgent). */
+void bind_on_tcp_ready(struct sdp_conn *c);
+void bind_on_timer(struct sdp_conn *c);
+void bind_on_carrier_failed(struct sdp_conn *c);
+/* The peer sent what an unbound channel may not carry. */
+void bind_on_violation(struct sdp_conn *c, const char *what);
+/* Falls back to TCP (the server DETACHes its channel's peer first). */
+void bind_fallback(struct sdp_conn *c, enum sdp_reason reason);
+/* cm_server.c: queues ATTACH (or holds it: SDPSHIM_DEBUG_ATTACH_DELAY_MS). */
+void queue_attach(struct sdp_conn *c);
+/* cm_server.c: a pending channel is given up (its peer left or lied). */
+void pending_drop(struct sdp_conn *c);
+
+/* budget.c: what unattached (pending) channels may hold, per source address
+ * (c->tuple.src_addr) and per process.  take: true if the channel fits
+ * (then it is counted until pending_budget_give). */
+bool pending_budget_take(struct sdp_conn *c);
+void pending_budget_give(struct sdp_conn *c);
 
 /* timers.c: the connection's one timer, by phase */
 void conn_on_timer(struct sdp_conn *c);

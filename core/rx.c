@@ -57,32 +57,69 @@ void rx_entry_consumed(struct sdp_conn *c)
 	rx_maybe_update_credits(c);
 }
 
-/* The server can only accept (and ATTACH or DETACH) once the kernel TCP
- * connect completed, which we may not have noticed yet. */
-static bool client_waits_for_attach(const struct sdp_conn *c)
+/* A channel not bound yet: the client before ATTACH, the server before it
+ * opened (docs/trust.md).  It carries nothing but the handshake. */
+static bool unbound(const struct sdp_conn *c)
 {
-	return !c->is_server && (c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_TCP_CONNECTING);
+	if (c->is_server)
+		return c->phase == CONN_PENDING || c->phase == CONN_ATTACHING;
+	return c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_TCP_CONNECTING;
+}
+
+static bool allowed_unbound(const struct sdp_conn *c, uint8_t mid)
+{
+	switch (mid) {
+	case SDP_MID_CREDIT_UPDATE:
+	case SDP_MID_KEEPALIVE:
+	case SDP_MID_DETACH:
+		return true;
+	case SDP_MID_ATTACH:
+		return !c->is_server;
+	case SDP_MID_COMMIT:
+		return c->is_server;
+	default:
+		return false;
+	}
 }
 
 static void on_attach(struct sdp_conn *c)
 {
-	if (!client_waits_for_attach(c)) {
+	if (c->is_server || !unbound(c)) {
 		protocol_violation(c, "unexpected ATTACH");
 		return;
 	}
-	c->phase = CONN_OPEN;
-	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
-	pthread_cond_broadcast(&c->cond);
-	conn_signal_owner(c, CONN_EV_STATE);
+	bind_client_on_attach(c);
 }
 
+/* DETACH: the server will not use the channel; or (to a server) the
+ * client gave up on it before binding and uses TCP. */
 static void on_detach(struct sdp_conn *c)
 {
-	if (!client_waits_for_attach(c)) {
+	if (!unbound(c)) {
 		protocol_violation(c, "unexpected DETACH");
 		return;
 	}
-	conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
+	if (!c->is_server) {
+		bind_client_on_detach(c);
+		return;
+	}
+	c->peer_gave_up = true;
+	if (c->phase == CONN_ATTACHING)
+		bind_fallback(c, SDP_REASON_RDMA_TIMEOUT);
+	else
+		pending_drop(c);
+}
+
+static void on_commit(struct sdp_conn *c, const struct sdp_ext *ext)
+{
+	if (!c->is_server || c->committed) {
+		protocol_violation(c, "unexpected COMMIT");
+		return;
+	}
+	c->committed = true;
+	sdp_nonce_from_ext(ext, c->nonce_peer);
+	pthread_cond_broadcast(&c->cond);
+	bind_server_on_commit(c);
 }
 
 static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8_t *msg,
@@ -107,12 +144,7 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 		on_attach(c);
 		break;
 	case SDP_MID_COMMIT:
-		if (!c->is_server || c->committed) {
-			protocol_violation(c, "unexpected COMMIT");
-			break;
-		}
-		c->committed = true;
-		pthread_cond_broadcast(&c->cond);
+		on_commit(c, &ext);
 		break;
 	case SDP_MID_DETACH:
 		on_detach(c);
@@ -151,8 +183,18 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 		protocol_violation(c, "more messages than credits");
 		return false;
 	}
-	if (h->mid == SDP_MID_DATA && (c->rx_eof || c->phase == CONN_PENDING)) {
-		protocol_violation(c, "data after DisConn or before ATTACH");
+	if (unbound(c) && !allowed_unbound(c, h->mid)) {
+		if (c->phase == CONN_PENDING) {
+			sdp_warn("an unattached RDMA channel's peer sent message %u; dropping the channel",
+				 h->mid);
+			pending_drop(c);
+		} else {
+			bind_on_violation(c, "a message other than the handshake's");
+		}
+		return false;
+	}
+	if (h->mid == SDP_MID_DATA && c->rx_eof) {
+		protocol_violation(c, "data after DisConn");
 		return false;
 	}
 	if (h->mid == SDP_MID_DATA && zc_head_source(c)) {

@@ -16,8 +16,6 @@
 #include "preload/init.h"
 #include "preload/real.h"
 
-#define CTRL_SLOTS     32u
-#define CTRL_SLOT_SIZE 64u
 #define REQ_MAX_INLINE 256u
 
 static void conn_timer_fired(void *arg);
@@ -112,11 +110,13 @@ static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)
 	return 0;
 }
 
+/* Our receive buffers, and after them the control slots our small messages
+ * are sent from: one registration, sized by our policy alone. */
 static int alloc_rx(struct sdp_conn *c)
 {
 	int err = 0;
 
-	c->rx_mem_len = (size_t)c->buf_size * c->buf_count;
+	c->rx_mem_len = (size_t)c->buf_size * c->buf_count + CTRL_SLOTS * CTRL_SLOT_SIZE;
 	c->rx_mem = dev_alloc_registered(c->dev, c->rx_mem_len, &c->rx_mr, &err);
 	if (!c->rx_mem)
 		return err;
@@ -124,12 +124,17 @@ static int alloc_rx(struct sdp_conn *c)
 	return c->rx_ring ? 0 : -ENOMEM;
 }
 
+/* Send slots mirror the peer's buffers, but what we pin for them is
+ * bounded by our own geometry: a peer announcing more (or larger) buffers
+ * gets no more memory, only fewer credits used (or smaller messages). */
 static int alloc_tx(struct sdp_conn *c)
 {
+	uint32_t count = c->peer_buf_count < c->buf_count ? c->peer_buf_count : c->buf_count;
 	int err = 0;
 
-	c->tx_nslots = (uint32_t)c->peer_buf_count + 1;
-	c->tx_mem_len = (size_t)c->tx_nslots * c->peer_buf_size + CTRL_SLOTS * CTRL_SLOT_SIZE;
+	c->tx_slot_size = c->peer_buf_size < c->buf_size ? c->peer_buf_size : c->buf_size;
+	c->tx_nslots = count + 1;
+	c->tx_mem_len = (size_t)c->tx_nslots * c->tx_slot_size;
 	c->tx_mem = dev_alloc_registered(c->dev, c->tx_mem_len, &c->tx_mr, &err);
 	if (!c->tx_mem)
 		return err;
@@ -160,12 +165,8 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 	SDP_GUARD_LEAVE();
 	if (!err)
 		err = alloc_rx(c);
-	if (!err && peer_buf_count) {
-		c->peer_buf_size = peer_buf_size;
-		c->peer_buf_count = peer_buf_count;
-		c->tx_peer_bufs = peer_buf_count;
-		err = alloc_tx(c);
-	}
+	if (!err && peer_buf_count)
+		err = conn_setup_tx(c, peer_buf_size, peer_buf_count);
 	if (err) {
 		*reason = reason_for_setup_error(err);
 		sdp_warn("cannot set up an RDMA channel: %s%s", strerror(-err),

@@ -10,10 +10,8 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/conn_internal.h"
-#include "core/cq.h"
 #include "core/log.h"
 #include "preload/real.h"
 
@@ -45,9 +43,7 @@ static bool tcp_established(int fd)
 static void on_connect_done(struct sdp_conn *c)
 {
 	if (tcp_established(c->tcp_fd)) {
-		c->phase = CONN_AWAIT_ATTACH;
-		tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
-		conn_update_readiness(c, false);
+		bind_client_begin(c);
 		conn_signal_owner(c, CONN_EV_STATE);
 		return;
 	}
@@ -100,28 +96,6 @@ static void follow_peer_if_it_wrote(struct sdp_conn *c, uint32_t events)
 		switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
 }
 
-/* Bytes (or a FIN) on TCP before the ATTACH: the server side chose TCP,
- * unless it attached and then moved the stream at once (it forked): its
- * ATTACH completed (was acknowledged) before its SWITCH record left, so it
- * is in our completion queue by now, though its event may not have woken
- * us yet.  The spec does not order our completion entry against the
- * acknowledgement, hence a short grace before the verdict. */
-#define ATTACH_GRACE_US 2000
-
-static void on_bytes_before_attach(struct sdp_conn *c, uint32_t events)
-{
-	for (unsigned waited_us = 0;; waited_us += 100) {
-		cq_poll(c);
-		if (c->phase != CONN_AWAIT_ATTACH || c->carrier_dead || waited_us >= ATTACH_GRACE_US)
-			break;
-		usleep(100);
-	}
-	if (c->phase == CONN_AWAIT_ATTACH)
-		conn_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
-	else if (c->phase == CONN_OPEN)
-		follow_peer_if_it_wrote(c, events);
-}
-
 static void on_tcp_ready(struct progress_source *src, uint32_t events)
 {
 	struct sdp_conn *c = (struct sdp_conn *)((char *)src - offsetof(struct sdp_conn, tcp_src));
@@ -133,7 +107,10 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 			on_connect_done(c);
 		break;
 	case CONN_AWAIT_ATTACH:
-		on_bytes_before_attach(c, events);
+	case CONN_ATTACHING:
+		bind_on_tcp_ready(c);
+		if (c->phase == CONN_OPEN)
+			follow_peer_if_it_wrote(c, events); /* proven, then moved at once */
 		break;
 	case CONN_DRAINING:
 		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
@@ -146,7 +123,6 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 	case CONN_SWITCHING:
 		switch_on_tcp_ready(c, events);
 		break;
-	case CONN_ATTACHING:
 	case CONN_PENDING:
 	case CONN_RESOLVING:
 	case CONN_FALLBACK:

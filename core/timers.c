@@ -75,9 +75,11 @@ void conn_on_timer(struct sdp_conn *c)
 	case CONN_SWITCHING:
 		switch_on_timer(c);
 		break;
-	case CONN_TCP_CONNECTING:
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:
+		bind_on_timer(c); /* the binding handshake's bounds */
+		break;
+	case CONN_TCP_CONNECTING:
 	case CONN_DRAINING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:

@@ -12,9 +12,6 @@
 #include "core/zcopy.h"
 #include "preload/init.h"
 
-#define CTRL_SLOTS     32u
-#define CTRL_SLOT_SIZE 64u
-
 /* Control messages that may overtake queued data (they carry no stream
  * position; DETACH comes from a pending server, which has no data); the
  * others (DisConn, Switch) wait behind the data. */
@@ -31,12 +28,12 @@ uint32_t tx_credits(const struct sdp_conn *c)
 
 static uint32_t slot_payload_max(const struct sdp_conn *c)
 {
-	return c->peer_buf_size - (uint32_t)SDP_BSDH_SIZE;
+	return c->tx_slot_size - (uint32_t)SDP_BSDH_SIZE;
 }
 
 static uint8_t *slot_mem(const struct sdp_conn *c, uint32_t pos)
 {
-	return c->tx_mem + (size_t)ring_index(pos, c->tx_nslots) * c->peer_buf_size;
+	return c->tx_mem + (size_t)ring_index(pos, c->tx_nslots) * c->tx_slot_size;
 }
 
 static struct tx_slot *slot_at(const struct sdp_conn *c, uint32_t pos)
@@ -55,7 +52,7 @@ uint32_t tx_free_space(const struct sdp_conn *c)
 	uint32_t space = (c->tx_nslots - used) * slot_payload_max(c);
 
 	if (tx_has_unposted(c))
-		space += c->peer_buf_size - slot_at(c, c->tx_head - 1)->len;
+		space += c->tx_slot_size - slot_at(c, c->tx_head - 1)->len;
 	return space;
 }
 
@@ -70,7 +67,7 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 	while (taken < len && i < iovcnt) {
 		struct tx_slot *slot;
 
-		if (!tx_has_unposted(c) || slot_at(c, c->tx_head - 1)->len == c->peer_buf_size) {
+		if (!tx_has_unposted(c) || slot_at(c, c->tx_head - 1)->len == c->tx_slot_size) {
 			if (ring_used(c->tx_head, c->tx_tail) == c->tx_nslots)
 				break;
 			slot = slot_at(c, c->tx_head++);
@@ -78,7 +75,7 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 			slot->off = c->tx_stream_off; /* zc_note_bcopy() below advances it */
 		}
 		slot = slot_at(c, c->tx_head - 1);
-		size_t room = c->peer_buf_size - slot->len;
+		size_t room = c->tx_slot_size - slot->len;
 		size_t chunk = iov[i].iov_len - skip;
 		if (chunk > room)
 			chunk = room;
@@ -132,9 +129,9 @@ static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out
 	sdp_bsdh_to_wire(&h, out);
 }
 
-static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len)
+static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len, uint32_t lkey)
 {
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = c->tx_mr->lkey };
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
 	struct ibv_send_wr wr = {
 		.wr_id = wr_id,
 		.sg_list = &sge,
@@ -164,7 +161,7 @@ static bool post_data_slot(struct sdp_conn *c)
 	fill_header(c, SDP_MID_DATA, slot->len, mem);
 	slot->seq = c->tx_seq;
 	if (post_send(c, WR_ID(WR_SEND_DATA, ring_index(c->tx_posted, c->tx_nslots)), mem,
-		      slot->len) != 0) {
+		      slot->len, c->tx_mr->lkey) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting a data send failed");
 		return false;
 	}
@@ -178,7 +175,7 @@ static bool post_data_slot(struct sdp_conn *c)
 static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 {
 	uint32_t idx = c->ctrl_next++ % CTRL_SLOTS;
-	uint8_t *mem = c->tx_mem + (size_t)c->tx_nslots * c->peer_buf_size + idx * CTRL_SLOT_SIZE;
+	uint8_t *mem = conn_ctrl_slot(c, idx);
 	uint32_t len = (uint32_t)sdp_mid_fixed_len(mid);
 	struct sdp_ext ext = { 0 };
 
@@ -188,6 +185,8 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 			ext.a = (uint32_t)c->abort_errno;
 		else if (mid == SDP_MID_DETACH)
 			ext.a = c->detach_reason;
+		else if (mid == SDP_MID_COMMIT)
+			sdp_nonce_to_ext(c->nonce_local, &ext);
 		else
 			zc_fill_ext(c, mid, &ext);
 		sdp_ext_to_wire(&ext, mem + SDP_BSDH_SIZE);
@@ -196,7 +195,7 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 		sdp_warn("SDPSHIM_DEBUG_FAIL_ATTACH: forcing the QP into the error state as ATTACH is posted");
 		qp_force_error(c); /* the ATTACH is flushed, never confirmed */
 	}
-	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len) != 0) {
+	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len, c->rx_mr->lkey) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting a control send failed");
 		return false;
 	}
@@ -266,14 +265,14 @@ void tx_kick(struct sdp_conn *c)
 {
 	bool starving = false;
 
-	if (!c->qp || !c->tx_slots || c->carrier_dead || !phase_sends_ctrl(c->phase))
+	if (!c->qp || !c->rx_mem || c->carrier_dead || !phase_sends_ctrl(c->phase))
 		return;
 	send_ctrls(c, CTRL_OVERTAKING);
 	if (!phase_sends_data(c->phase) || c->attach_held)
 		return; /* (data may not overtake a held ATTACH) */
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
 		struct tx_slot *slot = slot_at(c, c->tx_posted);
-		bool partial = c->tx_posted + 1 == c->tx_head && slot->len < c->peer_buf_size;
+		bool partial = c->tx_posted + 1 == c->tx_head && slot->len < c->tx_slot_size;
 
 		if (!credits_allow_data(tx_credits(c))) {
 			starving = true;
@@ -308,7 +307,7 @@ size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, 
 		uint32_t n = c->tx_slots[idx].len - (uint32_t)SDP_BSDH_SIZE;
 
 		if (dst)
-			memcpy(dst + total, c->tx_mem + (size_t)idx * c->peer_buf_size + SDP_BSDH_SIZE, n);
+			memcpy(dst + total, c->tx_mem + (size_t)idx * c->tx_slot_size + SDP_BSDH_SIZE, n);
 		total += n;
 	}
 	return total;

@@ -29,9 +29,9 @@ size_t sdp_mid_fixed_len(uint8_t mid)
 	case SDP_MID_DISCONN:
 	case SDP_MID_KEEPALIVE:
 	case SDP_MID_ATTACH:
-	case SDP_MID_COMMIT:
 		return SDP_BSDH_SIZE;
 	case SDP_MID_ABORT:
+	case SDP_MID_COMMIT:
 	case SDP_MID_DETACH:
 	case SDP_MID_SRC_AVAIL:
 	case SDP_MID_RDMA_RD_COMPL:
@@ -182,6 +182,7 @@ void sdp_hello_ack_to_wire(const struct sdp_hello_ack *h, struct sdp_hello_ack_w
 	out->flags = h->flags;
 	out->buf_count = htons(h->buf_count);
 	out->buf_size = htonl(h->buf_size);
+	memcpy(out->nonce, h->nonce, SDP_NONCE_SIZE);
 }
 
 enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct sdp_hello_ack *h)
@@ -199,6 +200,7 @@ enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct s
 	h->flags = w.flags;
 	h->buf_count = ntohs(w.buf_count);
 	h->buf_size = ntohl(w.buf_size);
+	memcpy(h->nonce, w.nonce, SDP_NONCE_SIZE);
 	return check_buffers(h->buf_count, h->buf_size);
 }
 
@@ -248,4 +250,77 @@ enum sdp_wire_error sdp_switch_from_wire(const void *in, size_t len, unsigned re
 	sw->reason = w.reason;
 	sw->resend_from = be64toh(w.resend_from);
 	return SDP_WIRE_OK;
+}
+
+void sdp_bind_to_wire(const struct sdp_bind *b, struct sdp_bind_wire *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->magic = htonl(SDP_BIND_MAGIC);
+	out->version = SDP_WIRE_VERSION;
+	out->kind = b->kind;
+	out->reason = htons(b->reason);
+	memcpy(out->nonce, b->nonce, SDP_NONCE_SIZE);
+}
+
+enum sdp_wire_error sdp_bind_from_wire(const void *in, size_t len, unsigned kinds_mask,
+				       unsigned reason_count, struct sdp_bind *b)
+{
+	struct sdp_bind_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	if (ntohl(w.magic) != SDP_BIND_MAGIC)
+		return SDP_WIRE_BAD_MAGIC;
+	if (w.version != SDP_WIRE_VERSION)
+		return SDP_WIRE_BAD_VERSION;
+	if (w.kind < SDP_BIND_PROOF || w.kind > SDP_BIND_NAK || !(kinds_mask & (1u << w.kind)))
+		return SDP_WIRE_BAD_MID;
+	b->kind = w.kind;
+	b->reason = ntohs(w.reason);
+	if (w.kind == SDP_BIND_NAK ? b->reason >= reason_count : b->reason != 0)
+		return SDP_WIRE_BAD_FIELD;
+	memcpy(b->nonce, w.nonce, SDP_NONCE_SIZE);
+	return SDP_WIRE_OK;
+}
+
+bool sdp_bind_prefix_plausible(const void *in, size_t len)
+{
+	struct sdp_bind_wire w;
+	uint32_t be = htonl(SDP_BIND_MAGIC);
+	uint8_t kind;
+
+	memset(&w, 0, sizeof(w));
+	memcpy(&w, in, len < sizeof(w) ? len : sizeof(w));
+	if (memcmp(&w.magic, &be, len < 4 ? len : 4) != 0)
+		return false;
+	if (len > 4 && w.version != SDP_WIRE_VERSION)
+		return false;
+	kind = w.kind;
+	if (len > 5 && (kind < SDP_BIND_PROOF || kind > SDP_BIND_NAK))
+		return false;
+	/* Only a NAK carries a reason: the others' reason bytes are zero. */
+	if (len > 6 && kind != SDP_BIND_NAK && ((const uint8_t *)in)[6] != 0)
+		return false;
+	if (len > 7 && kind != SDP_BIND_NAK && ((const uint8_t *)in)[7] != 0)
+		return false;
+	return true;
+}
+
+void sdp_nonce_to_ext(const uint8_t nonce[SDP_NONCE_SIZE], struct sdp_ext *e)
+{
+	uint64_t hi, lo;
+
+	memcpy(&hi, nonce, 8);
+	memcpy(&lo, nonce + 8, 8);
+	e->c = be64toh(hi);
+	e->d = be64toh(lo);
+}
+
+void sdp_nonce_from_ext(const struct sdp_ext *e, uint8_t nonce[SDP_NONCE_SIZE])
+{
+	uint64_t hi = htobe64(e->c), lo = htobe64(e->d);
+
+	memcpy(nonce, &hi, 8);
+	memcpy(nonce + 8, &lo, 8);
 }

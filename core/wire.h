@@ -10,8 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SDP_WIRE_VERSION 1
+/* Version 2: the binding handshake (nonces in HelloAck and COMMIT, bind
+ * records on the TCP connection; docs/trust.md). */
+#define SDP_WIRE_VERSION 2
 #define SDP_HELLO_MAGIC  0x53445053u /* "SDPS" */
+#define SDP_BIND_MAGIC   0x53445042u /* "SDPB" */
+#define SDP_NONCE_SIZE   16
 
 /* Message ids (SDP's names where the meaning matches). */
 enum sdp_mid {
@@ -30,7 +34,8 @@ enum sdp_mid {
 	SDP_MID_SINK_CANCEL   = 0x0d, /* zero-copy: receiver withdraws a SinkAvail */
 	SDP_MID_SINK_CANCEL_ACK = 0x0e,
 	SDP_MID_SWITCH        = 0x0f, /* move the stream to TCP: ext = offsets */
-	SDP_MID_COMMIT        = 0x10, /* client: I will use this channel (sent before my SYN) */
+	SDP_MID_COMMIT        = 0x10, /* client: I will use this channel (sent before my SYN);
+				       * ext c,d = the client's nonce */
 };
 
 /* Header flags. */
@@ -57,7 +62,8 @@ struct sdp_bsdh {
 };
 
 /* Extension after the base header of control messages that carry data:
- * ABORT (a = errno), DETACH (a = reason), SRC_AVAIL/SINK_AVAIL
+ * ABORT (a = errno), DETACH (a = reason; either direction before the
+ * channel is bound), COMMIT (c,d = the client's nonce), SRC_AVAIL/SINK_AVAIL
  * (a = length, b = rkey, c = address, d = stream offset),
  * RDMA_RD_COMPL/RDMA_WR_COMPL/..._CANCEL(_ACK) (a = bytes, d = offset),
  * SWITCH travels on TCP, not here (struct sdp_switch_wire). */
@@ -108,13 +114,15 @@ struct sdp_hello {
 	struct sdp_tuple tuple;
 };
 
-/* HelloAck: rdma_cm accept private data. */
+/* HelloAck: rdma_cm accept private data.  nonce: the server's, which the
+ * client echoes on the TCP connection (its bind proof). */
 struct sdp_hello_ack_wire {
 	uint32_t magic;
 	uint8_t  version;
 	uint8_t  flags;
 	uint16_t buf_count;
 	uint32_t buf_size;
+	uint8_t  nonce[SDP_NONCE_SIZE];
 } __attribute__((packed));
 
 struct sdp_hello_ack {
@@ -122,6 +130,7 @@ struct sdp_hello_ack {
 	uint8_t  flags;
 	uint16_t buf_count;
 	uint32_t buf_size;
+	uint8_t  nonce[SDP_NONCE_SIZE];
 };
 
 /* Reject private data: why a server shim declined. */
@@ -157,6 +166,37 @@ struct sdp_switch {
 };
 
 #define SDP_SWITCH_SIZE sizeof(struct sdp_switch_wire)
+
+/* Bind records: the binding handshake on the TCP connection itself
+ * (docs/trust.md).  The server, holding a committed channel that names the
+ * accepted 4-tuple, sends one urgent (MSG_OOB) byte, SDP_BIND_SIGNAL; a
+ * plain peer's reads skip it.  Only then does the client write a PROOF
+ * (nonce = the server's nonce from the HelloAck).  A server that finds the
+ * proof right sends ATTACH over that channel; otherwise it writes NAK
+ * (reason) on TCP.  ACK is reserved (never sent). */
+#define SDP_BIND_SIGNAL 0xb5
+
+enum sdp_bind_kind {
+	SDP_BIND_PROOF = 1, /* client -> server */
+	SDP_BIND_ACK   = 2, /* server -> client: the channel is this connection's */
+	SDP_BIND_NAK   = 3, /* server -> client: use TCP (reason) */
+};
+
+struct sdp_bind_wire {
+	uint32_t magic;
+	uint8_t  version;
+	uint8_t  kind;
+	uint16_t reason;    /* NAK: enum sdp_reason; 0 otherwise */
+	uint8_t  nonce[SDP_NONCE_SIZE];
+} __attribute__((packed));
+
+struct sdp_bind {
+	uint8_t  kind;
+	uint16_t reason;
+	uint8_t  nonce[SDP_NONCE_SIZE];
+};
+
+#define SDP_BIND_SIZE sizeof(struct sdp_bind_wire)
 
 /* Limits every decoder enforces. */
 #define SDP_MIN_BUF_SIZE   4096u
@@ -206,6 +246,21 @@ void sdp_switch_to_wire(const struct sdp_switch *sw, struct sdp_switch_wire *out
 /* Checks magic, version and flags; reason_count bounds the reason code. */
 enum sdp_wire_error sdp_switch_from_wire(const void *in, size_t len, unsigned reason_count,
 					 struct sdp_switch *sw);
+
+void sdp_bind_to_wire(const struct sdp_bind *b, struct sdp_bind_wire *out);
+/* Checks magic, version, kind (a bit per accepted kind in kinds_mask),
+ * and the reason (below reason_count for NAK, 0 otherwise). */
+enum sdp_wire_error sdp_bind_from_wire(const void *in, size_t len, unsigned kinds_mask,
+				       unsigned reason_count, struct sdp_bind *b);
+/* Could these first len bytes begin a bind record (magic, version, a known
+ * kind, a zero reason unless NAK, as far as they go)?  The reader waits
+ * for the rest only then; anything else is app data. */
+bool sdp_bind_prefix_plausible(const void *in, size_t len);
+#define SDP_BIND_KIND_BIT(k) (1u << (k))
+
+/* The client's nonce rides in COMMIT's extension (c, d). */
+void sdp_nonce_to_ext(const uint8_t nonce[SDP_NONCE_SIZE], struct sdp_ext *e);
+void sdp_nonce_from_ext(const struct sdp_ext *e, uint8_t nonce[SDP_NONCE_SIZE]);
 
 /* Sequence arithmetic (mod 2^32): a is after b. */
 static inline bool sdp_seq_after(uint32_t a, uint32_t b)

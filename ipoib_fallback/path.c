@@ -183,6 +183,8 @@ static bool decide_by_rules(enum rule_role role, const struct sockaddr *sa,
 			out->zcopy_thresh = rule->zcopy_thresh;
 		if (rule->connect_timeout_ms > 0)
 			out->connect_timeout_ms = (unsigned)rule->connect_timeout_ms;
+		out->client_net_count = rule->client_net_count; /* server rules only */
+		memcpy(out->client_nets, rule->client_nets, sizeof(out->client_nets));
 		if (path_mode == RULE_USE_BOTH)
 			use = rule->use;
 	}

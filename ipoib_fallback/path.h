@@ -18,6 +18,12 @@ struct path_decision {
 	enum sdp_reason reason;     /* SDP_REASON_NONE when try_rdma */
 	int64_t zcopy_thresh;       /* from a rule, else the tunable */
 	unsigned connect_timeout_ms;
+	/* Server: the matching rule's clients= networks, the only client subnets
+	 * that may open RDMA channels (check with rule_nets_match()); 0 when no
+	 * rule matched or it has no clients= (no restriction).  Plain TCP is
+	 * never restricted by them. */
+	unsigned client_net_count;
+	struct rule_net client_nets[RULE_CLIENT_NETS_MAX];
 };
 
 /* Reads SDPSHIM_MODE and the rules file (SDPSHIM_CONFIG, else

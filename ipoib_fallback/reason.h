@@ -30,7 +30,8 @@ enum sdp_path {
 	X(LISTENER_TCP,       "listener_tcp",       "listening socket has no RDMA listener")  \
 	X(RESOURCES,          "resources",          "out of QPs, CQs, memory or pending slots") \
 	X(FAILOVER,           "failover",           "RDMA carrier failed; stream moved to TCP") \
-	X(FORKED,             "forked",             "socket shared with a forked process; moved to TCP")
+	X(FORKED,             "forked",             "socket shared with a forked process; moved to TCP") \
+	X(UNPROVEN,           "unproven",           "the channel's peer did not prove it owns this TCP connection")
 
 enum sdp_reason {
 #define SDP_REASON_ENUM(sym, name, text) SDP_REASON_##sym,

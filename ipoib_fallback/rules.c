@@ -17,8 +17,9 @@
 #define RULES_LINE_MAX       4096                 /* bytes per line, without '\n' */
 #define RULES_MAX            10000                /* rules per file */
 #define RULES_FILE_MAX       (1024 * 1024)        /* bytes per file */
-#define RULES_FIELDS_MAX     8                    /* fields kept per line, see tokenize() */
+#define RULES_FIELDS_MAX     9                    /* fields kept per line, see tokenize() */
 #define RULES_ADDRPORT_MAX   79                   /* bytes in an address:port field */
+#define RULES_NET_MAX        79                   /* bytes in one clients= entry */
 #define ZCOPY_THRESH_MAX     ((uint64_t)1 << 40)
 #define CONNECT_TIMEOUT_MAX  600000
 #define ERR_MAX              400                  /* one problem description */
@@ -47,6 +48,29 @@ struct net {
 	int family;
 	const uint8_t *addr;
 	unsigned prefix;
+};
+
+/* Where parse_address() puts what it read: family, bytes, prefix bits. */
+struct addr_out {
+	int *family;        /* AF_UNSPEC ("*"), AF_INET or AF_INET6 */
+	uint8_t *addr;      /* 16 bytes; 4 used for AF_INET */
+	uint8_t *prefix;
+};
+
+/* The two places an address is written: the rule's address:port field
+ * ("*" allowed, IPv6 only in brackets, since ':' also ends the address) and
+ * a clients= entry (no "*", brackets optional). */
+struct addr_syntax {
+	bool star_ok;
+	bool bare_ipv6_ok;
+	const char *expected;
+};
+
+static const struct addr_syntax rule_addr_syntax = {
+	true, false, "*, a.b.c.d[/n] or [ipv6][/n]"
+};
+static const struct addr_syntax client_net_syntax = {
+	false, true, "a.b.c.d[/n], ipv6[/n] or [ipv6][/n]"
 };
 
 /* ---- diagnostics ------------------------------------------------------ */
@@ -157,8 +181,9 @@ static int parse_glob(const char *tok, struct sdp_rule *r, char *err)
 	return LINE_RULE;
 }
 
-/* "[v6]" with brackets, or dotted-quad IPv4; sets family and bytes. */
-static bool parse_ip(char *s, struct sdp_rule *r)
+/* "[v6]" with brackets, dotted-quad IPv4, or (if bare_ipv6_ok) a bare v6
+ * text, told apart by its ':'; sets family and bytes. */
+static bool parse_ip(char *s, bool bare_ipv6_ok, const struct addr_out *out)
 {
 	size_t n = strlen(s);
 
@@ -166,40 +191,45 @@ static bool parse_ip(char *s, struct sdp_rule *r)
 		if (n < 2 || s[n - 1] != ']')
 			return false;
 		s[n - 1] = '\0';
-		r->family = AF_INET6;
-		return inet_pton(AF_INET6, s + 1, r->addr) == 1;
+		*out->family = AF_INET6;
+		return inet_pton(AF_INET6, s + 1, out->addr) == 1;
 	}
-	r->family = AF_INET;
-	return inet_pton(AF_INET, s, r->addr) == 1;
+	if (bare_ipv6_ok && strchr(s, ':') != NULL) {
+		*out->family = AF_INET6;
+		return inet_pton(AF_INET6, s, out->addr) == 1;
+	}
+	*out->family = AF_INET;
+	return inet_pton(AF_INET, s, out->addr) == 1;
 }
 
-/* "*", "a.b.c.d[/n]" or "[ipv6][/n]"; s is modified. */
-static int parse_address(char *s, struct sdp_rule *r, char *err)
+/* "*", "a.b.c.d[/n]" or "[ipv6][/n]", as syntax allows; no prefix means the
+ * full length; s is modified. */
+static int parse_address(char *s, const struct addr_syntax *syntax,
+			 const struct addr_out *out, char *err)
 {
-	static const char expected[] = "*, a.b.c.d[/n] or [ipv6][/n]";
 	char shown[RULES_ADDRPORT_MAX + 1];
 	uint64_t prefix;
 
-	if (strcmp(s, "*") == 0) {
-		r->family = AF_UNSPEC;
-		r->prefix = 0;
+	if (syntax->star_ok && strcmp(s, "*") == 0) {
+		*out->family = AF_UNSPEC;
+		*out->prefix = 0;
 		return LINE_RULE;
 	}
 	snprintf(shown, sizeof(shown), "%s", s);
 	char *slash = strchr(s, '/');
 	if (slash != NULL)
 		*slash = '\0';
-	if (!parse_ip(s, r))
-		return fail_token(err, "bad address", shown, expected);
-	unsigned max = r->family == AF_INET ? 32 : 128;
+	if (!parse_ip(s, syntax->bare_ipv6_ok, out))
+		return fail_token(err, "bad address", shown, syntax->expected);
+	unsigned max = *out->family == AF_INET ? 32 : 128;
 	if (slash == NULL) {
-		r->prefix = (uint8_t)max;
+		*out->prefix = (uint8_t)max;
 		return LINE_RULE;
 	}
 	if (!parse_decimal(slash + 1, max, &prefix))
 		return fail_token(err, "bad prefix", slash + 1,
 				  max == 32 ? "0..32 for IPv4" : "0..128 for IPv6");
-	r->prefix = (uint8_t)prefix;
+	*out->prefix = (uint8_t)prefix;
 	return LINE_RULE;
 }
 
@@ -244,7 +274,8 @@ static int parse_addrport(const char *tok, struct sdp_rule *r, char *err)
 	if (colon == NULL || (buf[0] == '[' && memchr(buf, ']', (size_t)(colon - buf)) == NULL))
 		return fail_token(err, "bad address:port", tok, expected);
 	*colon = '\0';
-	if (parse_address(buf, r, err) == LINE_BAD)
+	const struct addr_out out = { &r->family, r->addr, &r->prefix };
+	if (parse_address(buf, &rule_addr_syntax, &out, err) == LINE_BAD)
 		return LINE_BAD;
 	return parse_ports(colon + 1, r, err);
 }
@@ -266,10 +297,75 @@ static int parse_option_value(const char *key, const char *value, uint64_t min,
 	return LINE_RULE;
 }
 
-/* "zcopy_thresh=N" or "connect_timeout_ms=N"; tok is modified. */
+static const uint8_t v4_mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* One clients= entry, "a.b.c.d[/n]", "ipv6[/n]" or "[ipv6][/n]"; IPv4 is
+ * stored IPv4-mapped with prefix + 96. */
+static int parse_client_net(const char *entry, size_t len, struct rule_net *net, char *err)
+{
+	char buf[RULES_NET_MAX + 1];
+	uint8_t bytes[16] = { 0 };
+	int family = AF_UNSPEC;
+	uint8_t prefix = 0;
+	const struct addr_out out = { &family, bytes, &prefix };
+
+	if (len > RULES_NET_MAX)
+		return fail_token(err, "over-long network in clients", entry,
+				  "at most 79 bytes per network");
+	memcpy(buf, entry, len);
+	buf[len] = '\0';
+	if (parse_address(buf, &client_net_syntax, &out, err) == LINE_BAD)
+		return LINE_BAD;
+	memset(net, 0, sizeof(*net));
+	if (family == AF_INET) {
+		memcpy(net->addr, v4_mapped_prefix, sizeof(v4_mapped_prefix));
+		memcpy(net->addr + 12, bytes, 4);
+		net->prefix = (uint8_t)(prefix + 96);
+	} else {
+		memcpy(net->addr, bytes, 16);
+		net->prefix = prefix;
+	}
+	return LINE_RULE;
+}
+
+/* "clients=NET[,NET...]": 1..RULE_CLIENT_NETS_MAX networks, server rules only. */
+static int parse_client_nets(const char *value, struct sdp_rule *r, char *err)
+{
+	static const char expected[] = "clients=addr[/n][,addr[/n]...]";
+	unsigned count = 0;
+
+	if (r->role != RULE_ROLE_SERVER)
+		return fail_msg(err, "option clients= on a client rule (expected it only on "
+				     "server rules: it limits which clients may open RDMA channels)");
+	if (r->client_net_count > 0)
+		return fail_token(err, "duplicate option", "clients", "each option at most once");
+	if (*value == '\0')
+		return fail_token(err, "bad value", value, expected);
+	for (const char *entry = value;; ) {
+		size_t len = strcspn(entry, ",");
+		if (len == 0)
+			return fail_token(err, "empty network in clients", value,
+					  "addr[/n] between commas, none empty");
+		if (count == RULE_CLIENT_NETS_MAX)
+			return fail_token(err, "too many networks in clients", value,
+					  "at most 8 networks");
+		if (parse_client_net(entry, len, &r->client_nets[count], err) == LINE_BAD)
+			return LINE_BAD;
+		count++;
+		if (entry[len] == '\0')
+			break;
+		entry += len + 1;
+	}
+	r->client_net_count = count;
+	return LINE_RULE;
+}
+
+/* "zcopy_thresh=N", "connect_timeout_ms=N" or "clients=NET[,NET...]"; tok is
+ * modified. */
 static int parse_option(char *tok, struct sdp_rule *r, char *err)
 {
-	static const char expected[] = "zcopy_thresh=N or connect_timeout_ms=N";
+	static const char expected[] =
+		"zcopy_thresh=N, connect_timeout_ms=N or clients=addr[/n][,addr[/n]...]";
 	char *eq = strchr(tok, '=');
 
 	if (eq == NULL)
@@ -281,6 +377,8 @@ static int parse_option(char *tok, struct sdp_rule *r, char *err)
 	if (strcmp(tok, "connect_timeout_ms") == 0)
 		return parse_option_value(tok, eq + 1, 1, CONNECT_TIMEOUT_MAX,
 					  &r->connect_timeout_ms, err);
+	if (strcmp(tok, "clients") == 0)
+		return parse_client_nets(eq + 1, r, err);
 	*eq = '=';
 	return fail_token(err, "unknown option", tok, expected);
 }
@@ -288,8 +386,8 @@ static int parse_option(char *tok, struct sdp_rule *r, char *err)
 /* ---- one line ----------------------------------------------------------- */
 
 /* Splits at spaces/tabs in place.  Keeps at most RULES_FIELDS_MAX fields: a
- * line with more always fails, because field 8 is a third option, which is
- * necessarily unknown or a duplicate. */
+ * line with more always fails, because field 9 is a fourth option (there are
+ * three), which is necessarily unknown or a duplicate. */
 static void tokenize(char *line, struct fields *fl)
 {
 	char *save = NULL;
@@ -551,8 +649,6 @@ void rules_free(struct sdp_rules *rules)
 
 /* ---- matching ----------------------------------------------------------- */
 
-static const uint8_t v4_mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
 /* The peer as a /32 or /128 network; IPv4-mapped IPv6 becomes IPv4. */
 static bool peer_net(const struct sockaddr *sa, struct net *peer, uint16_t *port)
 {
@@ -576,7 +672,7 @@ static bool peer_net(const struct sockaddr *sa, struct net *peer, uint16_t *port
 
 /* The rule's network; an IPv6 rule inside ::ffff:0:0/96 is an IPv4 rule, so
  * that it keeps matching the peers it names. */
-static struct net rule_net(const struct sdp_rule *r)
+static struct net rule_address_net(const struct sdp_rule *r)
 {
 	unsigned max = r->family == AF_INET ? 32 : 128;
 	unsigned prefix = r->prefix > max ? max : r->prefix;
@@ -603,7 +699,7 @@ static bool address_matches(const struct sdp_rule *r, const struct net *peer)
 {
 	if (r->family == AF_UNSPEC)
 		return true;
-	struct net rn = rule_net(r);
+	struct net rn = rule_address_net(r);
 	return rn.family == peer->family && prefix_equal(rn.addr, peer->addr, rn.prefix);
 }
 
@@ -639,4 +735,28 @@ enum rule_use rules_decide(const struct sdp_rules *rules, enum rule_role role,
 	const struct sdp_rule *r = rules_match(rules, role, progname, addr);
 
 	return r != NULL ? r->use : RULE_USE_BOTH;
+}
+
+/* Inside ::ffff:0:0/96: an IPv4 address written as IPv6. */
+static bool is_v4_mapped(const uint8_t addr[16])
+{
+	return memcmp(addr, v4_mapped_prefix, sizeof(v4_mapped_prefix)) == 0;
+}
+
+bool rule_nets_match(const struct rule_net *nets, unsigned count, const uint8_t addr[16])
+{
+	if (count == 0)
+		return true;
+	if (nets == NULL || addr == NULL)
+		return false;
+	if (count > RULE_CLIENT_NETS_MAX)
+		count = RULE_CLIENT_NETS_MAX;
+	bool addr_v4 = is_v4_mapped(addr);
+	for (unsigned i = 0; i < count; i++) {
+		unsigned prefix = nets[i].prefix > 128 ? 128 : nets[i].prefix;
+		bool net_v4 = prefix >= 96 && is_v4_mapped(nets[i].addr);
+		if (net_v4 == addr_v4 && prefix_equal(nets[i].addr, addr, prefix))
+			return true;
+	}
+	return false;
 }

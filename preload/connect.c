@@ -160,7 +160,8 @@ int sock_listen(struct sdp_sock *s, int fd, int backlog)
 	reason = d.reason;
 	pthread_mutex_lock(&s->lock);
 	if (d.try_rdma) {
-		s->lsn = listener_create((struct sockaddr *)&local, backlog, &reason);
+		s->lsn = listener_create((struct sockaddr *)&local, backlog, d.client_nets,
+					 d.client_net_count, &reason);
 		if (s->lsn)
 			reason = SDP_REASON_NONE;
 	}
@@ -217,7 +218,9 @@ static bool attach_channel(struct sdp_sock *ls, struct sdp_sock *ns, int nfd)
 	if (c)
 		sock_adopt_conn(ns, c);
 	pthread_mutex_unlock(&ns->lock);
-	if (c)
+	/* path=rdma once the binding handshake opens the channel: on_state(),
+	 * or here if it opened before the socket adopted it. */
+	if (c && conn_get_phase(c) == CONN_OPEN)
 		sock_set_rdma(ns);
 	return c != NULL;
 }

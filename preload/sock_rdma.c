@@ -42,7 +42,8 @@ static bool reason_is_cacheable(enum sdp_reason reason)
 {
 	return reason == SDP_REASON_PEER_NO_SDPSHIM || reason == SDP_REASON_PEER_UNREACHABLE ||
 	       reason == SDP_REASON_RDMA_TIMEOUT || reason == SDP_REASON_PEER_REJECTED ||
-	       reason == SDP_REASON_ACCEPTED_ELSEWHERE; /* a pre-fork server's workers */
+	       reason == SDP_REASON_ACCEPTED_ELSEWHERE || /* a pre-fork server's workers */
+	       reason == SDP_REASON_UNPROVEN;           /* a rogue listener on its port */
 }
 
 static void on_fallback(struct sdp_sock *s, struct sdp_conn *c)

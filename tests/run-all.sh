@@ -1,12 +1,15 @@
 #!/bin/bash
 # run-all.sh : the whole suite = unit tests + native bats suite + VM (soft-RoCE) bats
-# suite.  Streams each part's TAP, then prints one count line per part and, last, a
-# line exactly "N passed, M failed"; exits 1 if M > 0.
+# suite + a short run of the libFuzzer harnesses (tests/run-fuzz.sh, one test per
+# harness, SDPSHIM_FUZZ_SECONDS each, default 10).  Streams each part's TAP, then
+# prints one count line per part and, last, a line exactly "N passed, M failed";
+# exits 1 if M > 0.
 # Counting: "ok" = passed, "not ok" = failed; skipped tests count as passed, except
 # with SDPSHIM_STRICT=1, where they count as failed.  Results a plan promised but
 # never printed, and a part that exits nonzero without any "not ok" (a crash, a VM
 # that never booted), count as failures too.
-# Env: BUILD (default build), SDPSHIM_STRICT, plus whatever run-bats.sh takes.
+# Env: BUILD (default build), SDPSHIM_STRICT, SDPSHIM_FUZZ_SECONDS, plus whatever
+# run-bats.sh takes.
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO" || exit 2
@@ -87,12 +90,18 @@ finish_part() {
 # native suite mostly waits on timers and sockets.  So the native suite runs
 # while the VM suite does (SDPSHIM_SERIAL_PARTS=1: one after the other).  No
 # native test builds anything or times itself, and the VM only reads the build.
+# The fuzz part (one core for about 10 s per harness; it builds only
+# $BUILD/fuzz/) runs beside the native suite too.
+FUZZ_SECONDS=${SDPSHIM_FUZZ_SECONDS:-10}
 if [ "${SDPSHIM_SERIAL_PARTS:-0}" = 1 ]; then
   run_part native tests/run-bats.sh native
+  run_part fuzz tests/run-fuzz.sh "$FUZZ_SECONDS"
   run_part vm tests/run-bats.sh vm
 else
   start_part vm tests/run-bats.sh vm
+  start_part fuzz tests/run-fuzz.sh "$FUZZ_SECONDS"
   run_part native tests/run-bats.sh native
+  finish_part fuzz
   finish_part vm
 fi
 

@@ -37,8 +37,12 @@ static void check_rule(const struct sdp_rule *r)
 	    (r->family != AF_UNSPEC && r->family != AF_INET && r->family != AF_INET6) ||
 	    r->zcopy_thresh < -1 || r->zcopy_thresh > ((int64_t)1 << 40) ||
 	    r->connect_timeout_ms < -1 || r->connect_timeout_ms == 0 ||
-	    r->connect_timeout_ms > 600000)
+	    r->connect_timeout_ms > 600000 || r->client_net_count > RULE_CLIENT_NETS_MAX ||
+	    (r->client_net_count > 0 && r->role != RULE_ROLE_SERVER))
 		__builtin_trap();
+	for (unsigned i = 0; i < r->client_net_count; i++)
+		if (r->client_nets[i].prefix > 128)
+			__builtin_trap();
 }
 
 static void set_v4(struct sockaddr_storage *ss, const char *ip, uint16_t port)
@@ -61,11 +65,25 @@ static void set_v6(struct sockaddr_storage *ss, const char *ip, uint16_t port)
 	inet_pton(AF_INET6, ip, &in6->sin6_addr);
 }
 
+/* The peer's address as rule_nets_match() takes it: IPv4 mapped. */
+static void addr16_of(const struct sockaddr_storage *ss, uint8_t out[16])
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	if (ss->ss_family == AF_INET) {
+		memcpy(out, mapped, sizeof(mapped));
+		memcpy(out + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	} else {
+		memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	}
+}
+
 static void match_some_peers(const struct sdp_rules *rules)
 {
 	static const char *const progs[] = { NULL, "redis-server", "a", "[x]*?" };
 	struct sockaddr_storage peers[5];
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	uint8_t addr[16];
 
 	set_v4(&peers[0], "10.1.2.3", 6379);
 	set_v4(&peers[1], "0.0.0.0", 0);
@@ -82,6 +100,15 @@ static void match_some_peers(const struct sdp_rules *rules)
 		}
 		if (rules_match(rules, RULE_ROLE_CLIENT, progs[p], (struct sockaddr *)&un) != NULL)
 			__builtin_trap();
+	}
+	for (size_t i = 0; i < rules->count; i++) {
+		const struct sdp_rule *r = &rules->rule[i];
+		for (size_t a = 0; a < sizeof(peers) / sizeof(peers[0]); a++) {
+			addr16_of(&peers[a], addr);
+			if (!rule_nets_match(r->client_nets, r->client_net_count, addr) &&
+			    r->client_net_count == 0)
+				__builtin_trap();
+		}
 	}
 }
 

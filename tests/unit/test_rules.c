@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ipoib_fallback/path.h"
 #include "ipoib_fallback/rules.h"
 #include "tap.h"
 
@@ -156,7 +157,8 @@ static const struct parse_case parse_cases[] = {
 	BAD_TEXT("option without value", "use tcp client * *:* zcopy_thresh=\n",
 		 "t.conf:1: bad value '' (expected zcopy_thresh=0..1099511627776)"),
 	BAD_TEXT("option without '='", "use tcp client * *:* zcopy_thresh\n",
-		 "t.conf:1: unknown option 'zcopy_thresh' (expected zcopy_thresh=N or connect_timeout_ms=N)"),
+		 "t.conf:1: unknown option 'zcopy_thresh' (expected zcopy_thresh=N, connect_timeout_ms=N"
+		 " or clients=addr[/n][,addr[/n]...])"),
 	BAD_TEXT("zcopy_thresh negative", "use tcp client * *:* zcopy_thresh=-1\n", "bad value '-1'"),
 	BAD_TEXT("zcopy_thresh 2^40+1", "use tcp client * *:* zcopy_thresh=1099511627777\n",
 		 "bad value '1099511627777'"),
@@ -197,6 +199,92 @@ static const struct parse_case parse_cases[] = {
 	BAD_TEXT("long bad token is shortened",
 		 "use aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa client * *:*\n",
 		 "unknown use 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...'"),
+	/* option clients= */
+	OK_TEXT("clients= one IPv4 network", "use rdma server * *:* clients=10.1.0.0/16\n", 1),
+	OK_TEXT("clients= IPv4 and bracketed IPv6",
+		"use both server redis-* *:6379 clients=10.1.0.0/16,[fd00::]/8\n", 1),
+	OK_TEXT("clients= bare IPv6", "use rdma server * *:* clients=fd00::/8\n", 1),
+	OK_TEXT("clients= exactly 8 networks",
+		"use rdma server * *:* clients=1.0.0.0/8,2.0.0.0/8,3.0.0.0/8,4.0.0.0/8,"
+		"5.0.0.0/8,6.0.0.0/8,7.0.0.0/8,fd00::/8\n", 1),
+	OK_TEXT("clients= on a use tcp server rule", "use tcp server * *:* clients=10.0.0.0/8\n", 1),
+	OK_TEXT("all three options", "use rdma server * *:* zcopy_thresh=1 connect_timeout_ms=2 "
+		"clients=10.0.0.0/8\n", 1),
+	BAD_TEXT("clients= on a client rule", "use rdma client * *:* clients=10.0.0.0/8\n",
+		 "t.conf:1: option clients= on a client rule (expected it only on server rules"),
+	BAD_TEXT("clients= with an empty list", "use rdma server * *:* clients=\n",
+		 "t.conf:1: bad value '' (expected clients=addr[/n][,addr[/n]...])"),
+	BAD_TEXT("clients= with 9 networks",
+		 "use rdma server * *:* clients=1.0.0.0/8,2.0.0.0/8,3.0.0.0/8,4.0.0.0/8,"
+		 "5.0.0.0/8,6.0.0.0/8,7.0.0.0/8,8.0.0.0/8,9.0.0.0/8\n",
+		 "t.conf:1: too many networks in clients '1.0.0.0/8,2.0.0.0/8,"),
+	BAD_TEXT("clients= 9 networks: the count is named", "use rdma server * *:* "
+		 "clients=1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1,1.1.1.1\n",
+		 "(expected at most 8 networks)"),
+	BAD_TEXT("clients= trailing comma", "use rdma server * *:* clients=10.0.0.0/8,\n",
+		 "t.conf:1: empty network in clients '10.0.0.0/8,' (expected addr[/n] between commas"),
+	BAD_TEXT("clients= leading comma", "use rdma server * *:* clients=,10.0.0.0/8\n",
+		 "empty network in clients ',10.0.0.0/8'"),
+	BAD_TEXT("clients= double comma", "use rdma server * *:* clients=1.0.0.0/8,,2.0.0.0/8\n",
+		 "empty network in clients '1.0.0.0/8,,2.0.0.0/8'"),
+	BAD_TEXT("clients= lone comma", "use rdma server * *:* clients=,\n",
+		 "empty network in clients ','"),
+	BAD_TEXT("clients= IPv4 prefix 33", "use rdma server * *:* clients=10.0.0.0/33\n",
+		 "t.conf:1: bad prefix '33' (expected 0..32 for IPv4)"),
+	BAD_TEXT("clients= bare IPv6 prefix 129", "use rdma server * *:* clients=fd00::/129\n",
+		 "t.conf:1: bad prefix '129' (expected 0..128 for IPv6)"),
+	BAD_TEXT("clients= bracketed IPv6 prefix 129", "use rdma server * *:* clients=[fd00::]/129\n",
+		 "t.conf:1: bad prefix '129' (expected 0..128 for IPv6)"),
+	BAD_TEXT("clients= IPv4-mapped written as IPv6, prefix 129",
+		 "use rdma server * *:* clients=::ffff:10.0.0.0/129\n", "bad prefix '129'"),
+	BAD_TEXT("clients= empty prefix", "use rdma server * *:* clients=10.0.0.0/\n", "bad prefix ''"),
+	BAD_TEXT("clients= negative prefix", "use rdma server * *:* clients=10.0.0.0/-1\n",
+		 "bad prefix '-1'"),
+	BAD_TEXT("clients= prefix with letters", "use rdma server * *:* clients=10.0.0.0/1a\n",
+		 "bad prefix '1a'"),
+	BAD_TEXT("clients= two prefixes", "use rdma server * *:* clients=10.0.0.0/8/8\n",
+		 "bad prefix '8/8'"),
+	BAD_TEXT("clients= huge prefix", "use rdma server * *:* clients=fd00::/99999999999999999999\n",
+		 "bad prefix '99999999999999999999'"),
+	BAD_TEXT("clients= prefix only", "use rdma server * *:* clients=/8\n",
+		 "t.conf:1: bad address '/8' (expected a.b.c.d[/n], ipv6[/n] or [ipv6][/n])"),
+	BAD_TEXT("clients= IPv4 octet 256", "use rdma server * *:* clients=10.0.0.256/8\n",
+		 "bad address '10.0.0.256/8'"),
+	BAD_TEXT("clients= host name", "use rdma server * *:* clients=localhost\n",
+		 "bad address 'localhost'"),
+	BAD_TEXT("clients= star is not a network", "use rdma server * *:* clients=*\n",
+		 "bad address '*'"),
+	BAD_TEXT("clients= IPv4 inside brackets", "use rdma server * *:* clients=[10.0.0.0]/8\n",
+		 "bad address '[10.0.0.0]/8'"),
+	BAD_TEXT("clients= IPv6 missing closing bracket", "use rdma server * *:* clients=[fd00::/8\n",
+		 "bad address '[fd00::/8'"),
+	BAD_TEXT("clients= prefix inside the brackets", "use rdma server * *:* clients=[fd00::/8]\n",
+		 "bad address '[fd00::/8]'"),
+	BAD_TEXT("clients= malformed IPv6", "use rdma server * *:* clients=fd00:::1\n",
+		 "bad address 'fd00:::1'"),
+	BAD_TEXT("clients= IPv6 zone index", "use rdma server * *:* clients=fe80::1%eth0\n",
+		 "bad address 'fe80::1%eth0'"),
+	BAD_TEXT("clients= with a port", "use rdma server * *:* clients=10.0.0.1:80\n",
+		 "bad address '10.0.0.1:80'"),
+	BAD_TEXT("clients= bad second network is named", "use rdma server * *:* "
+		 "clients=10.0.0.0/8,fd00::/129\n", "t.conf:1: bad prefix '129'"),
+	BAD_TEXT("clients= space after a comma splits the list",
+		 "use rdma server * *:* clients=10.0.0.0/8, fd00::/8\n",
+		 "empty network in clients '10.0.0.0/8,'"),
+	BAD_TEXT("clients= over-long network", "use rdma server * *:* clients=10.0.0.0/"
+		 "0000000000000000000000000000000000000000000000000000000000000000000000008\n",
+		 "t.conf:1: over-long network in clients '10.0.0.0/000"),
+	BAD_TEXT("duplicate clients=", "use rdma server * *:* clients=10.0.0.0/8 clients=fd00::/8\n",
+		 "t.conf:1: duplicate option 'clients' (expected each option at most once)"),
+	BAD_TEXT("option key clients is case-sensitive", "use rdma server * *:* Clients=10.0.0.0/8\n",
+		 "unknown option 'Clients=10.0.0.0/8'"),
+	BAD_TEXT("extra field after all three options",
+		 "use rdma server * *:* zcopy_thresh=1 connect_timeout_ms=2 clients=10.0.0.0/8 x\n",
+		 "unknown option 'x'"),
+	BAD_TEXT("fourth option is a duplicate",
+		 "use rdma server * *:* zcopy_thresh=1 connect_timeout_ms=2 clients=10.0.0.0/8 "
+		 "clients=10.0.0.0/8 a b\n",
+		 "duplicate option 'clients'"),
 	NUL_TEXT("NUL byte in a rule line", "use tcp client\0 * *:*\n", "t.conf:1: NUL byte in line"),
 	NUL_TEXT("NUL byte in a comment line", "use tcp client * *:*\n# x\0y\n",
 		 "t.conf:2: NUL byte in line"),
@@ -804,10 +892,260 @@ static const struct special_case special_cases[] = {
 	{ "file: NULL file name and NULL out", test_file_null_name },
 };
 
+/* ---- 6. option clients=: stored networks and rule_nets_match() --------------- */
+
+/* Parses "use rdma server * *:* clients=<value>" (or no option for NULL). */
+static int parse_clients(const char *value, struct sdp_rules *r, struct diag_capture *d)
+{
+	char text[512];
+
+	if (value != NULL)
+		snprintf(text, sizeof(text), "use rdma server * *:* clients=%s\n", value);
+	else
+		snprintf(text, sizeof(text), "use rdma server * *:*\n");
+	return parse_generated(text, strlen(text), r, d);
+}
+
+/* inet_pton of "a.b.c.d" as IPv4-mapped, or of an IPv6 text, into 16 bytes. */
+static int addr16(const char *ip, uint8_t out[16])
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	memset(out, 0, 16);
+	if (strchr(ip, ':') != NULL)
+		return inet_pton(AF_INET6, ip, out) == 1;
+	memcpy(out, mapped, sizeof(mapped));
+	return inet_pton(AF_INET, ip, out + 12) == 1;
+}
+
+struct want_net {
+	const char *addr;      /* IPv6 text of the stored bytes */
+	unsigned prefix;       /* stored prefix: IPv4 + 96 */
+};
+
+struct client_net_case {
+	const char *desc;
+	const char *text;      /* a whole rule line */
+	unsigned count;
+	struct want_net nets[RULE_CLIENT_NETS_MAX];
+};
+
+static const struct client_net_case client_net_cases[] = {
+	{ "server rule without clients= has no networks", "use rdma server * *:*", 0, { { NULL, 0 } } },
+	{ "IPv4 /16 stored IPv4-mapped with prefix 112", "use rdma server * *:* clients=10.1.0.0/16",
+	  1, { { "::ffff:10.1.0.0", 112 } } },
+	{ "IPv4 host without prefix is /32 (stored 128)", "use rdma server * *:* clients=192.0.2.7",
+	  1, { { "::ffff:192.0.2.7", 128 } } },
+	{ "IPv4 /0 stored as ::ffff:0:0/96", "use rdma server * *:* clients=0.0.0.0/0",
+	  1, { { "::ffff:0.0.0.0", 96 } } },
+	{ "bracketed IPv6 /8", "use rdma server * *:* clients=[fd00::]/8",
+	  1, { { "fd00::", 8 } } },
+	{ "bare IPv6 without prefix is /128", "use rdma server * *:* clients=2001:db8::1",
+	  1, { { "2001:db8::1", 128 } } },
+	{ "bracketed IPv6 without prefix is /128", "use rdma server * *:* clients=[2001:db8::1]",
+	  1, { { "2001:db8::1", 128 } } },
+	{ "bare IPv6 ::/0", "use rdma server * *:* clients=::/0", 1, { { "::", 0 } } },
+	{ "IPv4-mapped written as IPv6 is stored as written",
+	  "use rdma server * *:* clients=::ffff:10.0.0.0/104", 1, { { "::ffff:10.0.0.0", 104 } } },
+	{ "host bits are kept as written", "use rdma server * *:* clients=10.1.2.3/16",
+	  1, { { "::ffff:10.1.2.3", 112 } } },
+	{ "leading zeros in the prefix", "use rdma server * *:* clients=10.0.0.0/008",
+	  1, { { "::ffff:10.0.0.0", 104 } } },
+	{ "README example: IPv4 then bracketed IPv6", "use both server redis-* *:6379 clients=10.1.0.0/16,[fd00::]/8",
+	  2, { { "::ffff:10.1.0.0", 112 }, { "fd00::", 8 } } },
+	{ "8 networks kept in order",
+	  "use rdma server * *:* clients=1.0.0.0/8,fd01::/16,3.3.0.0/16,[fd04::]/32,5.5.5.5,"
+	  "fd06::6,7.0.0.0/1,::/0",
+	  8, { { "::ffff:1.0.0.0", 104 }, { "fd01::", 16 }, { "::ffff:3.3.0.0", 112 }, { "fd04::", 32 },
+	       { "::ffff:5.5.5.5", 128 }, { "fd06::6", 128 }, { "::ffff:7.0.0.0", 97 }, { "::", 0 } } },
+	{ "clients= among the other options",
+	  "use rdma server redis-* 10.0.0.1:6379 zcopy_thresh=0 clients=192.168.0.0/24 connect_timeout_ms=5",
+	  1, { { "::ffff:192.168.0.0", 120 } } },
+};
+
+static void run_client_net_case(const struct client_net_case *c)
+{
+	struct diag_capture d = { 0 };
+	struct sdp_rules r;
+	uint8_t want[16];
+	int ok = check_accepted(rules_parse(&r, c->text, strlen(c->text), "t.conf", capture_diag, &d),
+				&r, &d, 1);
+
+	if (ok)
+		ok = check(r.rule[0].client_net_count == c->count, "count %u, want %u",
+			   r.rule[0].client_net_count, c->count);
+	for (unsigned i = 0; ok && i < c->count; i++) {
+		const struct rule_net *n = &r.rule[0].client_nets[i];
+		ok &= check(addr16(c->nets[i].addr, want), "bad test address %s", c->nets[i].addr);
+		ok &= check(memcmp(n->addr, want, 16) == 0, "net %u: bytes differ from %s", i,
+			    c->nets[i].addr);
+		ok &= check(n->prefix == c->nets[i].prefix, "net %u: prefix %u, want %u", i,
+			    n->prefix, c->nets[i].prefix);
+	}
+	rules_free(&r);
+	tap_result(ok, c->desc);
+}
+
+struct nets_match_case {
+	const char *desc;
+	const char *clients;   /* the clients= value; NULL: no option */
+	const char *ip;        /* a.b.c.d is passed IPv4-mapped */
+	bool want;
+};
+
+static const struct nets_match_case nets_match_cases[] = {
+	{ "no networks: any IPv4 client", NULL, "10.1.2.3", true },
+	{ "no networks: any IPv6 client", NULL, "2001:db8::1", true },
+	{ "IPv4 /16 inside", "10.1.0.0/16", "10.1.2.3", true },
+	{ "IPv4 /16 low edge", "10.1.0.0/16", "10.1.0.0", true },
+	{ "IPv4 /16 high edge", "10.1.0.0/16", "10.1.255.255", true },
+	{ "IPv4 /16 just above", "10.1.0.0/16", "10.2.0.0", false },
+	{ "IPv4 /16 just below", "10.1.0.0/16", "10.0.255.255", false },
+	{ "IPv4 /16 given with host bits", "10.1.2.3/16", "10.1.200.1", true },
+	{ "IPv4 /9: bit 9 decides (hit)", "10.128.0.0/9", "10.255.0.1", true },
+	{ "IPv4 /9: bit 9 decides (miss)", "10.128.0.0/9", "10.127.0.1", false },
+	{ "IPv4 exact /32 (hit)", "192.0.2.7/32", "192.0.2.7", true },
+	{ "IPv4 exact /32: neighbour misses", "192.0.2.7/32", "192.0.2.6", false },
+	{ "IPv4 host without prefix is exact", "192.0.2.7", "192.0.2.8", false },
+	{ "IPv4 /0 admits any IPv4 client", "0.0.0.0/0", "203.0.113.9", true },
+	{ "IPv4 /0 does not admit an IPv6 client", "0.0.0.0/0", "2001:db8::1", false },
+	{ "IPv4 net does not admit an IPv6 client with the same low bytes", "10.1.2.3", "::10.1.2.3", false },
+	{ "IPv4 net matched by a mapped address given as IPv6", "10.1.0.0/16", "::ffff:10.1.9.9", true },
+	{ "IPv4 net: mapped address outside misses", "10.1.0.0/16", "::ffff:10.9.9.9", false },
+	{ "mapped net written as IPv6 /104 admits IPv4", "::ffff:10.0.0.0/104", "10.200.0.1", true },
+	{ "mapped net written as IPv6 /104 misses other IPv4", "[::ffff:10.0.0.0]/104", "11.0.0.1", false },
+	{ "::ffff:0:0/96 admits any IPv4 client", "::ffff:0:0/96", "1.2.3.4", true },
+	{ "an IPv6 /80 around the mapped range is IPv6 only", "::/80", "1.2.3.4", false },
+	{ "IPv6 /8 inside", "fd00::/8", "fd12:3456::1", true },
+	{ "IPv6 /8 outside", "fd00::/8", "fe80::1", false },
+	{ "IPv6 /65: bit 65 decides (hit)", "2001:db8:0:1:8000::/65", "2001:db8:0:1:ffff::1", true },
+	{ "IPv6 /65: bit 65 decides (miss)", "2001:db8:0:1:8000::/65", "2001:db8:0:1:7fff::1", false },
+	{ "IPv6 exact /128 (hit)", "[2001:db8::1]/128", "2001:db8::1", true },
+	{ "IPv6 exact /128: neighbour misses", "2001:db8::1/128", "2001:db8::2", false },
+	{ "IPv6 ::/0 admits any IPv6 client", "::/0", "2001:db8::1", true },
+	{ "IPv6 ::/0 does not admit an IPv4 client", "[::]/0", "10.1.2.3", false },
+	{ "IPv6 ::/0 does not admit a mapped address", "::/0", "::ffff:10.1.2.3", false },
+	{ "list: the second network admits", "10.1.0.0/16,fd00::/8", "fd00::5", true },
+	{ "list: IPv4 client of a mixed list", "fd00::/8,10.1.0.0/16", "10.1.0.5", true },
+	{ "list: no network admits", "10.1.0.0/16,fd00::/8", "10.2.0.5", false },
+	{ "list of 8: only the last admits",
+	  "1.0.0.0/8,2.0.0.0/8,3.0.0.0/8,4.0.0.0/8,5.0.0.0/8,6.0.0.0/8,7.0.0.0/8,fd00::/8", "fd00::1", true },
+	{ "list of 8: none admits",
+	  "1.0.0.0/8,2.0.0.0/8,3.0.0.0/8,4.0.0.0/8,5.0.0.0/8,6.0.0.0/8,7.0.0.0/8,fd00::/8", "8.0.0.1", false },
+};
+
+static void run_nets_match_case(const struct nets_match_case *c)
+{
+	struct diag_capture d;
+	struct sdp_rules r;
+	uint8_t addr[16];
+	int ok = check_accepted(parse_clients(c->clients, &r, &d), &r, &d, 1);
+
+	ok &= check(addr16(c->ip, addr), "bad test address %s", c->ip);
+	if (ok) {
+		const struct sdp_rule *rule = &r.rule[0];
+		bool got = rule_nets_match(rule->client_nets, rule->client_net_count, addr);
+		ok = check(got == c->want, "%s in {%s}: %d, want %d", c->ip,
+			   c->clients ? c->clients : "", got, c->want);
+	}
+	rules_free(&r);
+	tap_result(ok, c->desc);
+}
+
+static int test_nets_match_degenerate(void)
+{
+	struct rule_net nets[RULE_CLIENT_NETS_MAX + 1];
+	uint8_t addr[16], other[16];
+	int ok = check(addr16("10.1.2.3", addr) && addr16("10.9.9.9", other), "addresses");
+
+	memset(nets, 0, sizeof(nets));
+	ok &= check(rule_nets_match(NULL, 0, addr), "NULL nets, count 0: no restriction");
+	ok &= check(rule_nets_match(NULL, 0, NULL), "count 0 with NULL addr: no restriction");
+	ok &= check(!rule_nets_match(NULL, 1, addr), "NULL nets, count 1: refused");
+	/* Every zero net is "::/0": IPv6 only. */
+	ok &= check(!rule_nets_match(nets, 1, addr), "::/0 does not admit IPv4");
+	ok &= check(!rule_nets_match(nets, 1, NULL), "NULL addr, count 1: refused");
+	/* Only the 9th admits: it is beyond RULE_CLIENT_NETS_MAX and not read. */
+	for (unsigned i = 0; i < RULE_CLIENT_NETS_MAX; i++) {
+		addr16("192.0.2.1", nets[i].addr);
+		nets[i].prefix = 128;
+	}
+	memcpy(nets[RULE_CLIENT_NETS_MAX].addr, addr, 16);
+	nets[RULE_CLIENT_NETS_MAX].prefix = 128;
+	ok &= check(!rule_nets_match(nets, RULE_CLIENT_NETS_MAX + 1, addr), "count above 8 is capped");
+	ok &= check(rule_nets_match(nets + 1, RULE_CLIENT_NETS_MAX, addr), "8th net read");
+	/* A prefix above 128 (never parsed) is an exact match. */
+	memcpy(nets[0].addr, addr, 16);
+	nets[0].prefix = 200;
+	ok &= check(rule_nets_match(nets, 1, addr), "prefix 200 as 128: same address");
+	ok &= check(!rule_nets_match(nets, 1, other), "prefix 200 as 128: other address");
+	return ok;
+}
+
+/* path_decide_server() hands the matching rule's networks on; nothing else does. */
+static int test_path_decision_carries_nets(void)
+{
+	static const char text[] =
+		"use rdma server * *:7000 clients=10.1.0.0/16,[fd00::]/8\n"
+		"use both server * *:7001 zcopy_thresh=4096\n"
+		"use tcp  server * *:7002 clients=192.0.2.0/24\n"
+		"use rdma client * *:7000\n";
+	struct path_decision dec;
+	struct sockaddr_storage ss;
+	uint8_t a[16];
+	char path[256];
+	int ok;
+
+	tmp_path(path, sizeof(path), "path.conf");
+	if (write_file_text(path, text) != 0)
+		return check(0, "write %s", path);
+	setenv("SDPSHIM_CONFIG", path, 1);
+	unsetenv("SDPSHIM_MODE");
+	path_init();
+
+	ss = make_addr("10.0.0.1", 7000);
+	path_decide_server((struct sockaddr *)&ss, &dec);
+	ok = check(dec.client_net_count == 2, "7000: count %u, want 2", dec.client_net_count);
+	ok &= check(addr16("::ffff:10.1.0.0", a) && memcmp(dec.client_nets[0].addr, a, 16) == 0 &&
+		    dec.client_nets[0].prefix == 112, "7000: first net");
+	ok &= check(addr16("fd00::", a) && memcmp(dec.client_nets[1].addr, a, 16) == 0 &&
+		    dec.client_nets[1].prefix == 8, "7000: second net");
+	ok &= check(addr16("10.1.7.7", a) && rule_nets_match(dec.client_nets, dec.client_net_count, a),
+		    "7000: 10.1.7.7 admitted");
+	ok &= check(addr16("10.2.7.7", a) && !rule_nets_match(dec.client_nets, dec.client_net_count, a),
+		    "7000: 10.2.7.7 refused");
+
+	ss = make_addr("fd00::1", 7001);
+	path_decide_server((struct sockaddr *)&ss, &dec);
+	ok &= check(dec.client_net_count == 0 && dec.zcopy_thresh == 4096,
+		    "7001 (no clients=): count %u, zcopy %lld", dec.client_net_count,
+		    (long long)dec.zcopy_thresh);
+
+	ss = make_addr("10.0.0.1", 7002);
+	path_decide_server((struct sockaddr *)&ss, &dec);
+	ok &= check(dec.client_net_count == 1 && dec.reason == SDP_REASON_RULE_TCP,
+		    "7002 (use tcp): count %u, reason %d", dec.client_net_count, dec.reason);
+
+	ss = make_addr("10.0.0.1", 7003);
+	path_decide_server((struct sockaddr *)&ss, &dec);
+	ok &= check(dec.client_net_count == 0, "7003 (no rule): count %u", dec.client_net_count);
+
+	ss = make_addr("10.0.0.1", 7000);
+	path_decide_client((struct sockaddr *)&ss, &dec);
+	ok &= check(dec.client_net_count == 0, "client decision: count %u", dec.client_net_count);
+	unsetenv("SDPSHIM_CONFIG");
+	return ok;
+}
+
+static const struct special_case nets_special_cases[] = {
+	{ "rule_nets_match: NULL, zero nets, count cap, prefix cap", test_nets_match_degenerate },
+	{ "path_decide_server carries the rule's clients= networks", test_path_decision_carries_nets },
+};
+
 static void remove_tmpdir(void)
 {
 	static const char *const names[] = { "good.conf", "bad.conf", "fifo.conf", "big.conf",
-					     "huge.conf" };
+					     "huge.conf", "path.conf" };
 	char path[256];
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
@@ -833,7 +1171,9 @@ int main(void)
 		return 1;
 	}
 	printf("1..%zu\n", ARRAY_SIZE(parse_cases) + ARRAY_SIZE(field_cases) +
-	       ARRAY_SIZE(match_cases) + ARRAY_SIZE(special_cases));
+	       ARRAY_SIZE(match_cases) + ARRAY_SIZE(special_cases) +
+	       ARRAY_SIZE(client_net_cases) + ARRAY_SIZE(nets_match_cases) +
+	       ARRAY_SIZE(nets_special_cases));
 	for (size_t i = 0; i < ARRAY_SIZE(parse_cases); i++)
 		run_parse_case(&parse_cases[i]);
 	for (size_t i = 0; i < ARRAY_SIZE(field_cases); i++)
@@ -842,6 +1182,12 @@ int main(void)
 		run_match_case(&match_rules, &match_cases[i]);
 	for (size_t i = 0; i < ARRAY_SIZE(special_cases); i++)
 		tap_result(special_cases[i].fn(), special_cases[i].desc);
+	for (size_t i = 0; i < ARRAY_SIZE(client_net_cases); i++)
+		run_client_net_case(&client_net_cases[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(nets_match_cases); i++)
+		run_nets_match_case(&nets_match_cases[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(nets_special_cases); i++)
+		tap_result(nets_special_cases[i].fn(), nets_special_cases[i].desc);
 	rules_free(&match_rules);
 	remove_tmpdir();
 	return tap_exit_status();

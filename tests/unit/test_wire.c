@@ -1,6 +1,7 @@
 /* Unit tests (TAP) for core/wire.c: the SWITCH record that starts a move
  * of the stream to TCP (round trip, and every malformed field refused),
- * and the base header's length and mid checks. */
+ * the base header's length and mid checks, and the binding handshake's
+ * records (bind records, the nonces of HelloAck and COMMIT). */
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 #include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define REASONS 20u
+#define REASONS 21u
 
 static void encode(uint8_t reason, uint64_t resend_from, uint8_t out[SDP_SWITCH_SIZE])
 {
@@ -114,7 +115,143 @@ static int test_bsdh_length(void)
 	return ok;
 }
 
+/* ---- the binding handshake's records (docs/trust.md) ---- */
+
+static void bind_encode(uint8_t kind, uint16_t reason, uint8_t fill, uint8_t out[SDP_BIND_SIZE])
+{
+	struct sdp_bind b = { .kind = kind, .reason = reason };
+	struct sdp_bind_wire w;
+
+	memset(b.nonce, fill, sizeof(b.nonce));
+	sdp_bind_to_wire(&b, &w);
+	memcpy(out, &w, sizeof(w));
+}
+
+static int test_bind_round_trip(void)
+{
+	uint8_t buf[SDP_BIND_SIZE];
+	struct sdp_bind got = { 0 };
+	enum sdp_wire_error err;
+
+	bind_encode(SDP_BIND_PROOF, 0, 0xa5, buf);
+	err = sdp_bind_from_wire(buf, sizeof(buf), SDP_BIND_KIND_BIT(SDP_BIND_PROOF), REASONS, &got);
+	return check(SDP_BIND_SIZE == 24, "record is %zu bytes", SDP_BIND_SIZE) &&
+	       check(err == SDP_WIRE_OK, "decode: %s", sdp_wire_error_text(err)) &&
+	       check(got.kind == SDP_BIND_PROOF && got.nonce[0] == 0xa5 && got.nonce[15] == 0xa5,
+		     "kind %u nonce %02x", got.kind, got.nonce[0]) &&
+	       check(buf[0] == 'S' && buf[1] == 'D' && buf[2] == 'P' && buf[3] == 'B', "magic SDPB");
+}
+
+/* Each reader names the kinds it accepts: a server takes only PROOF, a
+ * client only NAK, whatever a peer writes. */
+static int test_bind_kinds(void)
+{
+	uint8_t buf[SDP_BIND_SIZE];
+	struct sdp_bind got;
+	int ok = 1;
+
+	bind_encode(SDP_BIND_NAK, 3, 0, buf);
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), SDP_BIND_KIND_BIT(SDP_BIND_PROOF), REASONS,
+				       &got) == SDP_WIRE_BAD_MID, "NAK taken as PROOF");
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), SDP_BIND_KIND_BIT(SDP_BIND_NAK), REASONS,
+				       &got) == SDP_WIRE_OK && got.reason == 3, "NAK refused");
+	for (unsigned kind = 0; kind < 256; kind++) {
+		buf[5] = (uint8_t)kind;
+		if (kind < SDP_BIND_PROOF || kind > SDP_BIND_NAK)
+			ok &= check(sdp_bind_from_wire(buf, sizeof(buf), ~0u, REASONS, &got) ==
+					    SDP_WIRE_BAD_MID, "kind %u accepted", kind);
+	}
+	return ok;
+}
+
+static int test_bind_bad_fields(void)
+{
+	uint8_t buf[SDP_BIND_SIZE];
+	struct sdp_bind got;
+	int ok = 1;
+
+	for (size_t len = 0; len < sizeof(buf); len++) {
+		bind_encode(SDP_BIND_PROOF, 0, 1, buf);
+		ok &= check(sdp_bind_from_wire(buf, len, ~0u, REASONS, &got) == SDP_WIRE_SHORT,
+			    "length %zu accepted", len);
+	}
+	buf[0] ^= 1;
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), ~0u, REASONS, &got) == SDP_WIRE_BAD_MAGIC,
+		    "bad magic");
+	bind_encode(SDP_BIND_PROOF, 0, 1, buf);
+	buf[4] = SDP_WIRE_VERSION + 1;
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), ~0u, REASONS, &got) == SDP_WIRE_BAD_VERSION,
+		    "bad version");
+	bind_encode(SDP_BIND_PROOF, 7, 1, buf);
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), ~0u, REASONS, &got) == SDP_WIRE_BAD_FIELD,
+		    "PROOF with a reason");
+	bind_encode(SDP_BIND_NAK, REASONS, 1, buf);
+	ok &= check(sdp_bind_from_wire(buf, sizeof(buf), ~0u, REASONS, &got) == SDP_WIRE_BAD_FIELD,
+		    "NAK reason out of range");
+	return ok;
+}
+
+/* The reader waits for more bytes only while they can still become a
+ * record: app bytes are recognised from the first byte on. */
+static int test_bind_prefix(void)
+{
+	uint8_t buf[SDP_BIND_SIZE];
+	int ok = 1;
+
+	bind_encode(SDP_BIND_PROOF, 0, 1, buf);
+	for (size_t len = 1; len < sizeof(buf); len++)
+		ok &= check(sdp_bind_prefix_plausible(buf, len), "prefix of %zu refused", len);
+	ok &= check(sdp_bind_prefix_plausible("S", 1), "one byte S");
+	ok &= check(!sdp_bind_prefix_plausible("SDPS", 4), "a SWITCH record's magic");
+	ok &= check(!sdp_bind_prefix_plausible("*3\r\n", 4), "a redis command");
+	ok &= check(!sdp_bind_prefix_plausible("GET ", 4), "an HTTP request");
+	ok &= check(!sdp_bind_prefix_plausible("SDPB-not-a-record-app-bytes", 24),
+		    "app bytes that begin with the magic");
+	ok &= check(!sdp_bind_prefix_plausible("SDPB\x02\x01\x00\x07", 8), "a PROOF with a reason");
+	ok &= check(sdp_bind_prefix_plausible("SDPB\x02\x03\x00\x07", 8), "a NAK with a reason");
+	return ok;
+}
+
+static int test_hello_ack_nonce(void)
+{
+	struct sdp_hello_ack ack = { .version = SDP_WIRE_VERSION, .buf_count = 32,
+				     .buf_size = 32768 }, got;
+	struct sdp_hello_ack_wire w;
+	int ok;
+
+	for (unsigned i = 0; i < SDP_NONCE_SIZE; i++)
+		ack.nonce[i] = (uint8_t)(i * 17 + 3);
+	sdp_hello_ack_to_wire(&ack, &w);
+	ok = check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK, "decode");
+	ok &= check(memcmp(got.nonce, ack.nonce, SDP_NONCE_SIZE) == 0, "nonce round trip");
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w) - SDP_NONCE_SIZE, &got) == SDP_WIRE_SHORT,
+		    "a version-1 HelloAck (no nonce) is short");
+	return ok;
+}
+
+static int test_commit_nonce(void)
+{
+	uint8_t nonce[SDP_NONCE_SIZE], back[SDP_NONCE_SIZE], buf[SDP_EXT_SIZE];
+	struct sdp_ext e = { 0 }, got;
+
+	for (unsigned i = 0; i < SDP_NONCE_SIZE; i++)
+		nonce[i] = (uint8_t)(0xf0 - i);
+	sdp_nonce_to_ext(nonce, &e);
+	sdp_ext_to_wire(&e, buf);
+	sdp_ext_from_wire(buf, &got);
+	sdp_nonce_from_ext(&got, back);
+	return check(memcmp(nonce, back, sizeof(back)) == 0, "nonce through COMMIT's extension") &&
+	       check(sdp_mid_fixed_len(SDP_MID_COMMIT) == SDP_BSDH_SIZE + SDP_EXT_SIZE,
+		     "COMMIT carries the extension");
+}
+
 static const struct tap_case cases[] = {
+	{ "bind record: 24 bytes, magic SDPB, round trip", test_bind_round_trip },
+	{ "bind record: only the kinds the reader names are accepted", test_bind_kinds },
+	{ "bind record: short, bad magic, version, reasons refused", test_bind_bad_fields },
+	{ "bind record: a reader waits only for a plausible prefix", test_bind_prefix },
+	{ "HelloAck: the server's nonce round-trips; version 1 is short", test_hello_ack_nonce },
+	{ "COMMIT: the client's nonce round-trips through the extension", test_commit_nonce },
 	{ "SWITCH record: 16 bytes, round trip of reason and offset", test_switch_round_trip },
 	{ "SWITCH record: magic SDPS and a big-endian offset", test_switch_big_endian },
 	{ "SWITCH record: every shorter length is refused", test_switch_short },

@@ -1,0 +1,99 @@
+/* libFuzzer harness for the SWITCH record read from the kernel TCP socket
+ * when a stream moves there (core/switch.c): sdp_switch_from_wire.
+ *
+ * Input: two bytes, big-endian, for reason_count (0xffff = UINT32_MAX; the
+ * library passes SDP_REASON_COUNT), then the bytes as read.
+ *
+ * Checked: the decoder accepts exactly what core/wire.h allows (the model
+ * below: Hello magic, version, flags 0, reason < reason_count); an error
+ * names a rule the record breaks; an accepted record has reason <
+ * reason_count, every field written, equal to the bytes, and re-encodes
+ * (sdp_switch_to_wire) to the same 16 bytes, which decode to the same struct;
+ * bytes after the record (the resent stream) change nothing; one byte short,
+ * or NULL, is SHORT. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "tests/fuzz/fuzz.h"
+#include "ipoib_fallback/reason.h"
+
+_Static_assert(offsetof(struct sdp_switch_wire, version) == 4, "layout");
+_Static_assert(offsetof(struct sdp_switch_wire, reason) == 5, "layout");
+_Static_assert(offsetof(struct sdp_switch_wire, flags) == 6, "layout");
+_Static_assert(offsetof(struct sdp_switch_wire, resend_from) == 8, "layout");
+_Static_assert(SDP_SWITCH_SIZE == 16, "a 16-byte SWITCH record (README)");
+_Static_assert(SDP_REASON_COUNT <= 0xffff, "reason_count fits the input's two bytes");
+
+struct broken {
+	bool shortmsg, magic, version, flags, field;
+};
+
+static struct broken model(const uint8_t *m, size_t n, unsigned reason_count)
+{
+	struct broken b = { 0 };
+
+	if (n < SDP_SWITCH_SIZE) {
+		b.shortmsg = true;
+		return b;
+	}
+	b.magic = be32_at(m) != SDP_HELLO_MAGIC;
+	b.version = m[4] != SDP_WIRE_VERSION;
+	b.flags = be16_at(m + 6) != 0;
+	b.field = m[5] >= reason_count;
+	return b;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct sdp_switch sw[2], again;
+	struct sdp_switch_wire out;
+	unsigned reason_count;
+	struct broken b;
+	enum sdp_wire_error err;
+	bool ok;
+
+	if (size < 2)
+		return 0;
+	reason_count = take_count16(&data, &size);
+	b = model(data, size, reason_count);
+
+	memset(&sw[0], 0x00, sizeof(sw[0]));
+	memset(&sw[1], 0xff, sizeof(sw[1]));
+	err = sdp_switch_from_wire(data, size, reason_count, &sw[0]);
+	CHECK(sdp_switch_from_wire(data, size, reason_count, &sw[1]) == err);
+	CHECK(sdp_switch_from_wire(NULL, size, reason_count, &again) == SDP_WIRE_SHORT);
+	check_error_text(err);
+
+	ok = !b.shortmsg && !b.magic && !b.version && !b.flags && !b.field;
+	CHECK((err == SDP_WIRE_OK) == ok);
+	CHECK((err == SDP_WIRE_SHORT) == b.shortmsg);
+	CHECK(err != SDP_WIRE_BAD_MAGIC || b.magic);
+	CHECK(err != SDP_WIRE_BAD_VERSION || b.version);
+	CHECK(err != SDP_WIRE_BAD_FLAGS || b.flags);
+	CHECK(err != SDP_WIRE_BAD_FIELD || b.field);
+	CHECK(err != SDP_WIRE_BAD_LENGTH && err != SDP_WIRE_BAD_MID);
+	if (size >= SDP_SWITCH_SIZE) {
+		CHECK(sdp_switch_from_wire(data, SDP_SWITCH_SIZE, reason_count, &again) == err);
+		uint8_t *copy = malloc(SDP_SWITCH_SIZE - 1);
+
+		CHECK(copy != NULL);
+		memcpy(copy, data, SDP_SWITCH_SIZE - 1);
+		CHECK(sdp_switch_from_wire(copy, SDP_SWITCH_SIZE - 1, reason_count, &again) ==
+		      SDP_WIRE_SHORT);
+		free(copy);
+	}
+	if (err != SDP_WIRE_OK)
+		return 0;
+
+	for (int i = 0; i < 2; i++)
+		CHECK(sw[i].reason == data[5] && sw[i].resend_from == be64_at(data + 8));
+	CHECK(sw[0].reason < reason_count);
+
+	memset(&out, 0x5a, sizeof(out));
+	sdp_switch_to_wire(&sw[0], &out);
+	CHECK(memcmp(&out, data, SDP_SWITCH_SIZE) == 0);
+	CHECK(sdp_switch_from_wire(&out, sizeof(out), reason_count, &again) == SDP_WIRE_OK);
+	CHECK(again.reason == sw[0].reason && again.resend_from == sw[0].resend_from);
+	return 0;
+}

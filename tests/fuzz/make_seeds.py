@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""make_seeds.py: writes the seed corpus of the libFuzzer harnesses,
+tests/fuzz/corpus/<harness>/, from the layouts of core/wire.h: a few valid
+inputs per harness and a few that break exactly one rule (near-valid).  Each
+corpus directory is rewritten whole, so the output depends on this file (and
+the reason list of ipoib_fallback/reason.h) only.  Also makes sure every
+harness has tests/fuzz/regressions/<harness>/ (with a .gitkeep); it never
+touches the inputs kept there.
+
+Each harness's input starts with the parameters its header comment names
+(fuzz_bsdh: a buf_size selector; fuzz_switch: reason_count; fuzz_bind:
+kinds_mask and reason_count), then the bytes as received.
+
+Usage: tests/fuzz/make_seeds.py    (from anywhere; no arguments)
+"""
+import os
+import re
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+WIRE_VERSION = 2
+HELLO_MAGIC = 0x53445053  # "SDPS"
+BIND_MAGIC = 0x53445042   # "SDPB"
+MID = dict(DATA=0x01, CREDIT_UPDATE=0x02, DISCONN=0x03, ABORT=0x04, KEEPALIVE=0x05,
+           ATTACH=0x06, DETACH=0x07, SRC_AVAIL=0x08, RDMA_RD_COMPL=0x09, SRC_CANCEL=0x0a,
+           SINK_AVAIL=0x0b, RDMA_WR_COMPL=0x0c, SINK_CANCEL=0x0d, SINK_CANCEL_ACK=0x0e,
+           SWITCH=0x0f, COMMIT=0x10)
+FLAG_STARVING = 0x01
+BIND_PROOF, BIND_ACK, BIND_NAK = 1, 2, 3
+NONCE_A = bytes(range(16))
+NONCE_B = bytes(range(0xf0, 0x100))
+
+
+def reasons():
+    """The sdp_reason names in enum order (ipoib_fallback/reason.h)."""
+    with open(os.path.join(REPO, "ipoib_fallback", "reason.h")) as f:
+        text = f.read()
+    names = re.findall(r"^\s*X\((\w+),", text, re.M)
+    if not names or names[0] != "NONE":
+        sys.exit("make_seeds.py: cannot read the reason list of ipoib_fallback/reason.h")
+    return names
+
+
+REASONS = reasons()
+REASON = {name: i for i, name in enumerate(REASONS)}
+REASON_COUNT = len(REASONS)
+
+
+def bsdh(mid, length, flags=0, bufs=32, mseq=1, ack=0):
+    return struct.pack(">BBHIII", mid, flags, bufs, length, mseq, ack)
+
+
+def ext(a=0, b=0, c=0, d=0):
+    return struct.pack(">IIQQ", a, b, c, d)
+
+
+def msg(mid, payload=b"", **kw):
+    return bsdh(mid, 16 + len(payload), **kw) + payload
+
+
+def ctrl(mid, a=0, b=0, c=0, d=0, **kw):
+    return msg(mid, ext(a, b, c, d), **kw)
+
+
+def nonce_ext(nonce):
+    c, d = struct.unpack(">QQ", nonce)
+    return ext(c=c, d=d)
+
+
+SEL_MIN = b"\x00"       # buf_size = SDP_MIN_BUF_SIZE
+SEL_LEN = b"\x03"       # buf_size = the message length
+SEL_LEN_M1 = b"\x04"    # buf_size = the message length - 1
+
+
+def sel_raw(buf_size):
+    return b"\xf0" + struct.pack(">I", buf_size)
+
+
+def bsdh_seeds():
+    s = {
+        "data-5": SEL_MIN + msg(MID["DATA"], b"hello"),
+        "data-fills-buffer": SEL_LEN + msg(MID["DATA"], bytes(range(200)), mseq=7, ack=6),
+        "data-big-buffer": sel_raw(1 << 20) + msg(MID["DATA"], b"x" * 64, bufs=1024),
+        "credit-update-starving": SEL_MIN + bsdh(MID["CREDIT_UPDATE"], 16, FLAG_STARVING, 1024),
+        "disconn": SEL_MIN + bsdh(MID["DISCONN"], 16, mseq=0xffffffff, ack=0xfffffffe),
+        "keepalive": SEL_MIN + bsdh(MID["KEEPALIVE"], 16, bufs=0),
+        "attach": SEL_MIN + bsdh(MID["ATTACH"], 16, mseq=2),
+        "abort": SEL_MIN + ctrl(MID["ABORT"], a=104),
+        "detach": SEL_MIN + ctrl(MID["DETACH"], a=REASON["ACCEPTED_ELSEWHERE"]),
+        "commit-nonce": SEL_MIN + msg(MID["COMMIT"], nonce_ext(NONCE_A)),
+        "src-avail": SEL_MIN + ctrl(MID["SRC_AVAIL"], 262144, 0x1234, 0x7f0000001000, 1 << 30),
+        "rdma-rd-compl": SEL_MIN + ctrl(MID["RDMA_RD_COMPL"], 262144, 0, 0, 1 << 30),
+        "sink-avail": SEL_MIN + ctrl(MID["SINK_AVAIL"], 1 << 20, 0x99, 0x7f0000200000, 4096),
+        "sink-cancel-ack": SEL_MIN + ctrl(MID["SINK_CANCEL_ACK"], 0, 0, 0, 4096),
+        # near-valid: one rule broken
+        "bad-data-empty": SEL_MIN + bsdh(MID["DATA"], 16),
+        "bad-len-not-received": SEL_MIN + bsdh(MID["DATA"], 22) + b"hello",
+        "bad-len-over-buffer": SEL_LEN_M1 + msg(MID["DATA"], b"hello"),
+        "bad-mid-0x11": SEL_MIN + bsdh(0x11, 16),
+        "bad-mid-0": SEL_MIN + ctrl(0x00),
+        "bad-flags": SEL_MIN + bsdh(MID["KEEPALIVE"], 16, flags=0x02),
+        "bad-bufs-1025": SEL_MIN + bsdh(MID["CREDIT_UPDATE"], 16, bufs=1025),
+        "bad-commit-v1-no-ext": SEL_MIN + bsdh(MID["COMMIT"], 16),
+        "bad-attach-with-ext": SEL_MIN + ctrl(MID["ATTACH"]),
+        "bad-short": SEL_MIN + bsdh(MID["KEEPALIVE"], 16)[:15],
+    }
+    return s
+
+
+def v4_mapped(addr):
+    return bytes(10) + b"\xff\xff" + bytes(addr)
+
+
+def hello(count=32, size=32768, sport=40000, dport=6379, src=None, dst=None,
+          magic=HELLO_MAGIC, version=WIRE_VERSION, flags=0):
+    if src is None:
+        src, dst = v4_mapped((10, 0, 0, 2)), v4_mapped((10, 0, 0, 1))
+    return struct.pack(">IBBHIHH", magic, version, flags, count, size, sport, dport) + src + dst
+
+
+def hello_seeds():
+    v6 = (bytes.fromhex("fe800000000000000000000000000002"),
+          bytes.fromhex("fe800000000000000000000000000001"))
+    return {
+        "v4": hello(),
+        "v4-private-data-56": hello() + bytes(8),
+        "v6-limits-min": hello(4, 4096, 1, 1, *v6),
+        "v6-limits-max": hello(1024, 1 << 20, 65535, 65535, *v6),
+        "bad-magic": hello(magic=BIND_MAGIC),
+        "bad-version-1": hello(version=1),
+        "bad-flags": hello(flags=1),
+        "bad-src-port-0": hello(sport=0),
+        "bad-count-3": hello(count=3),
+        "bad-count-1025": hello(count=1025),
+        "bad-size-4095": hello(size=4095),
+        "bad-size-over-max": hello(size=(1 << 20) + 1),
+        "bad-short": hello()[:-1],
+    }
+
+
+def hello_ack(count=32, size=32768, nonce=NONCE_B, magic=HELLO_MAGIC, version=WIRE_VERSION,
+              flags=0):
+    return struct.pack(">IBBHI", magic, version, flags, count, size) + nonce
+
+
+def hello_ack_seeds():
+    return {
+        "default": hello_ack(),
+        "limits-min": hello_ack(4, 4096, bytes(16)),
+        "limits-max": hello_ack(1024, 1 << 20, b"\xff" * 16),
+        "with-trailing-bytes": hello_ack() + bytes(20),
+        "bad-v1-without-nonce": struct.pack(">IBBHI", HELLO_MAGIC, 1, 0, 32, 32768),
+        "bad-version-1": hello_ack(version=1),
+        "bad-magic": hello_ack(magic=0),
+        "bad-flags": hello_ack(flags=0x80),
+        "bad-count-0": hello_ack(count=0),
+        "bad-size-0": hello_ack(size=0),
+        "bad-short": hello_ack()[:-1],
+    }
+
+
+def reject(code, magic=HELLO_MAGIC, version=WIRE_VERSION, pad=0):
+    return struct.pack(">IBBH", magic, version, code, pad)
+
+
+def reject_seeds():
+    s = {"code-%d" % c: reject(c) for c in range(1, 6)}
+    s.update({
+        "code-unknown-200": reject(200),
+        "code-0": reject(0),
+        "v1-version": reject(1, version=1),
+        "with-trailing-bytes": reject(3) + bytes(48),
+        "bad-magic": reject(1, magic=BIND_MAGIC),
+        "bad-short": reject(1)[:-1],
+    })
+    return s
+
+
+def count16(n):
+    return struct.pack(">H", n)
+
+
+def switch(reason, resend_from, magic=HELLO_MAGIC, version=WIRE_VERSION, flags=0):
+    return struct.pack(">IBBHQ", magic, version, reason, flags, resend_from)
+
+
+def switch_seeds():
+    rc = count16(REASON_COUNT)
+    return {
+        "failover-0": rc + switch(REASON["FAILOVER"], 0),
+        "forked-with-stream": rc + switch(REASON["FORKED"], 1 << 40) + b"stream bytes",
+        "last-reason-max-offset": rc + switch(REASON_COUNT - 1, (1 << 64) - 1),
+        "any-reason": count16(0xffff) + switch(255, 12345),
+        "bad-reason-count": rc + switch(REASON_COUNT, 0),
+        "bad-version-1": rc + switch(REASON["FAILOVER"], 0, version=1),
+        "bad-flags": rc + switch(REASON["FAILOVER"], 0, flags=0x100),
+        "bad-magic-bind": rc + switch(REASON["FAILOVER"], 0, magic=BIND_MAGIC),
+        "bad-short": rc + switch(REASON["FAILOVER"], 0)[:-1],
+    }
+
+
+def bind(kind, reason=0, nonce=NONCE_B, magic=BIND_MAGIC, version=WIRE_VERSION):
+    return struct.pack(">IBBH", magic, version, kind, reason) + nonce
+
+
+SERVER = bytes([1 << BIND_PROOF])                  # the server accepts PROOF
+CLIENT = bytes([1 << BIND_ACK | 1 << BIND_NAK])     # the client accepts ACK and NAK
+
+
+def bind_seeds():
+    rc = count16(REASON_COUNT)
+    return {
+        "proof": SERVER + rc + bind(BIND_PROOF, nonce=NONCE_B),
+        "ack": CLIENT + rc + bind(BIND_ACK, nonce=NONCE_A),
+        "ack-then-app-data": CLIENT + rc + bind(BIND_ACK, nonce=NONCE_A) + b"+PONG\r\n",
+        "nak-protocol": CLIENT + rc + bind(BIND_NAK, REASON["PROTOCOL"], bytes(16)),
+        "bad-proof-at-client": CLIENT + rc + bind(BIND_PROOF),
+        "bad-nak-reason-count": CLIENT + rc + bind(BIND_NAK, REASON_COUNT),
+        "bad-ack-with-reason": CLIENT + rc + bind(BIND_ACK, 1),
+        "bad-kind-0": bytes([0xff]) + rc + bind(0),
+        "bad-kind-4": bytes([0xff]) + rc + bind(4),
+        "bad-version-1": SERVER + rc + bind(BIND_PROOF, version=1),
+        "bad-magic-hello": SERVER + rc + bind(BIND_PROOF, magic=HELLO_MAGIC),
+        "prefix-magic": SERVER + rc + b"SDPB",
+        "prefix-magic-version": SERVER + rc + b"SDPB\x02",
+        "prefix-3": SERVER + rc + b"SDP",
+        "app-data": SERVER + rc + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    }
+
+
+def rules_seeds():
+    return {
+        "readme": (b"# use rdma|tcp|both server|client <program glob> <addr[/prefix]|*>:<port[-port]|*>\n"
+                   b"use tcp  client *          10.1.0.0/16:*\n"
+                   b"use both server redis-*    *:6379\n"
+                   b"use rdma client iperf3     [fe80::]/64:5201-5299 zcopy_thresh=131072 "
+                   b"connect_timeout_ms=200\n"),
+        "server-clients": b"use both server memcached  *:11211 clients=10.1.0.0/16,[fd00::]/8\n",
+        "one-rule": b"use both client * *:*\n",
+        "empty": b"",
+    }
+
+
+CORPORA = {
+    "fuzz_bsdh": bsdh_seeds,
+    "fuzz_hello": hello_seeds,
+    "fuzz_hello_ack": hello_ack_seeds,
+    "fuzz_reject": reject_seeds,
+    "fuzz_switch": switch_seeds,
+    "fuzz_bind": bind_seeds,
+    "fuzz_rules": rules_seeds,
+}
+
+
+def main():
+    for harness, make in sorted(CORPORA.items()):
+        d = os.path.join(HERE, "corpus", harness)
+        os.makedirs(d, exist_ok=True)
+        for old in os.listdir(d):
+            os.unlink(os.path.join(d, old))
+        seeds = make()
+        for name, data in sorted(seeds.items()):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        print("%s: %d seeds" % (os.path.relpath(d, REPO), len(seeds)))
+    for src in sorted(os.listdir(HERE)):
+        if src.startswith("fuzz_") and src.endswith(".c"):
+            d = os.path.join(HERE, "regressions", src[:-2])
+            os.makedirs(d, exist_ok=True)
+            keep = os.path.join(d, ".gitkeep")
+            if not os.path.exists(keep):
+                open(keep, "w").close()
+
+
+if __name__ == "__main__":
+    main()
