@@ -84,11 +84,13 @@ static void bind_reset(struct sdp_conn *c, int err, const char *why)
 		conn_schedule_destroy(c);
 }
 
-/* The handshake's bound is over: the channel's timer now means what it
- * means on an open channel (the linger bound of a socket the app closed
- * meanwhile, or keepalive). */
-static void retime_opened(struct sdp_conn *c)
+/* The channel just opened.  The handshake's bound is over: the timer now
+ * means what it means on an open channel (the linger bound of a socket the
+ * app closed meanwhile, or keepalive); and a recv blocked meanwhile looks
+ * again (a large one offers a zero-copy sink before the data comes). */
+static void on_opened(struct sdp_conn *c)
 {
+	conn_wake_readers(c);
 	if (c->app_closed)
 		conn_arm_timer(c, sdp_tun.linger_ms);
 	else if (c->keepalive)
@@ -162,7 +164,7 @@ void bind_server_on_commit(struct sdp_conn *c)
 void bind_server_open(struct sdp_conn *c)
 {
 	c->phase = CONN_OPEN;
-	retime_opened(c);
+	on_opened(c);
 	queue_attach(c);
 	tx_kick(c);
 	conn_update_readiness(c, false);
@@ -231,8 +233,9 @@ static void server_on_timer(struct sdp_conn *c)
 {
 	switch (c->bind) {
 	case BIND_IDLE:
-		sdp_info("the client never committed the RDMA channel of an accepted connection; "
-			 "using TCP");
+		sdp_info("the client never committed the RDMA channel of an accepted connection "
+			 "(port %u%s); using TCP", c->tuple.src_port,
+			 c->established ? "" : ", never established");
 		bind_fallback(c, SDP_REASON_UNPROVEN);
 		break;
 	case BIND_SIGNALLED:
@@ -403,7 +406,7 @@ void bind_client_on_attach(struct sdp_conn *c)
 	}
 	c->bind = BIND_PROVEN;
 	c->phase = CONN_OPEN;
-	retime_opened(c);
+	on_opened(c);
 	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
 	pthread_cond_broadcast(&c->cond);
 	conn_update_readiness(c, false);

@@ -93,12 +93,18 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	c->owner_ops = p->owner_ops;
 	c->st = p->st;
 	c->async_connect = p->async;
+	/* Before the first rdma_cm call: the progress thread may run the whole
+	 * attempt (a non-blocking connect's kernel connect included) before
+	 * this thread continues. */
+	c->connect_deadline_ms = progress_now_ms() + p->timeout_ms; /* binding included */
 	sockaddr_to_tuple_addr(p->dst, c->tuple.dst_addr, &c->tuple.dst_port);
 	*err = ensure_bound(p->app_fd, p->dst->sa_family, &c->tuple.src_port);
 	c->tcp_fd = *err ? -1 : progress_hide_fd(real.dup(p->app_fd));
 	if (!*err && c->tcp_fd < 0)
 		*err = -EMFILE;
+	conn_get(c); /* the caller's, before the progress thread can end the attempt */
 	if (!*err) {
+		conn_arm_timer(c, p->timeout_ms); /* RESOLVING's bound */
 		SDP_GUARD_ENTER();
 		rc = rdma_create_id(ch, &c->cm_id, c, RDMA_PS_TCP);
 		if (rc == 0)
@@ -113,11 +119,9 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 		c->phase = CONN_DEAD;
 		conn_schedule_destroy(c);
 		conn_unlock(c);
+		conn_put(c);
 		return NULL;
 	}
-	conn_get(c); /* the caller's reference */
-	c->connect_deadline_ms = progress_now_ms() + p->timeout_ms; /* binding included */
-	conn_arm_timer(c, p->timeout_ms);
 	return c;
 }
 

@@ -47,6 +47,9 @@ void conn_schedule_destroy(struct sdp_conn *c);
 void conn_update_readiness(struct sdp_conn *c, bool new_data);
 void conn_signal_owner(struct sdp_conn *c, enum conn_event ev);
 bool conn_readable_locked(const struct sdp_conn *c);
+/* Wakes the threads blocked in recv so they look again (the channel
+ * opened: a large blocking read may now offer a zero-copy sink). */
+void conn_wake_readers(struct sdp_conn *c);
 bool conn_writable_locked(const struct sdp_conn *c);
 
 /* tx.c */

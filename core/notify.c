@@ -151,6 +151,12 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
 		indicator_set(c->wr_fd, &c->wr_set, false);
 }
 
+void conn_wake_readers(struct sdp_conn *c)
+{
+	if (c->rx_waiters)
+		indicator_set(c->rd_fd, &c->rd_set, true);
+}
+
 void conn_prepare_wait(struct sdp_conn *c)
 {
 	bool readable, writable;
