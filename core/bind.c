@@ -3,6 +3,7 @@
  * file owns conn->bind on both ends, the urgent signal, the PROOF and NAK
  * records on the TCP socket, and the bound on every wait of the handshake. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -21,24 +22,45 @@ static unsigned bind_step_ms(void)
 	return sdp_tun.connect_timeout_ms;
 }
 
-void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
+#ifndef GRND_INSECURE
+#define GRND_INSECURE 0x0004 /* Linux >= 5.6 */
+#endif
+
+/* A nonce must be unknown to whoever is not the channel's peer; it need not
+ * wait for the kernel's generator to be seeded at boot (getrandom() would
+ * block the connect for seconds then).  Fallbacks: GRND_INSECURE, then
+ * /dev/urandom. */
+static bool fill_random(uint8_t *buf, size_t len, unsigned flags)
 {
 	size_t got = 0;
 
-	while (got < SDP_NONCE_SIZE) {
-		ssize_t n = getrandom(nonce + got, SDP_NONCE_SIZE - got, 0);
+	while (got < len) {
+		ssize_t n = getrandom(buf + got, len - got, flags);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			/* Never expected (Linux >= 3.17); a predictable nonce would
-			 * only let a peer on the TCP connection prove itself, which
-			 * it is anyway. */
-			sdp_error("getrandom failed: %s", strerror(errno));
-			memset(nonce + got, 0x5a, SDP_NONCE_SIZE - got);
-			return;
-		}
+		if (n <= 0)
+			return false;
 		got += (size_t)n;
 	}
+	return true;
+}
+
+void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
+{
+	int fd;
+
+	if (fill_random(nonce, SDP_NONCE_SIZE, GRND_NONBLOCK) ||
+	    fill_random(nonce, SDP_NONCE_SIZE, GRND_INSECURE))
+		return;
+	fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC); /* open is not interposed */
+	if (fd >= 0 && real.read(fd, nonce, SDP_NONCE_SIZE) == SDP_NONCE_SIZE) {
+		real.close(fd);
+		return;
+	}
+	if (fd >= 0)
+		real.close(fd);
+	sdp_error("no random source for a channel nonce: %s", strerror(errno));
+	memset(nonce, 0x5a, SDP_NONCE_SIZE); /* only a peer on the TCP connection could use it */
 }
 
 /* ------------------------------------------------------------- helpers */

@@ -10,8 +10,11 @@
  *       -w FILE: once the first connection's data is verified, print "holding" and keep
  *       it open until FILE exists (another test step controls when it closes).
  *
- * Client lines: "conn I connect_ms=X.Y bytes=N sha256=HEX ok", one per connection, then
- * "ok COUNT".  Any failure prints "FAIL ..." and exits 1.  GUARD_SECS bounds the run. */
+ * Client lines: "conn I connect_ms=X.Y first_ms=X.YY bytes=N sha256=HEX ok", one per
+ * connection, then "ok COUNT".  connect_ms: the connect() call; first_ms: from the start
+ * of connect() to the first echoed byte read back (includes whatever the path still does
+ * after connect() returns, e.g. sdpshim's binding handshake; with BYTES 0: connect_ms).
+ * Any failure prints "FAIL ..." and exits 1.  GUARD_SECS bounds the run. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -175,7 +178,7 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 	uint8_t d_out[SHA256_DIGEST_LEN], d_in[SHA256_DIGEST_LEN];
 	char hex[SHA256_HEX_LEN + 1];
 	size_t sent = 0, got = 0;
-	double t0, t1;
+	double t0, t1, t_first = -1;
 	int fd;
 
 	if (!out || !in)
@@ -200,15 +203,19 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 			if (r <= 0)
 				fail("conn %d: read after %zu of %zu bytes: %s", index, got, bytes,
 				     r < 0 ? strerror(errno) : "EOF");
+			if (t_first < 0)
+				t_first = mono_ms();
 			got += (size_t)r;
 		}
 	}
+	if (t_first < 0)
+		t_first = t1;
 	sha256(out, bytes, d_out);
 	sha256(in, bytes, d_in);
 	if (memcmp(d_out, d_in, sizeof(d_out)) != 0)
 		fail("conn %d: echoed bytes differ from the sent ones", index);
-	printf("conn %d connect_ms=%.1f bytes=%zu sha256=%s ok\n", index, t1 - t0, bytes,
-	       sha256_hex(d_in, hex));
+	printf("conn %d connect_ms=%.1f first_ms=%.2f bytes=%zu sha256=%s ok\n", index, t1 - t0,
+	       t_first - t0, bytes, sha256_hex(d_in, hex));
 	fflush(stdout);
 	if (hold_file && index == 1) {
 		printf("holding\n");
