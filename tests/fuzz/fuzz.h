@@ -5,9 +5,11 @@
 #ifndef SDPSHIM_TESTS_FUZZ_H
 #define SDPSHIM_TESTS_FUZZ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/wire.h"
@@ -51,6 +53,47 @@ static inline void check_error_text(enum sdp_wire_error err)
 
 	CHECK((unsigned)err <= SDP_WIRE_BAD_FIELD);
 	CHECK(text != NULL && strcmp(text, "unknown wire error") != 0);
+}
+
+/* What a model found wrong with a message that has a preamble (magic,
+ * version, flags) and range-checked fields: Hello, HelloAck, SWITCH. */
+struct preamble_broken {
+	bool shortmsg, magic, version, flags, field;
+};
+
+/* The decoder's verdict err is OK exactly when the model finds nothing
+ * wrong, and every error it returns names a rule the input breaks. */
+static inline void check_preamble_verdict(enum sdp_wire_error err, const struct preamble_broken *b)
+{
+	bool ok = !b->shortmsg && !b->magic && !b->version && !b->flags && !b->field;
+
+	CHECK((err == SDP_WIRE_OK) == ok);
+	CHECK((err == SDP_WIRE_SHORT) == b->shortmsg);
+	CHECK(err != SDP_WIRE_BAD_MAGIC || b->magic);
+	CHECK(err != SDP_WIRE_BAD_VERSION || b->version);
+	CHECK(err != SDP_WIRE_BAD_FLAGS || b->flags);
+	CHECK(err != SDP_WIRE_BAD_FIELD || b->field);
+	CHECK(err != SDP_WIRE_BAD_LENGTH && err != SDP_WIRE_BAD_MID);
+}
+
+/* Only the message's own `own` bytes count: decoding exactly those gives
+ * the same verdict, and a copy one byte short (in a buffer of that size,
+ * so ASan sees any read past it) is SHORT.  decode: the decoder under test,
+ * with its other arguments bound by the harness. */
+static inline void check_own_bytes(enum sdp_wire_error (*decode)(const uint8_t *, size_t),
+				   const uint8_t *data, size_t size, size_t own,
+				   enum sdp_wire_error err)
+{
+	uint8_t *copy;
+
+	if (size < own)
+		return;
+	CHECK(decode(data, own) == err);
+	copy = malloc(own - 1);
+	CHECK(copy != NULL);
+	memcpy(copy, data, own - 1);
+	CHECK(decode(copy, own - 1) == SDP_WIRE_SHORT);
+	free(copy);
 }
 
 /* A parameter the harness reads from the front of its input (reason_count):
