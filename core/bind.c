@@ -446,6 +446,7 @@ static void client_on_timer(struct sdp_conn *c)
 {
 	if (c->bind == BIND_IDLE) {
 		sdp_info("no RDMA channel binding within the connect bound; using TCP");
+		c->detach_reason = SDP_REASON_RDMA_TIMEOUT;
 		tx_queue_ctrl(c, SDP_MID_DETACH); /* best effort: the server stops waiting */
 		tx_kick(c);
 		bind_fallback(c, SDP_REASON_RDMA_TIMEOUT);

@@ -428,3 +428,147 @@ ref_digest() {
     host_ref_digest "$1" "$2" || "$PROGS/streamref" "$1" "$2"
   fi
 }
+
+# --- trust (tests/vm/35-trust.bats): a rogue peer run by an unprivileged user ---
+#
+#   TRUST_PROGS               where rogue and acceptwait come from: $SDPSHIM_TRUST_PROGS, else
+#                             $PROGS.  The tools of this tree can drive another library build:
+#                             BUILD=/path/to/old/build SDPSHIM_TRUST_PROGS=$PWD/build/tests/progs
+#   ROGUE_ARGS                words added to every rogue command: $SDPSHIM_ROGUE_ARGS, e.g. --v1
+#                             to speak the version-1 formats to a build of the old protocol
+#   AS_NOBODY                 array: prefix that runs a command as nobody (65534, no groups)
+#   rogue_start NAME ARGS...  start_bg NAME: rogue ARGS $ROGUE_ARGS as nobody, under a timeout;
+#                             its lines go to $T/NAME.log
+#   rogue_stop NAME           SIGTERM (the rogue prints its summary and exits 0), wait
+#   rogue_summary NAME        its last line (listen: "data_bytes=..", hello: "established=..")
+#   rogue_field NAME KEY      KEY's value in that summary line
+#   plain_echo_client ADDR PORT SPORT BYTES   a plain (not preloaded) client bound to source
+#                             port SPORT: sends BYTES random bytes while reading the echo, then
+#                             half-closes and reads to EOF; prints "sent=N sha256=H" and
+#                             "got=N sha256=H" (30 s socket timeout, killed after 60 s)
+#   memcg_create NAME MAX     a cgroup v2 memory group (mounts cgroup2 if needed) with memory.max
+#                             MAX; prints its path, or nothing where the kernel has none
+#   memcg_remove PATH         removes it (after its processes ended)
+#   proc_vmpin_kb PID         VmPin of PID in kB (0 when absent)
+#   proc_mr_bytes PID         sum of mrlen of the MRs of PID's threads (`rdma resource show mr`)
+#   pin_watch_start PID / pin_watch_stop   sample both every 0.1 s into $T/pin.samples
+#   pin_watch_mark NAME       start a named stretch of samples
+#   pin_watch_max [NAME]      "MAX_VMPIN_KB MAX_MR_BYTES" over all samples (or NAME's stretch)
+
+TRUST_PROGS=${SDPSHIM_TRUST_PROGS:-$PROGS}
+read -r -a ROGUE_ARGS <<<"${SDPSHIM_ROGUE_ARGS:-}"
+AS_NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+
+rogue_start() {
+  local name=$1; shift
+  start_bg "$name" timeout -k 5 300 "${AS_NOBODY[@]}" "$TRUST_PROGS/rogue" "$@" "${ROGUE_ARGS[@]}"
+}
+
+rogue_stop() {
+  local f=$BATS_TEST_TMPDIR/$1.pid
+  [ -f "$f" ] || return 0
+  kill -TERM "$(cat "$f")" 2>/dev/null || true
+  wait_bg "$1"
+}
+
+rogue_summary() { tail -n 1 "$BATS_TEST_TMPDIR/$1.log" 2>/dev/null; }
+
+rogue_field() {
+  rogue_summary "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+
+plain_echo_client() {
+  timeout -k 5 60 "$PY" -S - "$@" <<'PYEOF'
+import hashlib, os, socket, sys, threading
+addr, port, sport, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+data = os.urandom(n)
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.settimeout(30)
+s.bind((addr, sport))
+s.connect((addr, port))
+def send():
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send, daemon=True)
+t.start()
+got = bytearray()
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+except Exception as e:
+    print("error=%s" % type(e).__name__)
+print("sent=%d sha256=%s" % (len(data), hashlib.sha256(data).hexdigest()))
+print("got=%d sha256=%s" % (len(got), hashlib.sha256(bytes(got)).hexdigest()))
+PYEOF
+}
+
+memcg_create() {
+  local name=$1 max=$2 root=/sys/fs/cgroup
+  if [ ! -e "$root/cgroup.controllers" ]; then
+    mount -t cgroup2 none "$root" 2>/dev/null || return 0
+  fi
+  grep -qw memory "$root/cgroup.controllers" || return 0
+  grep -qw memory "$root/cgroup.subtree_control" ||
+    echo +memory >"$root/cgroup.subtree_control" 2>/dev/null || return 0
+  mkdir -p "$root/$name" && echo "$max" >"$root/$name/memory.max" || return 0
+  echo "$root/$name"
+}
+
+memcg_remove() {
+  [ -n "${1:-}" ] && [ -d "$1" ] || return 0
+  rmdir "$1" 2>/dev/null || true
+}
+
+proc_vmpin_kb() {
+  local k v _
+  while read -r k v _; do
+    [ "$k" = VmPin: ] && { echo "$v"; return 0; }
+  done <"/proc/$1/status" 2>/dev/null
+  echo 0
+}
+
+# rdma names the thread that registered an MR (its TID): match every thread of PID.
+proc_mr_bytes() {
+  local tids
+  tids=$(ls "/proc/$1/task" 2>/dev/null | tr '\n' ' ')
+  [ -n "$tids" ] || { echo 0; return 0; }
+  rdma resource show mr 2>/dev/null | awk -v tids=" $tids" '
+    { len = 0; p = ""
+      for (i = 1; i < NF; i++) { if ($i == "mrlen") len = $(i + 1); if ($i == "pid") p = $(i + 1) }
+      if (p != "" && index(tids, " " p " ")) sum += len }
+    END { print sum + 0 }'
+}
+
+pin_watch_start() {
+  local pid=$1 out=$BATS_TEST_TMPDIR/pin.samples
+  : >"$out"
+  (
+    while kill -0 "$pid" 2>/dev/null; do
+      echo "$(proc_vmpin_kb "$pid") $(proc_mr_bytes "$pid")"
+      sleep 0.1
+    done
+  ) >>"$out" 2>/dev/null 3>&- &
+  echo $! >"$BATS_TEST_TMPDIR/pinwatch.pidfile"
+}
+
+pin_watch_stop() {
+  local f=$BATS_TEST_TMPDIR/pinwatch.pidfile pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  rm -f "$f"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+pin_watch_mark() { echo "mark $1" >>"$BATS_TEST_TMPDIR/pin.samples"; }
+
+pin_watch_max() {
+  awk -v want="${1:-}" '
+    $1 == "mark" { in_stretch = ($2 == want); next }
+    want == "" || in_stretch { if ($1 > p) p = $1; if ($2 > m) m = $2 }
+    END { print p + 0, m + 0 }' "$BATS_TEST_TMPDIR/pin.samples" 2>/dev/null
+}

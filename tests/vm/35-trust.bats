@@ -1,0 +1,284 @@
+#!/usr/bin/env bats
+# VM suite, part 35: a channel is bound to a TCP connection only on proof, never
+# on the peer's word.  tests/progs/rogue plays a lying peer with the wire
+# format's own encoders, run by an unprivileged user (nobody): anyone on a host
+# can open rdma_cm and bind a port of its RDMA_PS_TCP port space, which is not
+# the kernel's TCP port space.
+#   1-3  a rogue rdma_cm listener on the port of a TCP server (a plain one, and
+#        a preloaded one that starts after the rogue) must never receive a
+#        preloaded client's stream, nor stall it past SDPSHIM_CONNECT_TIMEOUT_MS;
+#   4    a forged, committed Hello naming a plain client's source port must not
+#        get that client's connection (its echo comes back intact);
+#   5    16 Hellos asking for the most buffers (1024 x 1 MiB), then 16 asking
+#        for 1024 x 64 KiB (what a 1 GiB guest can pin), must not pin the
+#        server's memory while pending, nor keep honest clients off RDMA;
+#   6    an uncommitted forged Hello must not stall a non-blocking accept4().
+# Every data check is by SHA-256.  To show these reproduce the findings on a
+# build of the version-1 protocol (commit ad1ce48), run this file with
+# BUILD=<that build> SDPSHIM_TRUST_PROGS=<this tree's build>/tests/progs
+# SDPSHIM_ROGUE_ARGS=--v1 (see vm_helpers.bash).
+
+load ../helpers
+load vm_helpers
+
+setup() {
+  vm_setup
+  for p in rogue acceptwait; do
+    [ -x "$TRUST_PROGS/$p" ] || { echo "missing $TRUST_PROGS/$p: run make" >&2; return 1; }
+  done
+  CONNECTS=$PROGS/connects
+  [ -x "$CONNECTS" ] || { echo "missing $CONNECTS: run make" >&2; return 1; }
+  MEMCG=
+}
+
+teardown() {
+  pin_watch_stop
+  vm_teardown
+  memcg_remove "$MEMCG"
+}
+
+# plain_redis PORT: a redis-server that is not preloaded, on $RXE_IP:PORT.
+plain_redis() {
+  start_bg plainredis timeout -k 5 300 redis-server --port "$1" --bind "$RXE_IP" \
+    --protected-mode no --save '' --appendonly no --daemonize no
+  wait_port "$RXE_IP" "$1" 30 || { bg_log plainredis >&2; return 1; }
+}
+
+# random_value FILE BYTES: BYTES of random base64 (one word) in FILE.
+random_value() {
+  head -c "$2" /dev/urandom | base64 -w0 | head -c "$2" >"$1"
+}
+
+# redis_get_sha PORT KEY: SHA-256 of KEY's value, read by a plain redis-cli
+# (which prints the raw value and a newline).
+redis_get_sha() {
+  local out=$T/get.$2
+  run_timeout 30 redis-cli -h "$RXE_IP" -p "$1" --raw get "$2" >"$out" || return 1
+  head -c -1 "$out" | sha256sum | cut -c1-64
+}
+
+# timed_set PORT KEY FILE: a preloaded redis-cli -x set KEY <FILE; sets
+# SET_OUT (its stdout), SET_ERR (its stderr: the shim's warnings), SET_RC and
+# SET_MS (wall clock of the command).
+timed_set() {
+  local t0 t1
+  SET_RC=0
+  t0=$(date +%s%N)
+  SET_OUT=$(run_timeout 20 "${PRE[@]}" redis-cli -h "$RXE_IP" -p "$1" -x set "$2" <"$3" \
+    2>"$T/set.err") || SET_RC=$?
+  t1=$(date +%s%N)
+  SET_MS=$(( (t1 - t0) / 1000000 ))
+  SET_ERR=$(cat "$T/set.err")
+}
+
+@test "rogue rdma_cm listener beside a plain redis-server: the preloaded SET reaches the real redis, not the rogue" {
+  local port want got
+  port=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=3000
+  plain_redis "$port"
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP"
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  random_value "$T/value" 3000
+  want=$(sha256_of "$T/value")
+  timed_set "$port" trust:k1 "$T/value"
+  got=$(redis_get_sha "$port" trust:k1) || true
+  rogue_stop rogue || true
+  show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms: $SET_OUT" "  stderr: $SET_ERR" \
+       "value sha256 $want, real redis has ${got:-nothing}" \
+       "rogue (rdma_cm listener on the same port):" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" \
+       "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  # The client did offer its channel to the rogue (else this proves nothing).
+  [ "$(rogue_field rogue hellos)" -ge 1 ]
+  [ "$SET_RC" -eq 0 ]
+  [ "$SET_OUT" = OK ]
+  [ "$got" = "$want" ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
+}
+
+@test "rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
+  local port want got bound=$((3000 + 1000))
+  port=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=3000
+  plain_redis "$port"
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  random_value "$T/value" 3000
+  want=$(sha256_of "$T/value")
+  timed_set "$port" trust:k2 "$T/value"
+  got=$(redis_get_sha "$port" trust:k2) || true
+  rogue_stop rogue || true
+  show "preloaded redis-cli (SDPSHIM_CONNECT_TIMEOUT_MS=3000): rc=$SET_RC in $SET_MS ms (bound $bound ms): $SET_OUT" "  stderr: $SET_ERR" \
+       "value sha256 $want, real redis has ${got:-nothing}" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
+  [ "$(rogue_field rogue hellos)" -ge 1 ]
+  [ "$SET_RC" -eq 0 ]
+  [ "$SET_OUT" = OK ]
+  [ "$SET_MS" -lt "$bound" ]
+  [ "$got" = "$want" ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
+}
+
+@test "rogue binds the rdma_cm port before a preloaded redis-server starts: the server serves TCP, its clients reach it" {
+  local port want got bound=$((3000 + 1000))
+  port=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=3000
+  # Every address: the server's own rdma_cm bind on $RXE_IP:PORT then fails.
+  rogue_start rogue listen --port "$port"
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  redis_start "$RXE_IP" "$port"
+  random_value "$T/value" 3000
+  want=$(sha256_of "$T/value")
+  timed_set "$port" trust:k3 "$T/value"
+  got=$(redis_get_sha "$port" trust:k3) || true
+  redis_stop || true
+  rogue_stop rogue || true
+  show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms (bound $bound ms): $SET_OUT" "  stderr: $SET_ERR" \
+       "value sha256 $want, redis has ${got:-nothing}" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
+  [ "$(rogue_field rogue hellos)" -ge 1 ]
+  [ "$SET_RC" -eq 0 ]
+  [ "$SET_OUT" = OK ]
+  [ "$SET_MS" -lt "$bound" ]
+  [ "$got" = "$want" ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
+  # The server had no RDMA listener: every connection it accepted is TCP.
+  [ "$(stats_lines "$STATS" comm=redis-server | wc -l)" -ge 1 ]
+  [ "$(stats_lines "$STATS" comm=redis-server path=rdma | wc -l)" -eq 0 ]
+}
+
+@test "forged committed Hello naming a plain client's source port: the plain client gets its own echo, the rogue nothing" {
+  local port sport sent got
+  port=$(free_port); sport=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --hold 120
+  wait_for_line "$T/rogue.log" '^(commit_sent|rejected|error) conn=0' 60
+  plain_echo_client "$RXE_IP" "$port" "$sport" 65536 >"$T/plain.out" 2>&1 || true
+  sleep 1 # whatever the server sends the rogue after the accept arrives meanwhile
+  rogue_stop rogue || true
+  local src=0
+  wait_bg server || src=$?
+  sent=$(sed -n 's/^sent=//p' "$T/plain.out"); got=$(sed -n 's/^got=//p' "$T/plain.out")
+  show "plain client from port $sport: $(tr '\n' ' ' <"$T/plain.out")" "server rc=$src" \
+       "rogue (Hello naming $RXE_IP:$sport -> $RXE_IP:$port):" "$(head -20 "$T/rogue.log")" \
+       "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  # The server accepted the forged channel (the scenario happened) ...
+  grep -q '^established conn=0' "$T/rogue.log"
+  grep -q '^commit_sent conn=0' "$T/rogue.log"
+  # ... and still the plain client got exactly its own bytes back.
+  [ -n "$sent" ]
+  [ "$got" = "$sent" ]
+  [ "$(rogue_field rogue attach)" = 0 ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$src" -eq 0 ]
+  [ "$(stats_lines "$STATS" role=server path=tcp | wc -l)" -eq 1 ]
+}
+
+# flood_phase NAME SPORT BUF_SIZE: 16 Hellos (source ports SPORT..SPORT+15)
+# asking for 1024 receive buffers of BUF_SIZE, held open while one honest
+# preloaded connection echoes 256 KiB (checked by SHA-256 in the client);
+# then the rogue hangs up.  The pin samples of the phase follow a mark.
+flood_phase() {
+  local name=$1 rc=0
+  pin_watch_mark "$name"
+  rogue_start "$name" hello --to "$RXE_IP:$FLOOD_PORT" --src-port "$2" --count 16 \
+    --buf-count 1024 --buf-size "$3" --hold 300
+  wait_for_line "$T/$name.log" '^holding ' 120 || rc=1
+  run_timeout 120 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$FLOOD_PORT" -n 1 -b 262144 \
+    >"$T/$name.honest" 2>&1 || rc=1
+  sleep 0.5 # one more sample with everything still open
+  rogue_stop "$name" || true
+  return "$rc"
+}
+
+@test "16 Hellos asking for 1024 x 1 MiB (and 1024 x 64 KiB) buffers: the server pins < 64 MiB for them, honest clients stay on RDMA" {
+  local spid base_pin base_mr base_peak= peak= oom= src=0 r1=0 r2=0 ph
+  local limit=$((64 << 20)) max_pin max_mr grow_pin grow_mr
+  FLOOD_PORT=$(free_port)
+  # The server runs in a memory cgroup where the kernel has one: a server
+  # that pins what such Hellos ask for runs out there, not in the whole guest.
+  MEMCG=$(memcg_create "sdpshim-trust-$$-$BATS_TEST_NUMBER" 512M)
+  if [ -n "$MEMCG" ]; then
+    start_bg server sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$MEMCG" \
+      timeout -k 5 300 "${PRE[@]}" "$CONNECTS" -s "$FLOOD_PORT" -a "$RXE_IP" -n 2
+  else
+    start_bg server timeout -k 5 300 "${PRE[@]}" "$CONNECTS" -s "$FLOOD_PORT" -a "$RXE_IP" -n 2
+  fi
+  wait_port "$RXE_IP" "$FLOOD_PORT"
+  spid=$(pgrep -n -P "$(cat "$T/server.pid")")
+  [ -n "$spid" ]
+  base_pin=$(proc_vmpin_kb "$spid"); base_mr=$(proc_mr_bytes "$spid")
+  [ -n "$MEMCG" ] && base_peak=$(cat "$MEMCG/memory.peak" 2>/dev/null)
+  pin_watch_start "$spid"
+  # The most a Hello may ask for: 16 GiB in all.
+  flood_phase big "$(free_port)" 1048576 || r1=$?
+  # 1 GiB in all: a server that pins what it is asked for can pin this much
+  # in the test guest (1 GiB of RAM refuses a single 1 GiB mapping outright,
+  # under the kernel's overcommit heuristic, so the phase above cannot show it).
+  flood_phase mid "$(free_port)" 65536 || r2=$?
+  pin_watch_stop
+  read -r max_pin max_mr < <(pin_watch_max)
+  if [ -n "$MEMCG" ]; then
+    peak=$(cat "$MEMCG/memory.peak" 2>/dev/null) || true
+    oom=$(tr '\n' ' ' <"$MEMCG/memory.events") || true
+  fi
+  wait_bg server || src=$?
+  grow_pin=$(( (max_pin - base_pin) * 1024 )); grow_mr=$(( max_mr - base_mr ))
+  for ph in big mid; do
+    show "phase $ph: rogue $(grep -c '^established conn' "$T/$ph.log") established, $(grep -c '^rejected conn' "$T/$ph.log") rejected: $(rogue_summary "$ph")" \
+         "  while held (VmPin kB, MR bytes): at most $(pin_watch_max "$ph")" \
+         "  honest client: $(tr '\n' ' ' <"$T/$ph.honest")"
+  done
+  show "server pid $spid: VmPin $base_pin kB before, at most $max_pin kB ($((grow_pin >> 20)) MiB more)" \
+       "server MRs (rdma resource show mr): $base_mr bytes before, at most $max_mr ($((grow_mr >> 20)) MiB more)" \
+       "memory cgroup: ${MEMCG:-none}; memory.peak ${base_peak:-?} before, ${peak:-?} after; events: ${oom:-?}" \
+       "server rc=$src: $(bg_log server | tail -4)" "$(stats_lines "$STATS")"
+  [ "$(grep -c '^\(established\|rejected\|error\) ' "$T/big.log")" -eq 16 ]
+  [ "$(grep -c '^\(established\|rejected\|error\) ' "$T/mid.log")" -eq 16 ]
+  grep -q 'uid=65534' "$T/big.log"
+  [ "$grow_pin" -lt "$limit" ]
+  [ "$grow_mr" -lt "$limit" ]
+  if [ -n "$MEMCG" ] && [ -n "$base_peak" ]; then
+    [ -n "$peak" ]
+    [ $(( peak - base_peak )) -lt "$limit" ]
+    grep -Eq '(^| )oom_kill 0( |$)' <<<"$oom"
+  fi
+  [ "$r1" -eq 0 ]
+  [ "$r2" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/big.honest"
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/mid.honest"
+  [ "$(stats_lines "$STATS" role=client comm=connects | wc -l)" -eq 2 ]
+  [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 2 ]
+  [ "$src" -eq 0 ]
+}
+
+@test "uncommitted forged Hello naming a plain client's source port: a non-blocking accept4() is not stalled" {
+  local port sport sent got ms
+  port=$(free_port); sport=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$TRUST_PROGS/acceptwait" -s "$port" -a "$RXE_IP" -n 1
+  wait_for_line "$T/server.log" '^listening ' 30
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --no-commit --hold 120
+  wait_for_line "$T/rogue.log" '^(established|rejected|error) conn=0' 60
+  plain_echo_client "$RXE_IP" "$port" "$sport" 65536 >"$T/plain.out" 2>&1 || true
+  local src=0
+  wait_bg server || src=$?
+  rogue_stop rogue || true
+  ms=$(sed -n 's/^accept_ms=//p' "$T/server.log")
+  sent=$(sed -n 's/^sent=//p' "$T/plain.out"); got=$(sed -n 's/^got=//p' "$T/plain.out")
+  show "preloaded acceptwait: $(tr '\n' ' ' <"$T/server.log")(rc=$src)" \
+       "plain client from port $sport: $(tr '\n' ' ' <"$T/plain.out")" \
+       "rogue:" "$(head -12 "$T/rogue.log")" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  grep -q '^established conn=0' "$T/rogue.log"   # the pending channel existed
+  [ "$src" -eq 0 ]
+  [ -n "$ms" ]
+  awk -v ms="$ms" 'BEGIN { exit !(ms < 500) }'
+  [ -n "$sent" ]
+  [ "$got" = "$sent" ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+}
