@@ -16,6 +16,7 @@
 
 #define PENDING_FIRST_CHECK_MS 10
 #define PENDING_MAX_CHECK_MS   200
+#define ACCEPTED_ELSEWHERE_MS  100
 
 static void listener_put(struct sdp_listener *l)
 {
@@ -364,7 +365,7 @@ static unsigned pending_next_check(struct sdp_conn *c, enum tcp_accept_state st,
 	if (st == TCP_STATE_UNKNOWN)
 		return (unsigned)ttl_left; /* no sock_diag: only the TTL is left */
 	if (st == TCP_ACCEPTED)
-		c->pending_check_ms = PENDING_FIRST_CHECK_MS; /* confirm it soon */
+		c->pending_check_ms = ACCEPTED_ELSEWHERE_MS; /* confirm it then */
 	else if (c->pending_check_ms < PENDING_MAX_CHECK_MS)
 		c->pending_check_ms *= 2;
 	return c->pending_check_ms < ttl_left ? c->pending_check_ms : (unsigned)ttl_left;
@@ -373,8 +374,10 @@ static unsigned pending_next_check(struct sdp_conn *c, enum tcp_accept_state st,
 /* The pending timer: the TTL, and meanwhile (with a growing interval) the
  * question whether another process, such as a pre-fork server's worker that
  * inherited the listening socket, accepted the TCP connection: its client
- * would otherwise wait the whole TTL for an ATTACH.  Seen twice in a row,
- * so that our own accept() on its way to attaching is not taken for one. */
+ * would otherwise wait the whole TTL for an ATTACH.  Seen accepted for
+ * ACCEPTED_ELSEWHERE_MS, so that our own accept() on its way to attaching
+ * is not taken for one, even in a thread the scheduler (or an emulator)
+ * holds back for a while. */
 void pending_on_timer(struct sdp_conn *c)
 {
 	uint64_t now = progress_now_ms();
@@ -391,11 +394,14 @@ void pending_on_timer(struct sdp_conn *c)
 		return;
 	}
 	st = tcp_diag_accept_state(&c->tuple);
-	if (st == TCP_ACCEPTED && c->pending_seen_accepted) {
+	if (st != TCP_ACCEPTED) {
+		c->pending_accepted_ms = 0;
+	} else if (!c->pending_accepted_ms) {
+		c->pending_accepted_ms = now;
+	} else if (now - c->pending_accepted_ms >= ACCEPTED_ELSEWHERE_MS) {
 		pending_detach(c, "another process accepted the TCP connection of an RDMA channel");
 		return;
 	}
-	c->pending_seen_accepted = st == TCP_ACCEPTED;
 	conn_arm_timer(c, pending_next_check(c, st, c->pending_deadline_ms - now));
 }
 

@@ -312,7 +312,7 @@ struct sdp_conn {
 	 * accepted the TCP connection (a pre-fork server's worker). */
 	uint64_t pending_deadline_ms;
 	unsigned pending_check_ms;
-	bool pending_seen_accepted;
+	uint64_t pending_accepted_ms; /* when sock_diag first saw it accepted (0: not) */
 	bool pending_detached;     /* DETACH sent; the timer now bounds the client's hang-up */
 };
 

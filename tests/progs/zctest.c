@@ -8,7 +8,8 @@
  *   zctest send HOST PORT COUNT BLOCK CASE     CASE: same|munmap|free|realloc|madvise
  * A sender whose write fails prints the error, closes the socket and, with
  * ZCTEST_HOLD_S set, stays alive that long so a test can count its MRs.
- * ZCTEST_READ_CHUNK=N: the receiver reads at most N bytes per call. */
+ * ZCTEST_READ_CHUNK=N: the receiver reads at most N bytes per call.
+ * ZCTEST_SEND_DELAY_MS=N: the sender waits N ms after connecting. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sha256.h"
@@ -130,9 +132,23 @@ static int connect_to(const char *host, const char *port)
 	return fd;
 }
 
+/* ZCTEST_SEND_DELAY_MS: the sender waits this long after connecting before
+ * its first write (so a receiver already blocked in a large read offers its
+ * sink first: the SinkAvail case needs that order, not a race for it). */
+static void send_delay(void)
+{
+	const char *ms = getenv("ZCTEST_SEND_DELAY_MS");
+	long v = ms ? strtol(ms, NULL, 10) : 0;
+
+	if (v > 0)
+		nanosleep(&(struct timespec){ v / 1000, (v % 1000) * 1000000L }, NULL);
+}
+
 static int do_send(const char *host, const char *port, unsigned count, size_t block, const char *kase)
 {
 	int fd = connect_to(host, port);
+
+	send_delay();
 	uint8_t *buf = NULL;
 	char verdict = 0;
 
