@@ -65,6 +65,18 @@ void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
 
 /* ------------------------------------------------------------- helpers */
 
+/* Arms the handshake's bound.  The channel has one timer, and a firing of
+ * an earlier meaning (a pending channel's check, the connect bound) may
+ * already be on its way when the phase changes: bind_on_timer() acts only
+ * once this deadline has passed. */
+static void bind_arm(struct sdp_conn *c, uint64_t deadline_ms)
+{
+	uint64_t now = progress_now_ms();
+
+	c->bind_deadline_ms = deadline_ms;
+	conn_arm_timer(c, deadline_ms > now ? (unsigned)(deadline_ms - now) : 0);
+}
+
 static ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len)
 {
 	ssize_t n;
@@ -137,7 +149,7 @@ static void server_signal(struct sdp_conn *c)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	conn_arm_timer(c, bind_step_ms());
+	bind_arm(c, progress_now_ms() + bind_step_ms());
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
 }
 
@@ -166,7 +178,7 @@ static void server_start_on_progress(void *arg)
 void bind_server_begin(struct sdp_conn *c)
 {
 	c->bind = BIND_IDLE;
-	conn_arm_timer(c, bind_step_ms()); /* the bound, even if the deferral fails */
+	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
 	conn_get(c);
 	if (progress_defer(server_start_on_progress, c) != 0) {
 		sdp_error("cannot queue a channel binding: out of memory (it times out to TCP)");
@@ -282,11 +294,11 @@ void bind_client_begin(struct sdp_conn *c)
 	c->bind = BIND_IDLE;
 	tcp_watch_start(c, EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET);
 	conn_update_readiness(c, false);
+	bind_arm(c, c->connect_deadline_ms);
 	if (now >= c->connect_deadline_ms) {
 		bind_on_timer(c);
 		return;
 	}
-	conn_arm_timer(c, (unsigned)(c->connect_deadline_ms - now));
 	bind_on_tcp_ready(c);
 }
 
@@ -333,7 +345,7 @@ static void client_send_proof(struct sdp_conn *c, bool inline_oob)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	conn_arm_timer(c, bind_step_ms());
+	bind_arm(c, progress_now_ms() + bind_step_ms());
 	sdp_debug("bind: signal seen, proof sent (port %u)", c->tuple.src_port);
 }
 
@@ -479,8 +491,14 @@ void bind_on_tcp_ready(struct sdp_conn *c)
 
 void bind_on_timer(struct sdp_conn *c)
 {
+	uint64_t now = progress_now_ms();
+
 	if (!binding(c))
 		return;
+	if (now < c->bind_deadline_ms) {
+		conn_arm_timer(c, (unsigned)(c->bind_deadline_ms - now)); /* an earlier meaning's */
+		return;
+	}
 	if (c->is_server)
 		server_on_timer(c);
 	else

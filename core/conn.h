@@ -175,6 +175,7 @@ struct sdp_conn {
 	bool peer_gave_up;      /* server: the client DETACHed (it uses TCP) */
 	bool budget_held;       /* server: counted in the pending budget (core/budget.c) */
 	uint64_t connect_deadline_ms; /* client: the whole RDMA attempt ends by then */
+	uint64_t bind_deadline_ms;    /* the handshake's current bound (core/bind.c) */
 	struct sockaddr_storage peer_addr;
 	socklen_t peer_addr_len;
 	int tcp_fd;             /* the library's own dup of the TCP socket, or -1 */
