@@ -292,6 +292,7 @@ struct sdp_conn {
 	/* Readiness indicators (level-triggered eventfds). */
 	int rd_fd, wr_fd;
 	bool rd_set, wr_set;
+	bool wr_blocked;           /* a send left it unwritable: next writability forces an edge */
 
 	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*). */
 	bool keepalive;

@@ -344,6 +344,8 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		}
 	}
+	if (!conn_writable_locked(c))
+		c->wr_blocked = true; /* its next writability is a new edge (notify.c) */
 	conn_unlock(c);
 	return rc;
 }

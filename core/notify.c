@@ -147,8 +147,13 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
 	readiness(c, &readable, &writable);
 	if (readable)
 		indicator_set(c->rd_fd, &c->rd_set, new_data);
-	if (writable)
-		indicator_set(c->wr_fd, &c->wr_set, false);
+	if (writable) {
+		/* A send that left the socket unwritable may have left the
+		 * indicator set (stale): the way back to writable must be a new
+		 * edge, or an edge-triggered app never hears of it. */
+		indicator_set(c->wr_fd, &c->wr_set, c->wr_blocked);
+		c->wr_blocked = false;
+	}
 }
 
 void conn_wake_readers(struct sdp_conn *c)
