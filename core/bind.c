@@ -478,7 +478,7 @@ static bool binding(const struct sdp_conn *c)
 void bind_on_tcp_ready(struct sdp_conn *c)
 {
 	sdp_debug("bind: TCP ready, phase %s, bind %d (port %u)", conn_phase_name(c->phase),
-		  (int)c->bind, c->is_server ? c->tuple.src_port : c->tuple.src_port);
+		  (int)c->bind, c->tuple.src_port);
 	if (!binding(c) || c->tcp_fd < 0)
 		return;
 	if (c->is_server) {

@@ -214,15 +214,19 @@ cancel_case() {
   wait_port "$RXE_IP" "$port"
   start_bg send timeout -k 5 120 env ZCTEST_HOLD_S=6 "${PRE[@]}" "$PROGS/zctest" send "$RXE_IP" "$port" 1 134217728 same
   if [ "$how" = kill ]; then
-    # Wait until the receiver holds the connection on RDMA, give its READ of the
-    # 128 MiB a second to start (the whole READ takes several seconds here: the
-    # counters only move when it completes), then kill it mid-transfer.
+    # Wait until the receiver holds the connection on RDMA and has taken its
+    # first bytes, then kill it mid-transfer.  (A fixed second was too long
+    # once: the receiver had 122 MB of the 128 MiB, and a receiver that dies
+    # after the last READ is not this case.)
     local i
     for i in $(seq 1 100); do
       "$SDPSHIM_BIN" stat --json 2>/dev/null | grep -q '"role":"server","local":"[0-9.]*:'"$port"'".*"path":"rdma"' && break
       sleep 0.1
     done
-    sleep 1
+    for i in $(seq 1 200); do
+      "$SDPSHIM_BIN" stat --json 2>/dev/null | grep -q '"bytes_received":[1-9]' && break
+      sleep 0.05
+    done
     show "live before kill: $("$SDPSHIM_BIN" stat --json 2>/dev/null)"
     pkill -9 -f "^[^ ]*zctest recv $port"
   fi
