@@ -120,7 +120,6 @@ static void on_commit(struct sdp_conn *c, const struct sdp_ext *ext)
 	sdp_nonce_from_ext(ext, c->nonce_peer);
 	sdp_debug("bind: COMMIT from the client (port %u, phase %s)", c->tuple.src_port,
 		  conn_phase_name(c->phase));
-	pthread_cond_broadcast(&c->cond);
 	bind_server_on_commit(c);
 }
 
