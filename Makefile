@@ -31,9 +31,9 @@ LIB_SRCS  := $(filter-out %_cli.c,$(wildcard preload/*.c core/*.c ipoib_fallback
 CLI_SRCS  := $(wildcard preload/*_cli.c core/*_cli.c ipoib_fallback/*_cli.c)
 # Pure modules: no interposition, no global state that needs the preload.
 # Unit tests and the launcher link these.
-PURE_SRCS := core/wire.c core/log.c core/stats_shm.c core/config.c ipoib_fallback/rules.c \
-             ipoib_fallback/negcache.c ipoib_fallback/reason.c ipoib_fallback/path.c \
-             preload/fdtable.c
+PURE_SRCS := core/wire.c core/switch_reader.c core/log.c core/stats_shm.c core/stats_read.c core/config.c \
+             ipoib_fallback/rules.c ipoib_fallback/negcache.c ipoib_fallback/reason.c \
+             ipoib_fallback/path.c preload/fdtable.c
 PURE_SRCS := $(wildcard $(PURE_SRCS))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -87,9 +87,15 @@ $(BUILD)/tests/progs/%: tests/progs/%.c $(TLIB_OBJS)
 # One program is built twice: with and without _FORTIFY_SOURCE=2 (issue 3).
 PROG_CFLAGS_stream_fortify := -O2 -D_FORTIFY_SOURCE=2
 # Programs that link modules of the library: the rogue peer speaks the wire
-# format with core/wire.c's own encoders and decoders.
-PROG_OBJS_rogue := $(BUILD)/pure/core/wire.o
+# format with core/wire.c's own encoders and decoders.  Its peer mode is a
+# second source file, built as an object (the wildcard above takes every
+# tests/progs/*.c for a program, so the target of that name is the object).
+PROG_OBJS_rogue := $(BUILD)/pure/core/wire.o $(BUILD)/tests/progs/rogue_peer
 $(BUILD)/tests/progs/rogue: $(PROG_OBJS_rogue)
+$(BUILD)/tests/progs/rogue_peer: tests/progs/rogue_peer.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
+	  $(if $(SANPROGS),$(SANFLAGS)) -c -o $@ $<
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard ipoib_fallback/tcp_diag.*)
 	@mkdir -p $(dir $@)
@@ -100,6 +106,27 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard ipoib
 # A unit test of a module that calls libc through preload/real.h fills that
 # table itself.
 UNIT_EXTRA_test_tcp_diag := ipoib_fallback/tcp_diag.c
+
+# The zero-copy model (tests/model/, issue 13): the real data-path files of
+# core/ with verbs, the peer, the app and time modelled, for test_zcopy and
+# fuzz_zcopy.  The core's clock and condition waits go through the model.
+ZCM_SRCS := $(wildcard tests/model/*.c)
+ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
+ZCM_CORE := core/zcopy.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
+            core/notify.c core/timers.c core/switch.c core/wire.c core/config.c core/log.c \
+            ipoib_fallback/reason.c $(wildcard core/switch_reader.c)
+ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
+            -Wl,--wrap=pthread_cond_wait -Wl,--wrap=pthread_cond_broadcast \
+            -Wl,--wrap=pthread_cond_signal
+$(BUILD)/tests/unit/test_zcopy: tests/unit/test_zcopy.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
+	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(TLIB_SRCS) $(ZCM_WRAP) -lpthread
+$(BUILD)/fuzz/fuzz_zcopy: tests/fuzz/fuzz_zcopy.c $(ZCM_DEPS) $(ZCM_CORE)
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(ZCM_WRAP) -lpthread
 
 unit: $(UNIT_BINS)
 	@tests/run-unit.sh $(UNIT_BINS)
@@ -125,7 +152,12 @@ fuzz-run:
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(PURE_SRCS)
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) -DSDPSHIM_PURE -std=gnu11 -g -O1 \
-	  -fsanitize=fuzzer,address,undefined -o $@ $< $(PURE_SRCS)
+	  -fsanitize=fuzzer,address,undefined -o $@ $< $(PURE_SRCS) $(FUZZ_EXTRA_$*)
+
+# A harness of a module outside PURE_SRCS (it calls libc through
+# preload/real.h) links that module too, and fills the table if it must.
+FUZZ_EXTRA_fuzz_tcp_diag := ipoib_fallback/tcp_diag.c
+$(BUILD)/fuzz/fuzz_tcp_diag: $(FUZZ_EXTRA_fuzz_tcp_diag)
 
 check:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \

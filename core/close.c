@@ -78,6 +78,10 @@ void close_ev_app_shutdown_wr(struct sdp_conn *c)
 	case CLOSE_ABORTED:
 		break;
 	}
+	/* The carrier died with nothing to move (close_ev_carrier_failed):
+	 * the DisConn can never go, and both directions are now ended. */
+	if (c->carrier_dead && c->phase == CONN_OPEN && c->close_state == CLOSE_LAST_DRAIN)
+		c->close_state = CLOSE_DONE;
 	tx_kick(c);
 	notify_close_change(c, old);
 }
@@ -122,8 +126,9 @@ void close_ev_peer_disconn(struct sdp_conn *c)
 	case CLOSE_PEER_FIN:
 	case CLOSE_LAST_DRAIN:
 	case CLOSE_DONE:
-	case CLOSE_ABORTED:
 		break; /* a duplicate DisConn changes nothing */
+	case CLOSE_ABORTED:
+		return; /* reset first: the stream reads as reset, never as ended */
 	}
 	c->rx_eof = true;
 	notify_close_change(c, old);
@@ -172,8 +177,23 @@ static void reset_unconfirmed_attach(struct sdp_conn *c)
 
 /* The QP or the rdma_cm connection failed, or the peer disconnected
  * without DisConn.  Before ATTACH no byte moved: fall back to TCP.  After
- * it the stream moves to TCP (core/switch.c); when nothing is left to
- * move, the peer's kernel TCP socket says whether it closed or reset. */
+ * it the stream moves to TCP (core/switch.c).
+ *
+ * The failover invariant.  The two ends learn of a failure separately, in
+ * any order and at any delay: DISCONNECTED, DEVICE_REMOVAL, a QP error, a
+ * stalled send queue, or the peer's SWITCH record on the TCP socket, and
+ * an end whose own carrier still looks healthy may learn of it only from
+ * that record.  So the carrier never decides how the stream ends: on an
+ * open stream that was not reset (no Abort either way), every sign of
+ * failure moves the stream, and an end that moves writes its SWITCH
+ * record and reads the peer's, which the peer writes as soon as it sees
+ * either its own sign or ours.  The one exception is an end with nothing
+ * left to move, whose peer ended its stream (DisConn) and consumed every
+ * byte of ours: it stays where it is (the peer's app may be gone, and its
+ * TCP socket with it), reads EOF after the bytes it holds, and still
+ * follows the peer if the peer's record arrives (switch_start, by_peer):
+ * that peer may not have learned we consumed its last bytes, and a record
+ * left unread would come back to it as a reset. */
 void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 {
 	enum conn_close_state old = c->close_state;
@@ -190,6 +210,9 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 		c->carrier_reaping = false;
 	}
 	c->carrier_dead = true;
+	/* A dead carrier is a QP in the error state: no remote access to a
+	 * window survives it, whatever the peer's QP still believes. */
+	qp_force_error(c);
 	switch (c->phase) {
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:
@@ -216,19 +239,21 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 	}
 	if (switch_start(c, SDP_REASON_FAILOVER, true, false))
 		return; /* the stream continues on TCP */
+	/* Not moved: reset already, nothing left to move, or no TCP socket. */
 	switch (c->close_state) {
 	case CLOSE_ACTIVE:
 	case CLOSE_TX_DRAINING:
 	case CLOSE_FIN_WAIT:
-		/* The peer vanished without DisConn: its TCP socket tells how. */
-		c->hard_error = tcp_peer_verdict(c, err);
-		if (c->hard_error == 0)
-			c->rx_eof = true;
-		c->close_state = c->hard_error ? CLOSE_ABORTED : CLOSE_DONE;
+		/* Bytes may be missing and there is no TCP socket to move to. */
+		c->hard_error = err ? err : ECONNRESET;
+		c->close_state = CLOSE_ABORTED;
 		break;
 	case CLOSE_PEER_FIN:
+		/* The peer's stream ended; ours stays open for the app, whose
+		 * writes fail (EPIPE) unless the peer moves the stream to TCP. */
+		break;
 	case CLOSE_LAST_DRAIN:
-		c->close_state = CLOSE_DONE;
+		c->close_state = CLOSE_DONE; /* our DisConn can never go */
 		break;
 	case CLOSE_DONE:
 	case CLOSE_ABORTED:

@@ -265,6 +265,18 @@ static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
 	}
 }
 
+/* An error event while connecting falls back to TCP with its reason.
+ * Later (binding, open), the channel may carry the stream: the error is
+ * a carrier failure like DISCONNECTED, never a fallback, which would hand
+ * the app a TCP socket that may hold the server's SWITCH record. */
+static void on_cm_error(struct sdp_conn *c, struct rdma_cm_event *ev, enum sdp_reason reason)
+{
+	if (c->phase == CONN_RESOLVING || c->phase == CONN_TCP_CONNECTING)
+		conn_fallback(c, reason);
+	else
+		close_ev_carrier_failed(c, ECONNRESET, rdma_event_str(ev->event));
+}
+
 void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 {
 	conn_lock(c);
@@ -283,15 +295,15 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 			on_established(c, ev);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		conn_fallback(c, reason_for_reject(ev));
+		on_cm_error(c, ev, reason_for_reject(ev));
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
-		conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
+		on_cm_error(c, ev, SDP_REASON_PEER_UNREACHABLE);
 		break;
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		on_cm_error(c, ev, SDP_REASON_RDMA_CM_ERROR);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:

@@ -23,6 +23,7 @@ STORE_FN(buf_size, unsigned)
 STORE_FN(buf_count, unsigned)
 STORE_FN(zcopy_thresh, int64_t)
 STORE_FN(zcopy_nb_wait_ms, unsigned)
+STORE_FN(zcopy_answer_ms, unsigned)
 STORE_FN(debug_zc_corrupt, unsigned)
 STORE_FN(ack_timeout, unsigned)
 STORE_FN(debug_fail_after, int64_t)
@@ -45,6 +46,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_BUF_COUNT", 4, 1024, 32, store_buf_count },
 	{ "SDPSHIM_ZCOPY_THRESH", 0, INT64_C(1) << 40, 262144, store_zcopy_thresh },
 	{ "SDPSHIM_ZCOPY_NB_WAIT_MS", 0, 60000, 20, store_zcopy_nb_wait_ms },
+	{ "SDPSHIM_ZCOPY_ANSWER_MS", 10, 600000, 5000, store_zcopy_answer_ms },
 	{ "SDPSHIM_DEBUG_ZC_CORRUPT", 0, 3, 0, store_debug_zc_corrupt },
 	{ "SDPSHIM_ACK_TIMEOUT", 0, 31, 0, store_ack_timeout },
 	{ "SDPSHIM_DEBUG_FAIL_AFTER", 0, INT64_C(1) << 50, 0, store_debug_fail_after },

@@ -14,6 +14,7 @@ struct sdp_tunables {
 	unsigned buf_count;          /* SDPSHIM_BUF_COUNT: receive buffers per connection */
 	int64_t  zcopy_thresh;       /* SDPSHIM_ZCOPY_THRESH: 0 disables zero-copy */
 	unsigned zcopy_nb_wait_ms;   /* SDPSHIM_ZCOPY_NB_WAIT_MS: non-blocking zero-copy bound */
+	unsigned zcopy_answer_ms;    /* SDPSHIM_ZCOPY_ANSWER_MS: bound on a peer's zero-copy answer */
 	unsigned ack_timeout;        /* SDPSHIM_ACK_TIMEOUT: RC ack timeout exponent, 0 = rdma_cm's */
 	unsigned debug_zc_corrupt;   /* SDPSHIM_DEBUG_ZC_CORRUPT: tests only, see zc_fill_ext */
 	int64_t  debug_fail_after;   /* SDPSHIM_DEBUG_FAIL_AFTER: tests only, fail the QP after N bytes */

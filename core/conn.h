@@ -14,6 +14,7 @@
 
 #include "core/progress.h"
 #include "core/stats_shm.h"
+#include "core/switch_reader.h"
 #include "core/wire.h"
 #include "ipoib_fallback/reason.h"
 
@@ -106,8 +107,10 @@ struct rx_entry {
 	uint32_t off, len; /* DATA: unread payload; SrcAvail: len = bytes not yet consumed */
 	uint64_t raddr;    /* SrcAvail: next remote address to read */
 	uint32_t rkey;
-	uint32_t total;    /* SrcAvail: bytes it announced */
-	uint32_t unread;   /* SrcAvail: bytes not yet READ (len minus staged) */
+	uint32_t total;    /* SrcAvail: bytes it announced (a cancel truncates it) */
+	uint32_t unread;   /* SrcAvail: bytes not yet READ (len minus staged and in flight) */
+	uint64_t stream_off; /* SrcAvail: the stream offset of its first byte */
+	bool     answered; /* SrcAvail: RdmaRdCompl queued (every byte READ, or cancelled) */
 };
 
 /* Our outstanding SrcAvail (sender side of read zero-copy). */
@@ -123,6 +126,7 @@ struct zc_src {
 struct zc_read {
 	bool active, done, direct;
 	uint32_t len;
+	uint32_t seq;            /* the SrcAvail's entry, found again by this */
 	struct mrc_entry *mre;   /* the app buffer's entry for a direct READ */
 };
 
@@ -157,6 +161,7 @@ struct sdp_conn {
 	bool app_closed;        /* no fd names it any more: linger, then free */
 	bool destroy_queued;
 	bool carrier_dead;      /* QP or cm id failed */
+	bool qp_in_error;       /* we moved the QP to the error state: no remote access */
 	bool carrier_reaping;   /* close_ev_carrier_failed takes in the completions first */
 	const char *carrier_why; /* the first sign of the failure (static text), for the log */
 	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
@@ -256,7 +261,7 @@ struct sdp_conn {
 	bool src_cancel_pending;   /* the peer's SrcAvailCancel waits for our READ */
 	/* Values the pending answers carry. */
 	uint32_t rd_compl_bytes, wr_compl_bytes;
-	uint64_t rd_compl_off, wr_compl_off, sink_ack_off;
+	uint64_t rd_compl_off, sink_ack_off;
 	uint8_t *stage;            /* staging buffer for READs nobody waits for */
 	struct ibv_mr *stage_mr;
 	uint32_t stage_len, stage_off, stage_fill;
@@ -277,15 +282,11 @@ struct sdp_conn {
 	bool sw_peer_done;         /* the peer's record read, its duplicates dropped */
 	bool sw_local_provisional; /* sw_local is dropped when the peer's record arrives */
 	int sw_peer_err;           /* TCP error seen while reading it (reported once) */
-	uint32_t sw_hdr_got;
-	uint8_t sw_hdr[SDP_SWITCH_SIZE];
+	struct switch_reader sw_reader; /* the peer's record, then its resend we have */
 	uint64_t sw_rx_have;       /* stream bytes this end has: delivered + kept */
-	uint64_t sw_skip;          /* bytes of the peer's resend still to drop */
 	uint8_t *sw_local;         /* received over RDMA, not read yet (kept) */
 	size_t sw_local_len, sw_local_off;
-	bool wr_unconfirmed;       /* our RDMA WRITE's RdmaWrCompl may not have landed */
-	bool wr_compl_posted;
-	uint32_t wr_compl_idx;     /* its control slot */
+	bool wr_unconfirmed;       /* our RDMA WRITE with immediate may not have landed */
 	bool write_rolled_back;    /* the switch took that WRITE's bytes back */
 	bool debug_failed;         /* SDPSHIM_DEBUG_FAIL_AFTER fired */
 

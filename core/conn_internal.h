@@ -63,6 +63,8 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 
 /* rx.c */
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
+/* A receive taken by the peer's RDMA WRITE with immediate (imm = mseq). */
+void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint32_t mseq);
 void rx_maybe_update_credits(struct sdp_conn *c);
 /* An entry was consumed outside the copy path (a SrcAvail READ and
  * answered): return its place in the ring and advance the ack. */
@@ -149,9 +151,6 @@ void tcp_drain_start(struct sdp_conn *c);
 int tcp_drain_send(struct sdp_conn *c);
 /* The payload bytes of send slots [first, end), copied to dst unless NULL. */
 size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, uint8_t *dst);
-/* After the carrier died without DisConn: 0 if the peer's TCP closed
- * (EOF), else the error to report (ECONNRESET). */
-int tcp_peer_verdict(struct sdp_conn *c, int err);
 /* Resets the kernel TCP connection (connect AF_UNSPEC sends RST). */
 void tcp_send_reset(struct sdp_conn *c);
 

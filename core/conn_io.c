@@ -107,13 +107,15 @@ static void count_received(struct sdp_conn *c, size_t n)
 		atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
 }
 
-/* The contiguous piece of iov at byte offset skip: where a READ can land. */
+/* The contiguous piece of iov at byte offset skip: where a READ can land.
+ * NULL (room 0) past the end, or in an entry with no base (MSG_TRUNC's
+ * discard iovec): no pointer arithmetic on NULL. */
 static void *iov_cursor(const struct iovec *iov, int iovcnt, size_t skip, size_t *room)
 {
 	for (int i = 0; i < iovcnt; i++) {
 		if (skip < iov[i].iov_len) {
-			*room = iov[i].iov_len - skip;
-			return (uint8_t *)iov[i].iov_base + skip;
+			*room = iov[i].iov_base ? iov[i].iov_len - skip : 0;
+			return iov[i].iov_base ? (uint8_t *)iov[i].iov_base + skip : NULL;
 		}
 		skip -= iov[i].iov_len;
 	}
@@ -129,9 +131,12 @@ static ssize_t recv_zero_copy(struct sdp_conn *c, const struct iovec *iov, int i
 {
 	struct rx_entry *e;
 	size_t room;
-	void *dst = iov_cursor(iov, iovcnt, done, &room);
+	void *dst;
 
-	if (!dst || (flags & (MSG_PEEK | MSG_TRUNC)) || c->phase != CONN_OPEN)
+	if ((flags & (MSG_PEEK | MSG_TRUNC)) || c->phase != CONN_OPEN)
+		return 0;
+	dst = iov_cursor(iov, iovcnt, done, &room);
+	if (!dst)
 		return 0;
 	e = zc_head_source(c);
 	if (e)
@@ -183,6 +188,16 @@ static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 	return (ssize_t)done;
 }
 
+static size_t take_queued(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			  size_t total, int flags)
+{
+	size_t n = rx_copy_out(c, iov, iovcnt, done, total - done, (flags & MSG_PEEK) != 0);
+
+	if (!(flags & MSG_PEEK))
+		count_received(c, n);
+	return n;
+}
+
 ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int flags,
 		  bool nonblock, int timeout_ms)
 {
@@ -214,6 +229,8 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		}
 		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms, start);
 		if (z < 0) {
+			/* Bytes that came another way meanwhile are returned first. */
+			done += take_queued(c, iov, iovcnt, done, total, flags);
 			rc = done ? (ssize_t)done : z;
 			break;
 		}

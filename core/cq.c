@@ -46,7 +46,10 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 	switch (WR_KIND(wc->wr_id)) {
 	case WR_RECV:
 		c->last_rx_ms = progress_now_ms();
-		rx_on_recv(c, WR_INDEX(wc->wr_id), wc->byte_len);
+		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+			rx_on_write_imm(c, WR_INDEX(wc->wr_id), wc->byte_len, be32toh(wc->imm_data));
+		else
+			rx_on_recv(c, WR_INDEX(wc->wr_id), wc->byte_len);
 		break;
 	case WR_SEND_DATA:
 		c->sq_outstanding--;
@@ -55,10 +58,6 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 		c->sq_outstanding--;
 		if (c->ctrl_outstanding)
 			c->ctrl_outstanding--;
-		if (c->wr_unconfirmed && c->wr_compl_posted && WR_INDEX(wc->wr_id) == c->wr_compl_idx) {
-			c->wr_unconfirmed = false; /* our RdmaWrCompl landed: the WRITE is the peer's */
-			pthread_cond_broadcast(&c->cond);
-		}
 		if (c->attach_unconfirmed && c->attach_posted && WR_INDEX(wc->wr_id) == c->attach_idx) {
 			c->attach_unconfirmed = false; /* the ATTACH is in the client's queue */
 			pthread_cond_broadcast(&c->cond);

@@ -154,13 +154,13 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 	case SDP_MID_RDMA_RD_COMPL:
 	case SDP_MID_SRC_CANCEL:
 	case SDP_MID_SINK_AVAIL:
-	case SDP_MID_RDMA_WR_COMPL:
 	case SDP_MID_SINK_CANCEL:
 	case SDP_MID_SINK_CANCEL_ACK:
 		zc_on_message(c, h, &ext, e);
 		break;
 	case SDP_MID_DATA:
 	case SDP_MID_SWITCH:
+	case SDP_MID_RDMA_WR_COMPL: /* version 2's: the WRITE's immediate took its place */
 		protocol_violation(c, "message not supported by this channel");
 		break;
 	}
@@ -198,8 +198,8 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 		protocol_violation(c, "data after DisConn");
 		return false;
 	}
-	if (h->mid == SDP_MID_DATA && zc_head_source(c)) {
-		protocol_violation(c, "data behind an unfinished SrcAvail");
+	if (h->mid == SDP_MID_DATA && zc_rx_source_unanswered(c)) {
+		protocol_violation(c, "data behind an unanswered SrcAvail");
 		return false;
 	}
 	return true;
@@ -214,6 +214,12 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 
 	if (slot >= c->buf_count) {
 		protocol_violation(c, "completion for an unknown buffer");
+		return;
+	}
+	if (c->close_state == CLOSE_ABORTED) {
+		/* After a reset nothing the peer sends counts: dropped unread, and
+		 * not judged (one diagnostic per connection, not one per message). */
+		conn_repost_recv(c, slot);
 		return;
 	}
 	err = sdp_bsdh_from_wire(msg, byte_len, c->buf_size, &h);
@@ -255,6 +261,41 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 	rx_advance(c);
 	/* A control message is consumed on arrival: a peer that spent its
 	 * credits on them learns of it here (cq_poll's tx_kick sends it). */
+	rx_maybe_update_credits(c);
+}
+
+/* The peer's RDMA WRITE with immediate landed in our sink.  It took one of
+ * our receives and one sequence number (the immediate), like a message
+ * without a header: it is checked in sequence, acknowledged like a control
+ * message, and its byte count is the one our completion reports. */
+void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint32_t mseq)
+{
+	struct rx_entry *e;
+
+	if (slot >= c->buf_count) {
+		protocol_violation(c, "completion for an unknown buffer");
+		return;
+	}
+	if (c->close_state == CLOSE_ABORTED) {
+		/* As in rx_on_recv: after a reset a WRITE that still reached our
+		 * sink (its window lives until the recv ends) is nobody's bytes. */
+		conn_repost_recv(c, slot);
+		return;
+	}
+	if (unbound(c)) {
+		bind_on_violation(c, "an RDMA WRITE");
+		return;
+	}
+	if (mseq != c->rx_seq + 1 || ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {
+		protocol_violation(c, mseq != c->rx_seq + 1 ? "sequence gap" : "more messages than credits");
+		return;
+	}
+	c->rx_seq = mseq;
+	e = entry_at(c, c->rx_head++);
+	*e = (struct rx_entry){ .seq = mseq, .slot = (uint16_t)slot, .consumed = true };
+	conn_repost_recv(c, slot);
+	zc_on_write_landed(c, byte_len);
+	rx_advance(c);
 	rx_maybe_update_credits(c);
 }
 

@@ -1,14 +1,16 @@
-/* The per-process shared-memory stats segment: creation, slot allocation,
- * read-only attach for `sdpshim stat`, and the one JSON serializer. */
+/* The writer's side of the per-process shared-memory stats segment:
+ * exclusive creation with its checks, the fallback name, slot allocation from
+ * private geometry; and the text helpers and the one JSON serializer that
+ * every printer shares.  The reader is core/stats_read.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,53 +33,179 @@ uint64_t stats_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static size_t seg_len(uint32_t slots)
+size_t stats_seg_len(uint32_t slots)
 {
 	return sizeof(struct sdp_proc_stats) + (size_t)slots * sizeof(struct sdp_conn_stats);
+}
+
+/* Raw syscalls for open and close: this runs inside the preload, under our
+ * own hooks.  Returns an fd or -errno. */
+static int open_exclusive(const char *path)
+{
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, path,
+			      O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* A regular file with one link that we own.  Under a name that carries our
+ * own pid, such a file is stale (see the header). */
+static bool stale_own_file(const char *path, uid_t uid)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+	       st.st_nlink == 1;
+}
+
+static const char *file_kind(mode_t mode)
+{
+	if (S_ISREG(mode))  return "file";
+	if (S_ISLNK(mode))  return "symbolic link";
+	if (S_ISFIFO(mode)) return "fifo";
+	if (S_ISDIR(mode))  return "directory";
+	if (S_ISSOCK(mode)) return "socket";
+	return "device";
+}
+
+/* "a fifo of uid 65534": what holds a name we will not use. */
+static void describe_taken(const char *path, char *out, size_t len)
+{
+	struct stat st;
+
+	if (lstat(path, &st) != 0)
+		snprintf(out, len, "something that vanished");
+	else if (S_ISREG(st.st_mode) && st.st_nlink != 1)
+		snprintf(out, len, "a file of uid %u with %lu links", (unsigned)st.st_uid,
+			 (unsigned long)st.st_nlink);
+	else
+		snprintf(out, len, "a %s of uid %u", file_kind(st.st_mode), (unsigned)st.st_uid);
+}
+
+#ifndef GRND_INSECURE
+#define GRND_INSECURE 0x0004 /* Linux >= 5.6 */
+#endif
+
+/* 16 hex digits nobody can guess: getrandom, never blocking.  Without it,
+ * the clock and an address: O_EXCL still keeps the file ours, only a guess
+ * could then make us run without a segment. */
+static void random_hex(char out[17])
+{
+	uint64_t v;
+	struct timespec ts;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v) &&
+	    getrandom(&v, sizeof(v), GRND_INSECURE) != (ssize_t)sizeof(v)) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts;
+	}
+	snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+static int seg_name(struct stats_seg *seg, const char *dir, uid_t uid, pid_t pid,
+		    const char *suffix)
+{
+	int n = snprintf(seg->path, sizeof(seg->path), "%s/sdpshim-%u-%d%s.stats", dir,
+			 (unsigned)uid, (int)pid, suffix);
+
+	return (n < 0 || n >= (int)sizeof(seg->path)) ? -ENAMETOOLONG : 0;
+}
+
+/* The usual name, or a fresh unpredictable one when it is held by a file we
+ * must not use.  Returns an fd of a file this call created, or -errno. */
+static int open_fresh(struct stats_seg *seg, const char *dir, uid_t uid, pid_t pid)
+{
+	char hex[17], suffix[18];
+	int fd, err = seg_name(seg, dir, uid, pid, "");
+
+	if (err)
+		return err;
+	fd = open_exclusive(seg->path);
+	if (fd == -EEXIST && stale_own_file(seg->path, uid) && unlink(seg->path) == 0)
+		fd = open_exclusive(seg->path);
+	if (fd != -EEXIST)
+		return fd;
+	describe_taken(seg->path, seg->taken, sizeof(seg->taken));
+	for (int tries = 0; tries < 4 && fd == -EEXIST; tries++) {
+		random_hex(hex);
+		snprintf(suffix, sizeof(suffix), "-%s", hex);
+		err = seg_name(seg, dir, uid, pid, suffix);
+		if (err)
+			return err;
+		fd = open_exclusive(seg->path);
+	}
+	return fd;
+}
+
+/* The file we created is what we think: ours, regular, one link, `size`. */
+static int check_created(int fd, uid_t uid, off_t size)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_uid != uid || st.st_nlink != 1 || st.st_size != size)
+		return -EPERM;
+	return 0;
+}
+
+static int size_and_map(struct stats_seg *seg, int fd, uid_t uid, size_t len)
+{
+	void *map;
+	int err = check_created(fd, uid, 0);
+
+	if (!err && ftruncate(fd, (off_t)len) < 0)
+		err = -errno;
+	if (!err)
+		err = check_created(fd, uid, (off_t)len);
+	if (err)
+		return err;
+	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return -ENOMEM;
+	seg->hdr = map;
+	seg->map_len = len;
+	return 0;
+}
+
+static void fill_header(struct stats_seg *seg, pid_t pid, uid_t uid, const char *comm)
+{
+	struct sdp_proc_stats *h = seg->hdr;
+
+	h->version = STATS_VERSION;
+	h->slot_count = seg->slot_count;
+	h->pid = pid;
+	h->uid = uid;
+	h->start_ms = stats_now_ms();
+	snprintf(h->comm, sizeof(h->comm), "%s", comm ? comm : "?");
+	for (char *c = h->comm; *c; c++) /* it is printed inside JSON strings */
+		if (*c < 0x20 || *c == '"' || *c == '\\' || *c == 0x7f)
+			*c = '_';
+	atomic_thread_fence(memory_order_release);
+	h->magic = STATS_MAGIC; /* last: readers check it */
 }
 
 int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t uid,
 		     const char *comm, uint32_t slots)
 {
-	size_t len = seg_len(slots);
-	void *map;
-	int fd;
+	size_t len = stats_seg_len(slots);
+	int fd, err;
 
 	memset(seg, 0, sizeof(*seg));
-	if (snprintf(seg->path, sizeof(seg->path), "%s/sdpshim-%u-%d.stats", dir, (unsigned)uid,
-		     (int)pid) >= (int)sizeof(seg->path))
-		return -ENAMETOOLONG;
-	/* Raw syscalls: this runs inside the preload, under our own hooks. */
-	fd = (int)syscall(SYS_openat, AT_FDCWD, seg->path,
-			  O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (slots == 0 || slots > STATS_SLOTS_MAX)
+		return -EINVAL;
+	fd = open_fresh(seg, dir, uid, pid);
 	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)len) < 0) {
-		int err = -errno;
-		syscall(SYS_close, fd);
-		unlink(seg->path);
+		return fd;
+	err = size_and_map(seg, fd, uid, len);
+	syscall(SYS_close, fd);
+	if (err) {
+		unlink(seg->path); /* this call created it */
 		return err;
 	}
-	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	syscall(SYS_close, fd);
-	if (map == MAP_FAILED) {
-		unlink(seg->path);
-		return -ENOMEM;
-	}
-	seg->hdr = map;
-	seg->map_len = len;
 	seg->owner = true;
-	seg->hdr->version = STATS_VERSION;
-	seg->hdr->slot_count = slots;
-	seg->hdr->pid = pid;
-	seg->hdr->uid = uid;
-	seg->hdr->start_ms = stats_now_ms();
-	snprintf(seg->hdr->comm, sizeof(seg->hdr->comm), "%s", comm ? comm : "?");
-	for (char *c = seg->hdr->comm; *c; c++) /* it is printed inside JSON strings */
-		if (*c < 0x20 || *c == '"' || *c == '\\' || *c == 0x7f)
-			*c = '_';
-	atomic_thread_fence(memory_order_release);
-	seg->hdr->magic = STATS_MAGIC; /* last: readers check it */
+	seg->slot_count = slots;
+	fill_header(seg, pid, uid, comm);
 	return 0;
 }
 
@@ -103,16 +231,17 @@ void stats_seg_destroy(struct stats_seg *seg)
 	stats_seg_detach(seg);
 }
 
+/* Called under the caller's lock (preload/sock.c's table lock).  Only
+ * private geometry picks the slot; the shared bytes are just its contents. */
 struct sdp_conn_stats *stats_slot_alloc(struct stats_seg *seg)
 {
-	struct sdp_proc_stats *h = seg->hdr;
-	uint32_t start, i;
+	uint32_t n = seg->slot_count, start = seg->alloc_hint, i;
 
-	if (!h)
+	if (!seg->hdr || n == 0 || stats_seg_len(n) > seg->map_len)
 		return NULL;
-	start = atomic_load_explicit(&h->alloc_hint, memory_order_relaxed);
-	for (i = 0; i < h->slot_count; i++) {
-		struct sdp_conn_stats *s = &h->slot[(start + i) % h->slot_count];
+	for (i = 0; i < n; i++) {
+		uint32_t at = (uint32_t)(((uint64_t)start + i) % n);
+		struct sdp_conn_stats *s = &seg->hdr->slot[at];
 		uint32_t expected = 0;
 
 		if (atomic_load_explicit(&s->in_use, memory_order_relaxed))
@@ -122,11 +251,10 @@ struct sdp_conn_stats *stats_slot_alloc(struct stats_seg *seg)
 		uint32_t seq = atomic_load(&s->seq);
 		memset((char *)s + offsetof(struct sdp_conn_stats, fd), 0,
 		       sizeof(*s) - offsetof(struct sdp_conn_stats, fd));
-		atomic_store(&s->seq, seq + 2);
+		atomic_store(&s->seq, (seq | 1) + 1); /* even, whatever it was */
 		s->fd = -1;
 		s->opened_ms = stats_now_ms();
-		atomic_store_explicit(&h->alloc_hint, (start + i + 1) % h->slot_count,
-				      memory_order_relaxed);
+		seg->alloc_hint = (at + 1) % n;
 		atomic_store_explicit(&s->in_use, 1, memory_order_release);
 		return s;
 	}
@@ -166,55 +294,6 @@ void stats_addr_set(struct stats_addr *out, const struct sockaddr *sa)
 		out->port = ntohs(in6->sin6_port);
 		memcpy(out->addr, &in6->sin6_addr, 16);
 	}
-}
-
-int stats_seg_open_ro(struct stats_seg *seg, const char *path)
-{
-	struct sdp_proc_stats probe;
-	struct stat st;
-	void *map;
-	int fd;
-
-	memset(seg, 0, sizeof(*seg));
-	snprintf(seg->path, sizeof(seg->path), "%s", path);
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(probe) ||
-	    pread(fd, &probe, sizeof(probe), 0) != (ssize_t)sizeof(probe) ||
-	    probe.magic != STATS_MAGIC || probe.version != STATS_VERSION ||
-	    seg_len(probe.slot_count) > (size_t)st.st_size) {
-		close(fd);
-		return -EINVAL;
-	}
-	if (kill(probe.pid, 0) < 0 && errno == ESRCH) {
-		close(fd);
-		return -ESRCH;
-	}
-	map = mmap(NULL, seg_len(probe.slot_count), PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (map == MAP_FAILED)
-		return -ENOMEM;
-	seg->hdr = map;
-	seg->map_len = seg_len(probe.slot_count);
-	return 0;
-}
-
-bool stats_slot_snapshot(const struct sdp_conn_stats *slot, struct sdp_conn_stats *out)
-{
-	for (int tries = 0; tries < 100; tries++) {
-		uint32_t before = atomic_load_explicit(&slot->seq, memory_order_acquire);
-
-		if (atomic_load_explicit(&slot->in_use, memory_order_acquire) != 1)
-			return false;
-		if (before & 1)
-			continue;
-		memcpy(out, slot, sizeof(*out));
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&slot->seq, memory_order_relaxed) == before)
-			return true;
-	}
-	return false;
 }
 
 void stats_addr_format(const struct stats_addr *a, char *buf, size_t len)

@@ -1,7 +1,36 @@
 /* Live counters per process and per connection, in a shared-memory segment
- * per process (/dev/shm/sdpshim-<uid>-<pid>.stats) that `sdpshim stat` reads.
+ * per process (/dev/shm/sdpshim-<euid>-<pid>.stats) that `sdpshim stat` reads.
  * One serializer turns a connection record into the JSON the stats file and
- * `sdpshim stat --json` print; its field names are a stable interface. */
+ * `sdpshim stat --json` print; its field names are a stable interface.
+ *
+ * The segment lives in a directory every user can write (/dev/shm), so
+ * neither side trusts the name or the bytes behind it (issue 13):
+ *
+ * - The writer (stats_seg_create) creates the file with O_CREAT|O_EXCL|
+ *   O_NOFOLLOW, mode 0600, and checks the open file before it maps it
+ *   (fstat: owned by us, regular, one link, the size it gave it).  Only its
+ *   owner (or root) can then write or truncate it, so no other user can
+ *   make the writer's stores fault (SIGBUS) or read what it counts.
+ * - When the name is taken (EEXIST): the name carries our own pid, so no
+ *   live process but this one can have made it.  A regular file with one
+ *   link that we own is therefore stale (a process that died with this pid,
+ *   or this process before an exec): it is unlinked and the create retried
+ *   once.  Anything else there (another user's file, a symlink, a FIFO, a
+ *   file with more links) is never opened: the segment takes a fresh
+ *   unpredictable name, sdpshim-<uid>-<pid>-<16 hex digits>.stats
+ *   (getrandom), created the same way, and the library warns once (`taken`
+ *   says what was there).  If that fails too, the process runs without a
+ *   segment after a one-line warning; only `sdpshim stat` misses it.
+ * - The writer keeps the geometry (slot count, allocation hint, mapped
+ *   length) in struct stats_seg, in private memory.  It writes the shared
+ *   header for readers and never reads it back.
+ * - The reader (stats_seg_read) never maps a segment.  It lstat()s the name,
+ *   opens it O_RDONLY|O_NONBLOCK|O_NOFOLLOW and fstat()s it: a regular file
+ *   owned by the uid in its name.  It pread()s the header once into private
+ *   memory and each live slot into a local struct, and checks every field it
+ *   uses (stats_header_parse, stats_slot_parse).  A file truncated or
+ *   rewritten under it gives a short read or a skipped slot, never SIGBUS, a
+ *   wild index or a hang. */
 #ifndef SDPSHIM_STATS_SHM_H
 #define SDPSHIM_STATS_SHM_H
 
@@ -17,6 +46,7 @@
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
 #define STATS_VERSION 1
 #define STATS_REASON_SLOTS 32
+#define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (core/config.c) */
 
 enum stats_role { STATS_ROLE_NONE = 0, STATS_ROLE_CLIENT = 1, STATS_ROLE_SERVER = 2,
 		  STATS_ROLE_LISTENER = 3 };
@@ -64,22 +94,30 @@ struct sdp_proc_stats {
 	_Atomic uint64_t conns_by_reason[STATS_REASON_SLOTS];
 	_Atomic uint64_t bytes_sent, bytes_received;
 	_Atomic uint64_t negcache_hits;
-	_Atomic uint32_t alloc_hint;
+	uint32_t reserved;  /* 0; was the allocation hint, now the writer's own */
 	uint32_t pad;
 	struct sdp_conn_stats slot[];
 };
 
+/* The writer's segment.  hdr is the shared mapping: written, never read back
+ * for anything that indexes or sizes (that is slot_count, alloc_hint and
+ * map_len, here in private memory). */
 struct stats_seg {
 	struct sdp_proc_stats *hdr;
 	size_t map_len;
+	uint32_t slot_count;
+	uint32_t alloc_hint;
 	char path[256];
+	char taken[96]; /* "" or what held the usual name ("a file of uid 65534") */
 	bool owner;
 };
 
 /* Directory holding segments: $SDPSHIM_RUN_DIR or /dev/shm. */
 const char *stats_dir(void);
 
-/* Writer side (inside the preloaded process).  Returns 0 or -errno. */
+/* Writer side (inside the preloaded process).  Returns 0 or -errno; on 0,
+ * seg->taken is set when the usual name was taken and seg->path is the
+ * fallback name (see above). */
 int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t uid,
 		     const char *comm, uint32_t slots);
 void stats_seg_destroy(struct stats_seg *seg); /* unmaps and unlinks */
@@ -94,10 +132,61 @@ void stats_slot_begin(struct sdp_conn_stats *slot);  /* identity update begins *
 void stats_slot_end(struct sdp_conn_stats *slot);    /* ... and ends */
 void stats_addr_set(struct stats_addr *out, const struct sockaddr *sa);
 
-/* Reader side (sdpshim stat).  Returns 0 or -errno; -ESRCH for a dead pid. */
-int stats_seg_open_ro(struct stats_seg *seg, const char *path);
-/* Consistent snapshot of one slot; false if the slot is free. */
-bool stats_slot_snapshot(const struct sdp_conn_stats *slot, struct sdp_conn_stats *out);
+/* Reader side (sdpshim stat).  A segment's header, copied and checked: comm
+ * is NUL-terminated printable ASCII without '"' or '\\'. */
+struct stats_proc_info {
+	pid_t pid;
+	uid_t uid;
+	uint32_t slot_count; /* 1..STATS_SLOTS_MAX, and the slots fit the image */
+	uint64_t start_ms;
+	char comm[65];
+	uint64_t conns_by_path[3];
+	uint64_t conns_by_reason[STATS_REASON_SLOTS];
+	uint64_t bytes_sent, bytes_received, negcache_hits;
+};
+
+/* One process as read: its header and private copies of its live slots. */
+struct stats_snapshot {
+	struct stats_proc_info info;
+	struct sdp_conn_stats *conn;
+	size_t count;
+};
+
+enum stats_image_error {
+	STATS_IMAGE_OK,
+	STATS_IMAGE_SHORT,       /* fewer bytes than a header */
+	STATS_IMAGE_BAD_MAGIC,
+	STATS_IMAGE_BAD_VERSION,
+	STATS_IMAGE_BAD_SLOTS,   /* slot_count 0, over STATS_SLOTS_MAX, or past the image */
+	STATS_IMAGE_BAD_PID,     /* pid <= 0 */
+};
+const char *stats_image_error_text(enum stats_image_error err);
+
+/* The parsers, on bytes already copied into private memory (fuzzed by
+ * tests/fuzz/fuzz_stats.c).  stats_header_parse reads the header from the
+ * first len bytes of buf, of an image of image_len bytes in all, into *out
+ * (written only on OK).  stats_slot_parse copies one slot from the first
+ * len bytes of buf into *out and says whether it is a live, consistent slot
+ * (in_use 1, seq even) whose role, path, reason and address families are in
+ * range; *out is written either way when len suffices. */
+enum stats_image_error stats_header_parse(const void *buf, size_t len, uint64_t image_len,
+					  struct stats_proc_info *out);
+bool stats_slot_parse(const void *buf, size_t len, struct sdp_conn_stats *out);
+/* A whole image in buf: its header, and its slot i (false past slot_count). */
+enum stats_image_error stats_image_parse(const void *buf, size_t len, struct stats_proc_info *out);
+bool stats_image_slot(const void *buf, size_t len, const struct stats_proc_info *info, uint32_t i,
+		      struct sdp_conn_stats *out);
+/* Byte offset of slot i in an image (= image length with i slots). */
+size_t stats_seg_len(uint32_t slots);
+
+/* Reads the segment at path, which must be a regular file owned by `owner`
+ * whose header names `pid`.  Returns 0 with *snap filled (free it with
+ * stats_snapshot_free), -ENOENT if it vanished, -ESRCH if it is valid but its
+ * process is dead (the caller may unlink it), or another -errno with a
+ * one-phrase reason in why ("not a regular file (a fifo)"). */
+int stats_seg_read(const char *path, uid_t owner, pid_t pid, struct stats_snapshot *snap,
+		   char *why, size_t why_len);
+void stats_snapshot_free(struct stats_snapshot *snap);
 
 /* Text helpers shared by every printer. */
 void stats_addr_format(const struct stats_addr *a, char *buf, size_t len); /* ip:port, [ip6]:port */

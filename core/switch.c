@@ -18,6 +18,7 @@
 #include "core/conn_internal.h"
 #include "core/credits.h"
 #include "core/log.h"
+#include "core/switch_reader.h"
 #include "preload/init.h"
 #include "preload/real.h"
 
@@ -30,10 +31,11 @@ void qp_force_error(struct sdp_conn *c)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 
-	if (!c->qp)
+	if (!c->qp || c->qp_in_error)
 		return;
 	SDP_GUARD_ENTER();
-	(void)ibv_modify_qp(c->qp, &attr, IBV_QP_STATE);
+	if (ibv_modify_qp(c->qp, &attr, IBV_QP_STATE) == 0)
+		c->qp_in_error = true;
 	SDP_GUARD_LEAVE();
 }
 
@@ -62,8 +64,6 @@ static uint64_t rx_delivered(const struct sdp_conn *c)
 		if (e->is_data || e->is_src)
 			queued += e->len;
 	}
-	if (c->rd.direct && c->rd.done)
-		queued -= c->rd.len;
 	return c->rx_stream_off - queued;
 }
 
@@ -114,7 +114,8 @@ static int build_resend(struct sdp_conn *c)
 	size_t payload = 0;
 
 	if (c->wr_unconfirmed) {
-		/* Its RdmaWrCompl may be lost: resend the WRITE's bytes too. */
+		/* Its completion never came: the peer may not have the WRITE's
+		 * bytes, so they are resent (its record's resend_from decides). */
 		c->tx_stream_off -= c->wr_compl_bytes;
 		c->write_rolled_back = true;
 		c->wr_unconfirmed = false;
@@ -144,7 +145,8 @@ static int build_resend(struct sdp_conn *c)
 }
 
 /* The peer ended its stream (DisConn) and consumed all of ours: nothing
- * is left to move, and its TCP socket may already be closed. */
+ * is left to move, and its TCP socket may already be closed.  (Only our
+ * own sign of failure is judged by this: a peer that moved is followed.) */
 static bool nothing_to_move(const struct sdp_conn *c)
 {
 	return c->rx_eof && c->tx_tail == c->tx_head && !c->src.active && !c->wr_unconfirmed;
@@ -177,10 +179,15 @@ void switch_maybe_finish(struct sdp_conn *c)
 	pthread_cond_broadcast(&c->cond);
 }
 
+/* Starts the move (see close_ev_carrier_failed for when it must happen).
+ * by_peer: the peer's SWITCH record is on TCP; it is always followed, even
+ * here where nothing is left to move: the peer then reads our record and
+ * its resend is dropped, where unread it would make our close a reset. */
 bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer)
 {
-	if (c->phase != CONN_OPEN || c->sw_started || c->tcp_fd < 0 ||
-	    c->close_state == CLOSE_ABORTED || (reason == SDP_REASON_FAILOVER && nothing_to_move(c)))
+	if (c->phase != CONN_OPEN || c->sw_started || c->tcp_fd < 0 || c->destroy_queued ||
+	    c->close_state == CLOSE_ABORTED ||
+	    (reason == SDP_REASON_FAILOVER && !by_peer && nothing_to_move(c)))
 		return false;
 	c->sw_started = true;
 	c->sw_reason = reason;
@@ -266,66 +273,58 @@ static void switch_reset(struct sdp_conn *c, const char *what)
 	tcp_send_reset(c);
 }
 
+/* The peer's record is whole and valid (core/switch_reader.c checked it). */
 static void on_peer_record(struct sdp_conn *c)
 {
-	struct sdp_switch rec;
-	enum sdp_wire_error err = sdp_switch_from_wire(c->sw_hdr, sizeof(c->sw_hdr), SDP_REASON_COUNT,
-						       &rec);
-	uint64_t limit = (uint64_t)c->buf_count * c->buf_size + MAX_TAKEN_BACK;
+	const struct sdp_switch *rec = &c->sw_reader.rec;
 
-	if (err != SDP_WIRE_OK) {
-		switch_reset(c, sdp_wire_error_text(err));
-		return;
-	}
-	if (rec.resend_from > c->sw_rx_have || c->sw_rx_have - rec.resend_from > limit) {
-		switch_reset(c, "resend offset outside the bytes received");
-		return;
-	}
-	c->sw_skip = c->sw_rx_have - rec.resend_from;
 	if (c->sw_local_provisional) {
 		free(c->sw_local); /* the peer resends them */
 		c->sw_local = NULL;
 		c->sw_local_len = c->sw_local_off = 0;
 	}
 	if (c->sw_by_peer)
-		c->sw_reason = rec.reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
+		c->sw_reason = rec->reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
 }
 
 /* Reads the peer's record and drops the resent bytes we already have. */
 static void read_peer(struct sdp_conn *c)
 {
+	uint64_t max_back = (uint64_t)c->buf_count * c->buf_size + MAX_TAKEN_BACK;
 	uint8_t scratch[SKIP_CHUNK];
 
 	while (!c->sw_peer_done && c->close_state != CLOSE_ABORTED) {
-		bool in_record = c->sw_hdr_got < sizeof(c->sw_hdr);
-		size_t want = in_record ? sizeof(c->sw_hdr) - c->sw_hdr_got
-					: (c->sw_skip < SKIP_CHUNK ? c->sw_skip : SKIP_CHUNK);
+		enum switch_read_state before = c->sw_reader.state, after;
+		uint8_t *into;
+		size_t want = switch_reader_want(&c->sw_reader, sizeof(scratch), &into);
 		ssize_t n;
 
-		if (!in_record && want == 0) {
+		if (want == 0) {
 			c->sw_peer_done = true;
 			break;
 		}
-		n = real.recv(c->tcp_fd, in_record ? c->sw_hdr + c->sw_hdr_got : scratch, want,
-			      MSG_DONTWAIT);
+		n = real.recv(c->tcp_fd, into ? into : scratch, want, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n <= 0) {
-			/* The peer's TCP ended first: it closed or vanished. */
-			if (n < 0)
+			/* The peer's TCP ended first: it closed or vanished.  After
+			 * its DisConn (rx_eof) a reset reads as EOF, as TCP's FIN
+			 * then RST does: it ended its stream, then its socket. */
+			if (n < 0 && !c->rx_eof)
 				c->sw_peer_err = errno;
 			c->sw_peer_done = true;
 			break;
 		}
-		if (in_record) {
-			c->sw_hdr_got += (uint32_t)n;
-			if (c->sw_hdr_got == sizeof(c->sw_hdr))
-				on_peer_record(c);
-		} else {
-			c->sw_skip -= (uint64_t)n;
+		after = switch_reader_took(&c->sw_reader, (size_t)n, c->sw_rx_have, max_back,
+					   SDP_REASON_COUNT);
+		if (after == SWR_BAD) {
+			switch_reset(c, c->sw_reader.why);
+			return;
 		}
+		if (before == SWR_RECORD && after != SWR_RECORD)
+			on_peer_record(c);
 	}
 }
 

@@ -153,16 +153,3 @@ void tcp_send_reset(struct sdp_conn *c)
 	if (c->tcp_fd >= 0)
 		(void)real.connect(c->tcp_fd, &unspec, sizeof(unspec)); /* sends RST */
 }
-
-int tcp_peer_verdict(struct sdp_conn *c, int err)
-{
-	char byte;
-	ssize_t n;
-
-	if (c->tcp_fd < 0)
-		return err;
-	n = real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0)
-		return 0;
-	return err ? err : ECONNRESET;
-}

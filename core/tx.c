@@ -200,10 +200,6 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 		return false;
 	}
 	c->ctrl_outstanding++;
-	if (mid == SDP_MID_RDMA_WR_COMPL) {
-		c->wr_compl_idx = idx; /* its completion confirms the WRITE (cq.c) */
-		c->wr_compl_posted = true;
-	}
 	if (mid == SDP_MID_ATTACH) {
 		c->attach_idx = idx; /* its completion tells the client knows (cq.c) */
 		c->attach_posted = true;

@@ -11,8 +11,11 @@
 #include <stdint.h>
 
 /* Version 2: the binding handshake (nonces in HelloAck and COMMIT, bind
- * records on the TCP connection; docs/trust.md). */
-#define SDP_WIRE_VERSION 2
+ * records on the TCP connection; docs/trust.md).  Version 3: a SinkAvail is
+ * filled by one RDMA WRITE with immediate (imm = its message sequence
+ * number) and the receiver counts its bytes from its own completion; the
+ * RdmaWrCompl message is no longer sent, and receiving one is a violation. */
+#define SDP_WIRE_VERSION 3
 #define SDP_HELLO_MAGIC  0x53445053u /* "SDPS" */
 #define SDP_BIND_MAGIC   0x53445042u /* "SDPB" */
 #define SDP_NONCE_SIZE   16
@@ -30,7 +33,7 @@ enum sdp_mid {
 	SDP_MID_RDMA_RD_COMPL = 0x09, /* zero-copy: ext = bytes read of a SrcAvail */
 	SDP_MID_SRC_CANCEL    = 0x0a, /* zero-copy: sender withdraws a SrcAvail */
 	SDP_MID_SINK_AVAIL    = 0x0b, /* zero-copy: ext = range the peer may WRITE */
-	SDP_MID_RDMA_WR_COMPL = 0x0c, /* zero-copy: ext = bytes written to a SinkAvail */
+	SDP_MID_RDMA_WR_COMPL = 0x0c, /* version 2 only (now a violation): bytes written to a SinkAvail */
 	SDP_MID_SINK_CANCEL   = 0x0d, /* zero-copy: receiver withdraws a SinkAvail */
 	SDP_MID_SINK_CANCEL_ACK = 0x0e,
 	SDP_MID_SWITCH        = 0x0f, /* move the stream to TCP: ext = offsets */

@@ -17,7 +17,11 @@
 
 #define STAGE_SIZE      (256u * 1024u)
 #define DIRECT_MIN      (16u * 1024u)   /* smaller direct READs are not worth a registration */
-#define MAX_ZC_LEN      (1u << 30)      /* one SrcAvail/SinkAvail moves at most 1 GiB */
+#define MAX_ZC_LEN      (1u << 30)      /* one SrcAvail moves at most 1 GiB */
+/* One direct READ, and one sink, move at most this much: a transfer then
+ * takes well under SDPSHIM_ZCOPY_ANSWER_MS even on a slow link, so the
+ * bound on waiting for the peer never cuts an honest transfer short. */
+#define MAX_ZC_STEP     (8u << 20)
 
 /* Counters live in the socket's stats slot; a closed socket has none. */
 #define COUNT(c, field, n)                                                                  \
@@ -121,17 +125,36 @@ static int mw_invalidate(struct sdp_conn *c, struct zc_window *w)
 	return rc;
 }
 
-/* Waits, ignoring signals, until pred holds or the carrier is gone: for
- * operations that write into or expose the app's buffer.  Every completion
- * the progress thread handles broadcasts c->cond. */
-static void wait_uninterruptible(struct sdp_conn *c, bool (*pred)(struct sdp_conn *))
+/* The peer (or our own send queue) did not answer in time: the QP goes
+ * to the error state, which ends every remote access to our windows and
+ * flushes what is outstanding; the stream moves to TCP or is reset. */
+static void answer_overdue(struct sdp_conn *c, const char *what)
 {
+	sdp_warn("no answer to %s within SDPSHIM_ZCOPY_ANSWER_MS=%u ms; failing the RDMA channel",
+		 what, sdp_tun.zcopy_answer_ms);
+	close_ev_carrier_failed(c, ETIMEDOUT, what);
+	qp_force_error(c); /* even when the carrier was already given up */
+}
+
+/* Waits, ignoring signals, until pred holds or the carrier is gone: for
+ * operations that write into or expose the app's buffer.  At most
+ * SDPSHIM_ZCOPY_ANSWER_MS: then the QP is failed (answer_overdue), after
+ * which nothing can touch the buffer.  Every completion the progress thread
+ * handles broadcasts c->cond. */
+static void wait_answer(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), const char *what)
+{
+	uint64_t deadline = conn_now_us() + (uint64_t)sdp_tun.zcopy_answer_ms * 1000u;
+
 	while (!pred(c) && !c->carrier_dead && c->qp) {
 		struct timespec until;
 
 		cq_poll(c);
 		if (pred(c))
 			break;
+		if (conn_now_us() >= deadline) {
+			answer_overdue(c, what);
+			break;
+		}
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += 20 * 1000000L;
 		if (until.tv_nsec >= 1000000000L) {
@@ -152,29 +175,50 @@ static bool sink_win_idle(struct sdp_conn *c)
 	return !c->win[ZC_WIN_SINK].busy;
 }
 
-/* Ends the window's exposure: invalidate it and wait until that is done.
- * A dead QP accepts no remote access, so nothing is left to do then. */
+/* A QP we moved to the error state accepts no remote access (a dead
+ * carrier always is one: close_ev_carrier_failed). */
+static bool windows_unreachable(const struct sdp_conn *c)
+{
+	return c->qp_in_error || !c->qp;
+}
+
+/* Ends the window's exposure before the call that exposed the app's
+ * buffer returns: invalidate it and wait until that is done.  No answer in
+ * time, or a failed post, fails the QP instead, which ends it too. */
 static void mw_close(struct sdp_conn *c, struct zc_window *w)
 {
 	bool (*idle)(struct sdp_conn *) = w == &c->win[ZC_WIN_SRC] ? src_win_idle : sink_win_idle;
 
-	wait_uninterruptible(c, idle);
-	if (!w->bound || c->carrier_dead || !c->qp)
+	wait_answer(c, idle, "a memory window bind");
+	if (!w->bound)
+		return;
+	w->bound = false;
+	if (windows_unreachable(c))
 		return;
 	if (mw_invalidate(c, w) != 0) {
+		qp_force_error(c);
 		close_ev_carrier_failed(c, EIO, "posting a window invalidate failed");
 		return;
 	}
-	wait_uninterruptible(c, idle);
-	w->bound = false;
+	wait_answer(c, idle, "a memory window invalidate");
+	if (!idle(c))
+		qp_force_error(c); /* the carrier died first: nothing completes now */
 }
 
 /* ------------------------------------------------------------- sender */
 
+/* No window is bound or offered on a connection that is reset (by either
+ * end, or for a protocol violation) or whose carrier is gone. */
+static bool channel_sound(const struct sdp_conn *c)
+{
+	return c->phase == CONN_OPEN && !c->carrier_dead && !c->qp_in_error && !c->hard_error &&
+	       c->close_state != CLOSE_ABORTED && !c->sw_started;
+}
+
 bool zc_send_eligible(struct sdp_conn *c, size_t len)
 {
-	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && c->phase == CONN_OPEN &&
-	       !c->carrier_dead && c->dev && c->dev->mw_type2;
+	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && channel_sound(c) && c->dev &&
+	       c->dev->mw_type2;
 }
 
 bool zc_tx_busy(const struct sdp_conn *c)
@@ -189,25 +233,46 @@ static bool write_done(struct sdp_conn *c)
 	return !c->write_active && !c->wr_unconfirmed;
 }
 
+static bool src_answered(struct sdp_conn *c)
+{
+	return c->src.answered || c->hard_error;
+}
+
 static bool ready_to_zcopy(struct sdp_conn *c)
 {
 	return !tx_has_unposted(c) && !zc_tx_busy(c) && !c->win[ZC_WIN_SRC].busy &&
 	       tx_credits(c) >= 2;
 }
 
-static bool sink_usable(const struct sdp_conn *c)
+/* The peer's sink at our offset.  We write a sink whole or not at all: the
+ * receiver takes the byte count from its own completion and accepts only a
+ * WRITE that filled the window, which no WRITE can do without covering every
+ * byte of it.  A send shorter than the sink declines it (SinkCancelAck) and
+ * goes as a SrcAvail, which the waiting receiver READs directly. */
+static bool sink_usable(struct sdp_conn *c, size_t len)
 {
-	return c->psink.valid && c->psink.stream_off == c->tx_stream_off;
+	if (!c->psink.valid || c->psink.stream_off != c->tx_stream_off)
+		return false;
+	if (len >= c->psink.len)
+		return true;
+	c->psink.valid = false;
+	c->sink_ack_off = c->psink.stream_off;
+	tx_queue_ctrl(c, SDP_MID_SINK_CANCEL_ACK);
+	return false;
 }
 
-/* Write zero-copy: the peer waits with a sink at our stream offset. */
-static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
+/* Write zero-copy: the peer waits with a sink at our stream offset.  One
+ * RDMA WRITE with immediate fills it; the immediate is the next message
+ * sequence number, so the WRITE takes a credit (and a receive) like a
+ * message, and its completion at the peer says how many bytes landed. */
+static ssize_t send_into_sink(struct sdp_conn *c, const void *buf)
 {
-	uint32_t n = len < c->psink.len ? (uint32_t)len : c->psink.len;
+	uint32_t n = c->psink.len;
 	struct mrc_entry *mre;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { .wr_id = WR_ID(WR_WRITE, 0), .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				  .send_flags = IBV_SEND_SIGNALED };
 	bool hit;
 
 	if (mrcache_get(c->dev, buf, n, false, &mre, &hit) != 0)
@@ -216,21 +281,19 @@ static ssize_t send_into_sink(struct sdp_conn *c, const void *buf, size_t len)
 	sge = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = n, .lkey = mre->mr->lkey };
 	wr.wr.rdma.remote_addr = c->psink.addr;
 	wr.wr.rdma.rkey = c->psink.rkey;
+	wr.imm_data = htobe32(c->tx_seq + 1);
 	if (post_wr(c, &wr) != 0) {
 		mrcache_put(mre);
 		close_ev_carrier_failed(c, EIO, "posting an RDMA WRITE failed");
 		return -ECONNRESET;
 	}
+	c->tx_seq++;
 	c->psink.valid = false;
 	c->write_active = true;
 	c->wr_unconfirmed = true;
-	c->wr_compl_posted = false;
 	c->wr_compl_bytes = n;
-	c->wr_compl_off = c->tx_stream_off;
 	c->tx_stream_off += n;
-	tx_queue_ctrl(c, SDP_MID_RDMA_WR_COMPL); /* after the WRITE on the same QP */
-	tx_kick(c);
-	wait_uninterruptible(c, write_done);
+	wait_answer(c, write_done, "an RDMA WRITE");
 	mrcache_put(mre);
 	if (c->write_rolled_back) {
 		c->write_rolled_back = false; /* the switch resends these bytes: buffer copy path */
@@ -250,13 +313,14 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 			      uint64_t start_us)
 {
 	uint32_t n = len > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)len;
+	struct zc_window *win = &c->win[ZC_WIN_SRC];
 	struct mrc_entry *mre;
+	int why = 0;
 	bool hit;
 
 	if (mrcache_get(c->dev, buf, n, false, &mre, &hit) != 0)
 		return 0;
 	count_cache(c, hit);
-	struct zc_window *win = &c->win[ZC_WIN_SRC];
 
 	if (mw_bind(c, win, mre, (uintptr_t)buf, n, IBV_ACCESS_REMOTE_READ) != 0) {
 		mrcache_put(mre);
@@ -267,11 +331,13 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 				  .addr = (uintptr_t)buf, .len = n, .rkey = win->rkey, .mre = mre };
 	tx_queue_ctrl(c, SDP_MID_SRC_AVAIL);
 	tx_kick(c);
-	while (!c->src.answered && !c->carrier_dead && !c->hard_error) {
-		int w = conn_wait(c, true, c->src.cancel_sent ? -1 : timeout_ms, start_us);
+	while (!c->src.answered && !c->carrier_dead && !c->hard_error && !c->src.cancel_sent) {
+		int w = conn_wait(c, true, timeout_ms, start_us);
 
 		cq_poll(c);
-		if (w < 0 && !c->src.cancel_sent && !c->src.answered) {
+		if (w < 0)
+			why = w; /* reported if nothing was taken, even if the answer crossed it */
+		if (w < 0 && !c->src.answered) {
 			/* A signal or SO_SNDTIMEO: withdraw; the answer says how much the peer took. */
 			c->src.cancel_sent = true;
 			tx_queue_ctrl(c, SDP_MID_SRC_CANCEL);
@@ -279,6 +345,8 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 			COUNT(c, zcopy_cancels, 1);
 		}
 	}
+	if (c->src.cancel_sent && !c->hard_error)
+		wait_answer(c, src_answered, "a SrcAvailCancel");
 	mw_close(c, win);
 	mrcache_put(mre);
 	c->src.active = false; /* on_rd_compl advanced tx_stream_off */
@@ -291,7 +359,10 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 		return 0; /* the stream moved to TCP: the bytes go there (buffer copy path) */
 	if (c->carrier_dead || c->hard_error)
 		return -(c->hard_error ? c->hard_error : ECONNRESET);
-	return c->src.cancel_sent ? -EINTR : -EAGAIN;
+	/* Nothing taken: the signal (EINTR) or timeout (EAGAIN) that withdrew
+	 * it (or that crossed the peer's answer), as TCP reports them; a peer
+	 * that took nothing unasked leaves the bytes to buffer copy. */
+	return why;
 }
 
 /* After a non-blocking attempt the peer did not serve in time, this many
@@ -307,10 +378,10 @@ static ssize_t zc_send_nonblocking(struct sdp_conn *c, const void *buf, size_t l
 		c->zc_nb_backoff--;
 		return 0;
 	}
-	if (!ready_to_zcopy(c) || !mw_ready(c, &c->win[ZC_WIN_SRC]))
+	if (!ready_to_zcopy(c) || !channel_sound(c) || !mw_ready(c, &c->win[ZC_WIN_SRC]))
 		return 0;
-	if (sink_usable(c))
-		return send_into_sink(c, buf, len);
+	if (sink_usable(c, len))
+		return send_into_sink(c, buf);
 	r = send_as_source(c, buf, len, wait_ms, conn_now_us());
 	if (r > 0 || r == -ECONNRESET || c->carrier_dead || c->hard_error)
 		return r;
@@ -328,15 +399,20 @@ static ssize_t send_zero_copy(struct sdp_conn *c, const void *buf, size_t len, b
 
 		if (c->carrier_dead || c->hard_error || c->phase != CONN_OPEN)
 			return 0; /* the caller's buffer-copy path reports the state */
+		/* Copy bytes held for an ack, or no credit for a SrcAvail: the
+		 * socket may well be writable, so waiting for that would spin.
+		 * These bytes take the buffer-copy path, which waits for room. */
+		if (!zc_tx_busy(c) && !c->win[ZC_WIN_SRC].busy)
+			return 0;
 		w = conn_wait(c, true, timeout_ms, start_us);
 		cq_poll(c);
 		if (w < 0)
 			return w;
 	}
-	if (!mw_ready(c, &c->win[ZC_WIN_SRC]))
+	if (!channel_sound(c) || !mw_ready(c, &c->win[ZC_WIN_SRC]))
 		return 0;
-	if (sink_usable(c))
-		return send_into_sink(c, buf, len);
+	if (sink_usable(c, len))
+		return send_into_sink(c, buf);
 	return send_as_source(c, buf, len, timeout_ms, start_us);
 }
 
@@ -366,6 +442,39 @@ struct rx_entry *zc_head_source(struct sdp_conn *c)
 	return NULL;
 }
 
+/* The SrcAvail not answered yet, if any.  There is at most one, and it is
+ * the last thing in the stream: nothing may follow it until it is answered
+ * (the sender sends nothing in between), so cutting it short by a cancel
+ * is cutting the stream's end. */
+static struct rx_entry *unanswered_source(struct sdp_conn *c)
+{
+	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
+		struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_src && !e->answered)
+			return e;
+	}
+	return NULL;
+}
+
+bool zc_rx_source_unanswered(struct sdp_conn *c)
+{
+	return unanswered_source(c) != NULL;
+}
+
+/* The entry of the READ in flight or just finished: found again by its
+ * sequence number after every wait, never by a pointer kept across one. */
+static struct rx_entry *read_source(struct sdp_conn *c)
+{
+	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
+		struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_src && e->seq == c->rd.seq)
+			return e;
+	}
+	return NULL;
+}
+
 static int ensure_stage(struct sdp_conn *c)
 {
 	int err = 0;
@@ -379,6 +488,18 @@ static int ensure_stage(struct sdp_conn *c)
 	return 0;
 }
 
+static int post_source_read(struct sdp_conn *c, struct rx_entry *e, void *dst, uint32_t lkey,
+			    uint32_t n, bool direct, struct mrc_entry *mre)
+{
+	if (post_read(c, e, dst, lkey, n) != 0)
+		return -1;
+	c->rd = (struct zc_read){ .active = true, .direct = direct, .len = n, .mre = mre,
+				  .seq = e->seq };
+	e->raddr += n;
+	e->unread -= n;
+	return 0;
+}
+
 void zc_stage_kick(struct sdp_conn *c)
 {
 	struct rx_entry *e;
@@ -387,20 +508,17 @@ void zc_stage_kick(struct sdp_conn *c)
 	if (c->rd.active || c->carrier_dead || !c->qp || c->stage_fill > c->stage_off)
 		return;
 	e = zc_head_source(c);
-	if (!e || !e->unread || c->src_cancel_pending)
+	if (!e || !e->unread)
 		return;
 	if (ensure_stage(c) != 0) {
 		close_ev_abort(c, ENOMEM, true);
 		return;
 	}
 	n = e->unread < c->stage_len ? e->unread : c->stage_len;
-	if (post_read(c, e, c->stage, c->stage_mr->lkey, n) != 0) {
+	if (post_source_read(c, e, c->stage, c->stage_mr->lkey, n, false, NULL) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting an RDMA READ failed");
 		return;
 	}
-	c->rd = (struct zc_read){ .active = true, .len = n };
-	e->raddr += n;
-	e->unread -= n;
 	c->stage_off = c->stage_fill = 0;
 }
 
@@ -409,67 +527,69 @@ static bool read_done(struct sdp_conn *c)
 	return !c->rd.active;
 }
 
-static void answer_source(struct sdp_conn *c, struct rx_entry *e)
+/* RdmaRdCompl once every byte the SrcAvail still claims is our app's: the
+ * sender keeps its buffer until then, so a switch to TCP can always resend
+ * what we have not delivered (core/switch.c). */
+static void source_maybe_answer(struct sdp_conn *c, struct rx_entry *e)
 {
+	if (e->answered || e->unread || e->len || (c->rd.active && c->rd.seq == e->seq))
+		return;
+	e->answered = true;
 	c->rd_compl_bytes = e->total;
-	c->rd_compl_off = c->rx_stream_off - e->total;
+	c->rd_compl_off = e->stream_off;
 	tx_queue_ctrl(c, SDP_MID_RDMA_RD_COMPL);
-	e->consumed = true;
+	c->src_cancel_pending = false;
+	tx_kick(c);
 }
 
-/* The source is fully consumed (or truncated by a cancel to what we took). */
-static void source_consumed(struct sdp_conn *c, struct rx_entry *e)
+/* The source's bytes are all with our app: its place in the ring returns.
+ * Its ack goes out now: the RdmaRdCompl may have to wait for a credit that
+ * only this ack, in a credit update, can bring back. */
+static void source_maybe_consumed(struct sdp_conn *c, struct rx_entry *e)
 {
-	if (e->len || e->unread)
+	source_maybe_answer(c, e);
+	if (!e->answered || e->consumed)
 		return;
-	answer_source(c, e);
-	c->src_cancel_pending = false;
-	/* Its ack goes out now: the RdmaRdCompl may have to wait for a credit
-	 * that only this ack, in a credit update, can bring back. */
+	e->consumed = true;
 	rx_entry_consumed(c);
 	tx_kick(c);
 }
 
+/* A blocking recv READs straight into the app's buffer, at most
+ * MAX_ZC_STEP at a time.  The READ writes into that buffer, so the call
+ * does not return before it completed or the QP failed (wait_answer).
+ * read_completed does the accounting; the entry may be gone by then. */
 static ssize_t recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, size_t room)
 {
 	uint32_t n = e->unread < room ? e->unread : (uint32_t)room;
 	struct mrc_entry *mre;
-	bool hit;
+	bool hit, done;
 
-	if (c->rd.active || c->stage_fill > c->stage_off || c->src_cancel_pending ||
-	    e->unread != e->len || (n < DIRECT_MIN && n < e->unread))
+	if (n > MAX_ZC_STEP)
+		n = MAX_ZC_STEP;
+	if (c->rd.active || c->stage_fill > c->stage_off || e->unread != e->len || !channel_sound(c) ||
+	    (n < DIRECT_MIN && n < e->unread))
 		return 0;
 	if (mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
 		return 0;
 	count_cache(c, hit);
-	if (post_read(c, e, dst, mre->mr->lkey, n) != 0) {
+	if (post_source_read(c, e, dst, mre->mr->lkey, n, true, mre) != 0) {
 		mrcache_put(mre);
 		close_ev_carrier_failed(c, EIO, "posting an RDMA READ failed");
 		return -ECONNRESET;
 	}
-	c->rd = (struct zc_read){ .active = true, .direct = true, .len = n, .mre = mre };
-	/* The READ writes into the app's buffer: no return before it is done. */
-	wait_uninterruptible(c, read_done);
+	e = NULL; /* not valid after the wait */
+	wait_answer(c, read_done, "an RDMA READ");
+	if (c->rd.active)
+		qp_force_error(c); /* the carrier died first: nothing completes now */
 	mrcache_put(mre);
 	c->rd.mre = NULL;
-	if (c->sw_started) {
-		/* The switch counted a finished READ as delivered, and dropped e. */
-		bool done = c->rd.done;
-
-		c->rd.done = false;
-		if (done)
-			COUNT(c, bytes_received, n);
-		return done ? (ssize_t)n : 0;
-	}
-	if (!c->rd.done)
-		return -ECONNRESET;
+	done = c->rd.done;
 	c->rd.done = false;
-	e->raddr += n;
-	e->unread -= n;
-	e->len -= n;
+	if (!done)
+		return c->sw_started && !c->hard_error ? 0 : -ECONNRESET;
 	COUNT(c, zcopy_bytes_received, n);
 	COUNT(c, bytes_received, n);
-	source_consumed(c, e);
 	return n;
 }
 
@@ -507,8 +627,8 @@ size_t zc_copy_staged(struct sdp_conn *c, struct rx_entry *e, const struct iovec
 	COUNT(c, copy_bytes_received, copied);
 	if (c->stage_off == c->stage_fill) {
 		c->stage_off = c->stage_fill = 0;
-		source_consumed(c, e);
-		if (!e->consumed && c->rx_waiters == 0)
+		source_maybe_consumed(c, e);
+		if (c->rx_waiters == 0)
 			zc_stage_kick(c);
 	}
 	return copied;
@@ -518,10 +638,10 @@ size_t zc_copy_staged(struct sdp_conn *c, struct rx_entry *e, const struct iovec
 
 bool zc_sink_eligible(struct sdp_conn *c, size_t room, int flags)
 {
-	return c->zcopy_thresh > 0 && room >= (size_t)c->zcopy_thresh && c->phase == CONN_OPEN &&
+	return c->zcopy_thresh > 0 && room >= (size_t)c->zcopy_thresh && channel_sound(c) &&
 	       !(flags & (MSG_PEEK | MSG_TRUNC)) && !c->sink.active && !c->win[ZC_WIN_SINK].busy &&
-	       c->rx_bytes_ready == 0 && !zc_head_source(c) && !c->rx_eof && !c->carrier_dead &&
-	       c->dev && c->dev->mw_type2 && tx_credits(c) >= 2;
+	       c->rx_bytes_ready == 0 && !zc_head_source(c) && !c->rx_eof && c->dev &&
+	       c->dev->mw_type2 && tx_credits(c) >= 2;
 }
 
 /* Bytes at the sink's offset that came another way (buffer copy or a
@@ -541,13 +661,21 @@ static bool sink_void(struct sdp_conn *c)
 	return true;
 }
 
+/* After our SinkCancel: the peer's answer (its WRITE, or SinkCancelAck),
+ * or bytes at the sink's offset that came another way. */
+static bool sink_settled(struct sdp_conn *c)
+{
+	return c->sink.answered || c->hard_error || c->rx_eof || sink_void(c);
+}
+
 static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms,
 			      uint64_t start_us)
 {
-	uint32_t n = room > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)room;
+	uint32_t n = room > MAX_ZC_STEP ? MAX_ZC_STEP : (uint32_t)room;
 	struct zc_window *win = &c->win[ZC_WIN_SINK];
 	struct mrc_entry *mre;
 	ssize_t result;
+	int why = 0;
 	bool hit;
 
 	if (!mw_ready(c, win) || mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
@@ -562,13 +690,16 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 				    .addr = (uintptr_t)dst, .len = n, .rkey = win->rkey, .mre = mre };
 	tx_queue_ctrl(c, SDP_MID_SINK_AVAIL);
 	tx_kick(c);
-	while (!c->sink.answered && !c->carrier_dead && !c->hard_error && !c->rx_eof) {
-		int w = conn_wait(c, false, c->sink.cancel_sent ? -1 : timeout_ms, start_us);
+	while (!c->sink.answered && !c->carrier_dead && !c->hard_error && !c->rx_eof &&
+	       !c->sink.cancel_sent) {
+		int w = conn_wait(c, false, timeout_ms, start_us);
 
 		cq_poll(c);
 		if (!c->sink.answered && sink_void(c))
 			break;
-		if (w < 0 && !c->sink.cancel_sent && !c->sink.answered) {
+		if (w < 0)
+			why = w; /* reported if nothing was written, even if the answer crossed it */
+		if (w < 0 && !c->sink.answered) {
 			/* A signal or timeout: withdraw the sink, wait for the answer. */
 			c->sink.cancel_sent = true;
 			tx_queue_ctrl(c, SDP_MID_SINK_CANCEL);
@@ -576,6 +707,8 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 			COUNT(c, zcopy_cancels, 1);
 		}
 	}
+	if (c->sink.cancel_sent)
+		wait_answer(c, sink_settled, "a SinkCancel");
 	mw_close(c, win);
 	mrcache_put(mre);
 	c->sink.active = false;
@@ -584,6 +717,10 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 		COUNT(c, zcopy_bytes_received, (uint64_t)result);
 		COUNT(c, bytes_received, (uint64_t)result);
 		COUNT(c, zcopy_ops, 1);
+	} else if (why && !c->rx_eof) {
+		/* Withdrawn by a signal or SO_RCVTIMEO: reported as TCP does, even
+		 * if bytes came another way meanwhile (they stay queued). */
+		result = why;
 	}
 	return result;
 }
@@ -634,14 +771,18 @@ ssize_t zc_recv_sink(struct sdp_conn *c, void *dst, size_t room, int timeout_ms,
 
 static bool on_src_avail(struct sdp_conn *c, const struct sdp_ext *x, struct rx_entry *e)
 {
-	if (x->a == 0 || x->a > MAX_ZC_LEN || x->d != c->rx_stream_off || zc_head_source(c) ||
+	if (c->close_state == CLOSE_ABORTED)
+		return true; /* after a reset: nobody's bytes, never READ (e stays consumed) */
+	if (x->a == 0 || x->a > MAX_ZC_LEN || x->d != c->rx_stream_off || unanswered_source(c) ||
 	    c->rx_eof || c->phase != CONN_OPEN) {
 		violation(c, "SrcAvail out of place");
 		return false;
 	}
 	e->is_src = true;
 	e->consumed = false;
+	e->answered = false;
 	e->total = e->len = e->unread = x->a;
+	e->stream_off = x->d;
 	e->raddr = x->c;
 	e->rkey = x->b;
 	c->rx_stream_off += x->a;
@@ -668,25 +809,29 @@ static bool on_rd_compl(struct sdp_conn *c, const struct sdp_ext *x)
 	return true;
 }
 
-/* The sender withdrew its SrcAvail: keep what we already READ, answer. */
-static bool on_src_cancel(struct sdp_conn *c, const struct sdp_ext *x)
+/* The sender withdrew its SrcAvail: what we READ (or are READing) stays
+ * ours and the rest leaves the stream.  The source is the stream's last
+ * entry (nothing may follow it unanswered), so its unread bytes are the
+ * stream's end.  With a READ in flight the cut waits for its completion. */
+static void source_cut(struct sdp_conn *c, struct rx_entry *e)
 {
-	struct rx_entry *e = zc_head_source(c);
-
-	if (!e || x->d != c->rx_stream_off - e->total) {
-		return true; /* it was fully consumed and answered already */
-	}
-	c->src_cancel_pending = true;
-	if (c->rd.active)
-		return true; /* answered when the READ completes */
 	c->rx_stream_off -= e->unread;
 	e->total -= e->unread;
 	e->len -= e->unread;
 	e->unread = 0;
-	if (e->len == 0)
-		source_consumed(c, e);
-	else
-		c->src_cancel_pending = false; /* answered once the staged bytes are read */
+	source_maybe_consumed(c, e);
+}
+
+static bool on_src_cancel(struct sdp_conn *c, const struct sdp_ext *x)
+{
+	struct rx_entry *e = unanswered_source(c);
+
+	if (!e || x->d != e->stream_off)
+		return true; /* answered already: the RdmaRdCompl crossed it */
+	c->src_cancel_pending = true;
+	if (c->rd.active && c->rd.seq == e->seq)
+		return true; /* cut when the READ completes (read_completed) */
+	source_cut(c, e);
 	return true;
 }
 
@@ -709,19 +854,22 @@ static bool on_sink_avail(struct sdp_conn *c, const struct sdp_ext *x)
 	return true;
 }
 
-static bool on_wr_compl(struct sdp_conn *c, const struct sdp_ext *x)
+/* Our sink was written: the count is our own completion's (the RDMA WRITE
+ * with immediate), never the peer's word.  A WRITE that did not fill the
+ * sink, or that came with no sink waiting, breaks the protocol: a filled
+ * sink is the only proof that every byte we return was written. */
+void zc_on_write_landed(struct sdp_conn *c, uint32_t bytes)
 {
-	if (!c->sink.active || c->sink.answered || x->a > c->sink.len ||
-	    x->d != c->sink.stream_off || c->rx_stream_off != c->sink.stream_off) {
-		violation(c, "RdmaWrCompl for no SinkAvail");
-		return false;
+	if (!c->sink.active || c->sink.answered || bytes != c->sink.len ||
+	    c->rx_stream_off != c->sink.stream_off) {
+		violation(c, "RDMA WRITE that did not fill a SinkAvail");
+		return;
 	}
-	c->sink.written = x->a;
+	c->sink.written = bytes;
 	c->sink.answered = true;
 	pthread_cond_broadcast(&c->cond);
-	c->rx_stream_off += x->a;
+	c->rx_stream_off += bytes;
 	conn_update_readiness(c, true);
-	return true;
 }
 
 static bool on_sink_cancel(struct sdp_conn *c, const struct sdp_ext *x)
@@ -758,7 +906,6 @@ bool zc_on_message(struct sdp_conn *c, const struct sdp_bsdh *h, const struct sd
 	case SDP_MID_RDMA_RD_COMPL:   return on_rd_compl(c, x);
 	case SDP_MID_SRC_CANCEL:      return on_src_cancel(c, x);
 	case SDP_MID_SINK_AVAIL:      return on_sink_avail(c, x);
-	case SDP_MID_RDMA_WR_COMPL:   return on_wr_compl(c, x);
 	case SDP_MID_SINK_CANCEL:     return on_sink_cancel(c, x);
 	case SDP_MID_SINK_CANCEL_ACK: return on_sink_cancel_ack(c, x);
 	default:                      return false;
@@ -767,23 +914,29 @@ bool zc_on_message(struct sdp_conn *c, const struct sdp_bsdh *h, const struct sd
 
 /* ---------------------------------------------------------- completions */
 
+/* Our READ ended.  Its entry is found again by sequence: a cancel may
+ * have answered and cut it meanwhile, but never while this READ was in
+ * flight (on_src_cancel waits for it), so it is still in the ring. */
 static void read_completed(struct sdp_conn *c, bool ok)
 {
-	struct rx_entry *e = zc_head_source(c);
+	struct rx_entry *e = read_source(c);
 
 	c->rd.active = false;
-	if (!ok) {
+	if (!ok || !e) {
 		close_ev_carrier_failed(c, ECONNRESET, "an RDMA READ failed");
 		return;
 	}
-	c->rd.done = true;
-	if (!c->rd.direct) {
+	if (c->rd.direct) {
+		e->len -= c->rd.len; /* the app's bytes now: its recv returns them */
+		c->rd.done = true;
+	} else {
 		c->stage_fill = c->rd.len;
-		c->rd.done = false;
 		c->rx_bytes_ready += c->rd.len;
 	}
-	if (e && c->src_cancel_pending)
-		on_src_cancel(c, &(struct sdp_ext){ .d = c->rx_stream_off - e->total });
+	if (c->src_cancel_pending && !e->answered)
+		source_cut(c, e);
+	else
+		source_maybe_consumed(c, e);
 	conn_update_readiness(c, true);
 }
 
@@ -798,6 +951,8 @@ void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok)
 		break;
 	case WR_WRITE:
 		c->write_active = false;
+		if (ok)
+			c->wr_unconfirmed = false; /* acked: the peer has the bytes and the immediate */
 		conn_update_readiness(c, false);
 		break;
 	case WR_BIND:
@@ -863,10 +1018,6 @@ void zc_fill_ext(struct sdp_conn *c, uint8_t mid, struct sdp_ext *x)
 		break;
 	case SDP_MID_SINK_CANCEL:
 		x->d = c->sink.stream_off;
-		break;
-	case SDP_MID_RDMA_WR_COMPL:
-		x->a = c->wr_compl_bytes;
-		x->d = c->wr_compl_off;
 		break;
 	case SDP_MID_SINK_CANCEL_ACK:
 		x->d = c->sink_ack_off;

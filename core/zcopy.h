@@ -4,11 +4,14 @@
  *    the app's buffer when a recv waits with room, else into a staging
  *    buffer; RdmaRdCompl releases the sender's send();
  *  - write: a receiver blocked with a large buffer binds a window (remote
- *    write) over it and sends SinkAvail; a sender with a large send at that
- *    stream offset RDMA-WRITEs into it and sends RdmaWrCompl.
+ *    write) over it and sends SinkAvail; a sender with a send at that
+ *    stream offset at least as large fills it with one RDMA WRITE with
+ *    immediate, whose completion at the receiver carries the byte count.
  * Either side may cancel (SrcAvailCancel, SinkAvailCancel/SinkCancelAck);
- * every path ends with the window invalidated and the registration
- * released.  All functions are called with the conn lock held. */
+ * every path ends with the window invalidated (or the QP in the error
+ * state) and the registration released before the app's call returns, and
+ * every wait for the peer is bounded by SDPSHIM_ZCOPY_ANSWER_MS.  All
+ * functions are called with the conn lock held. */
 #ifndef SDPSHIM_ZCOPY_H
 #define SDPSHIM_ZCOPY_H
 
@@ -54,6 +57,11 @@ bool zc_sink_eligible(struct sdp_conn *c, size_t room, int flags);
 /* Messages and completions. */
 bool zc_on_message(struct sdp_conn *c, const struct sdp_bsdh *h, const struct sdp_ext *ext,
 		   struct rx_entry *e);
+/* The peer's RDMA WRITE with immediate into our sink completed here with
+ * this many bytes (our receive completion's count). */
+void zc_on_write_landed(struct sdp_conn *c, uint32_t bytes);
+/* A SrcAvail waits for its RdmaRdCompl: nothing may follow it. */
+bool zc_rx_source_unanswered(struct sdp_conn *c);
 void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok);
 /* The extension a zero-copy control message carries. */
 void zc_fill_ext(struct sdp_conn *c, uint8_t mid, struct sdp_ext *ext);

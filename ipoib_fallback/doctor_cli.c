@@ -370,14 +370,15 @@ static void report_config(void)
 	const char *env = getenv("SDPSHIM_CONFIG");
 	bool explicit_file = env && *env;
 	const char *file = explicit_file ? env : DEFAULT_CONFIG;
-	struct sdp_rules rules = { NULL, 0 };
+	struct sdp_rules rules = { NULL, 0, false };
 
 	printf("Config:\n");
 	printf("  file: %s (%s)\n", file, explicit_file ? "from SDPSHIM_CONFIG" : "the default");
 	if (!explicit_file && access(file, F_OK) != 0 && errno == ENOENT)
 		printf("  not present: no rules, every connection may try RDMA\n");
 	else if (rules_load_file(&rules, file, !explicit_file, print_config_diag, NULL) != 0)
-		printf("  rejected: none of its rules apply (defaults are used)\n");
+		printf("  rejected: none of its rules apply, every connection uses TCP "
+		       "(reason rule_tcp; fail closed)\n");
 	else
 		printf("  parses: %zu rule(s)\n", rules.count);
 	rules_free(&rules);

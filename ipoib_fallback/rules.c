@@ -1,5 +1,6 @@
 /* Owns the path-choice rules: parsing libsdp-style rule text and files (a bad
- * file is rejected as a whole), and finding the first rule for a connection. */
+ * or unreadable file fails closed: its rules are dropped and every connection
+ * uses TCP), and finding the first rule for a connection. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #define ERR_MAX              400                  /* one problem description */
 #define DIAG_MAX             1024                 /* one whole diagnostic line */
 #define QUOTE_MAX            48                   /* bytes of a bad token shown */
+#define RULES_FAIL_CLOSED_NOTE "ignoring its rules: every connection uses TCP (fail closed)"
 
 enum line_kind { LINE_EMPTY, LINE_RULE, LINE_BAD };
 
@@ -121,8 +123,7 @@ static void report(rules_diag_fn diag, void *ctx, const char *filename,
 	if (diag == NULL)
 		return;
 	sanitize(name, sizeof(name), filename ? filename : "(rules)", 200);
-	snprintf(msg, sizeof(msg), "%s:%s; ignoring this file, defaults apply",
-		 name, where_and_what);
+	snprintf(msg, sizeof(msg), "%s:%s; " RULES_FAIL_CLOSED_NOTE, name, where_and_what);
 	diag(ctx, msg);
 }
 
@@ -501,6 +502,15 @@ static void parse_one_line(struct parse_state *st, const char *raw, size_t len, 
 	}
 }
 
+/* A rejected file: no rule of it applies, and every connection matches
+ * "use tcp" (rules_match()). */
+static void set_fail_closed(struct sdp_rules *out)
+{
+	out->rule = NULL;
+	out->count = 0;
+	out->fail_closed = true;
+}
+
 /* Hands the rules to *out, or rejects the file with one diagnostic line. */
 static int finish(struct parse_state *st, struct sdp_rules *out, const char *filename,
 		  rules_diag_fn diag, void *ctx)
@@ -513,6 +523,7 @@ static int finish(struct parse_state *st, struct sdp_rules *out, const char *fil
 		return 0;
 	}
 	rules_free(&st->rules);
+	set_fail_closed(out);
 	if (st->out_of_memory || more == 0)
 		snprintf(where, sizeof(where), "%zu: %s", st->first_bad_line, st->first_err);
 	else
@@ -530,8 +541,7 @@ int rules_parse(struct sdp_rules *out, const char *text, size_t len,
 
 	if (out == NULL)
 		return -1;
-	out->rule = NULL;
-	out->count = 0;
+	*out = (struct sdp_rules){ NULL, 0, false };
 	memset(&st, 0, sizeof(st));
 	if (text == NULL)
 		len = 0;
@@ -619,16 +629,11 @@ static int parse_fd(struct sdp_rules *out, int fd, const char *filename,
 	return rc;
 }
 
-int rules_load_file(struct sdp_rules *out, const char *filename, bool missing_ok,
-		    rules_diag_fn diag, void *diag_ctx)
+static int load_named(struct sdp_rules *out, const char *filename, bool missing_ok,
+		      rules_diag_fn diag, void *diag_ctx)
 {
-	if (out == NULL)
-		return -1;
-	out->rule = NULL;
-	out->count = 0;
-	if (filename == NULL)
-		return missing_ok ? 0 : reject_file(filename, "no file name", diag, diag_ctx);
 	int fd = open(filename, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
 	if (fd < 0 && errno == ENOENT && missing_ok)
 		return 0;
 	if (fd < 0)
@@ -638,13 +643,31 @@ int rules_load_file(struct sdp_rules *out, const char *filename, bool missing_ok
 	return rc;
 }
 
+/* A file that cannot be read fails closed as a bad line does: the admin
+ * meant some rules, and which of them is unknown. */
+int rules_load_file(struct sdp_rules *out, const char *filename, bool missing_ok,
+		    rules_diag_fn diag, void *diag_ctx)
+{
+	int rc;
+
+	if (out == NULL)
+		return -1;
+	*out = (struct sdp_rules){ NULL, 0, false };
+	if (filename == NULL)
+		rc = missing_ok ? 0 : reject_file(filename, "no file name", diag, diag_ctx);
+	else
+		rc = load_named(out, filename, missing_ok, diag, diag_ctx);
+	if (rc != 0)
+		set_fail_closed(out);
+	return rc;
+}
+
 void rules_free(struct sdp_rules *rules)
 {
 	if (rules == NULL)
 		return;
 	free(rules->rule);
-	rules->rule = NULL;
-	rules->count = 0;
+	*rules = (struct sdp_rules){ NULL, 0, false };
 }
 
 /* ---- matching ----------------------------------------------------------- */
@@ -712,13 +735,29 @@ static bool program_matches(const struct sdp_rule *r, const char *progname)
 	return fnmatch(r->prog_glob, progname, 0) == 0;
 }
 
+/* What a fail_closed set matches: "use tcp <role> * *:*", of no line. */
+static const struct sdp_rule fail_closed_rule[2] = {
+	{ .use = RULE_USE_TCP, .role = RULE_ROLE_SERVER, .prog_glob = "*", .family = AF_UNSPEC,
+	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1 },
+	{ .use = RULE_USE_TCP, .role = RULE_ROLE_CLIENT, .prog_glob = "*", .family = AF_UNSPEC,
+	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1 },
+};
+
 const struct sdp_rule *rules_match(const struct sdp_rules *rules, enum rule_role role,
 				   const char *progname, const struct sockaddr *addr)
 {
 	struct net peer;
 	uint16_t port;
 
-	if (rules == NULL || rules->rule == NULL || addr == NULL || !peer_net(addr, &peer, &port))
+	if (rules == NULL || addr == NULL || !peer_net(addr, &peer, &port))
+		return NULL;
+	if (rules->fail_closed) {
+		for (size_t i = 0; i < sizeof(fail_closed_rule) / sizeof(fail_closed_rule[0]); i++)
+			if (fail_closed_rule[i].role == role)
+				return &fail_closed_rule[i];
+		return NULL;
+	}
+	if (rules->rule == NULL)
 		return NULL;
 	for (size_t i = 0; i < rules->count; i++) {
 		const struct sdp_rule *r = &rules->rule[i];

@@ -2,7 +2,9 @@
  *   use rdma|tcp|both server|client <program glob> <addr[/prefix]|*>:<port[-port]|*> [key=value ...]
  * Options: zcopy_thresh=N, connect_timeout_ms=N, and on server rules only
  * clients=NET[,NET...] (the client subnets that may open RDMA channels).
- * First match wins; no match means "both".  Pure module: no I/O except
+ * First match wins; no match means "both".  A file with a bad line, or one
+ * that cannot be read, fails closed: none of its rules apply and every
+ * connection matches "use tcp" instead.  Pure module: no I/O except
  * rules_load_file(), no globals. */
 #ifndef SDPSHIM_RULES_H
 #define SDPSHIM_RULES_H
@@ -43,24 +45,31 @@ struct sdp_rule {
 struct sdp_rules {
 	struct sdp_rule *rule;
 	size_t count;
+	bool fail_closed;   /* the file was rejected: rule is NULL, count 0, and every
+			     * match is a "use tcp" rule of no line (line 0) */
 };
 
-/* Called once for a rejected file: "FILE:LINE: problem (and N more bad lines)". */
+/* Called once for a rejected file: "FILE:LINE: problem (and N more bad
+ * lines); ...", or "FILE: problem; ..." when it cannot be read. */
 typedef void (*rules_diag_fn)(void *ctx, const char *one_line_message);
 
 /* Parses a whole config text.  On success fills *out and returns 0.  If any
- * line is bad, *out is left empty (the defaults apply), diag is called once
- * with a message naming file and the first bad line, and -1 is returned.
- * Never crashes on any input (it is fuzzed). */
+ * line is bad, *out holds no rule but fails closed (fail_closed: every
+ * connection uses TCP), diag is called once with a message naming file and
+ * the first bad line, and -1 is returned.  Never crashes on any input (it is
+ * fuzzed). */
 int rules_parse(struct sdp_rules *out, const char *text, size_t len,
 		const char *filename, rules_diag_fn diag, void *diag_ctx);
 
 /* Reads FILE and parses it.  A missing file is not an error when
- * missing_ok is true (returns 0, no rules). */
+ * missing_ok is true (returns 0, no rules).  A file that cannot be read (any
+ * other open or read error, not a regular file or character device, over
+ * 1 MiB) is rejected as a bad line is: -1, one diag line, fail_closed. */
 int rules_load_file(struct sdp_rules *out, const char *filename, bool missing_ok,
 		    rules_diag_fn diag, void *diag_ctx);
 
-/* First rule that matches role, program name and address:port, or NULL. */
+/* First rule that matches role, program name and address:port, or NULL.
+ * For a fail_closed set: a static "use tcp" rule for any IPv4/IPv6 address. */
 const struct sdp_rule *rules_match(const struct sdp_rules *rules, enum rule_role role,
 				   const char *progname, const struct sockaddr *addr);
 
@@ -68,6 +77,7 @@ const struct sdp_rule *rules_match(const struct sdp_rules *rules, enum rule_role
 enum rule_use rules_decide(const struct sdp_rules *rules, enum rule_role role,
 			   const char *progname, const struct sockaddr *addr);
 
+/* Frees the rules and leaves an empty set (not fail_closed). */
 void rules_free(struct sdp_rules *rules);
 
 /* True if addr (16 bytes, IPv4-mapped for IPv4) lies in one of the nets;

@@ -7,6 +7,7 @@
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -49,28 +50,34 @@ static void build_request(const struct sdp_tuple *t, struct diag_request *r)
 
 /* The answer about the connection asked for: an exact lookup that finds no
  * connection returns the listening socket instead (lookup falls back to
- * listeners), which is told apart by its state and its empty peer port. */
-static enum tcp_accept_state parse_reply(const void *buf, ssize_t len, uint16_t peer_port_be)
+ * listeners), which is told apart by its state and its empty peer port.
+ * The headers are copied out, so buf needs no alignment. */
+enum tcp_accept_state tcp_diag_parse_reply(const void *buf, size_t len, uint16_t peer_port_be)
 {
-	const struct nlmsghdr *h = buf;
-	const struct inet_diag_msg *m;
+	const uint8_t *payload;
+	struct nlmsghdr h;
+	struct inet_diag_msg m;
 
-	if (len < (ssize_t)sizeof(*h) || !NLMSG_OK(h, (size_t)len))
+	if (buf == NULL || len < sizeof(h))
 		return TCP_STATE_UNKNOWN;
-	if (h->nlmsg_type == NLMSG_ERROR) {
-		const struct nlmsgerr *e = NLMSG_DATA(h);
+	memcpy(&h, buf, sizeof(h));
+	payload = (const uint8_t *)buf + NLMSG_HDRLEN;
+	if (!NLMSG_OK(&h, len))
+		return TCP_STATE_UNKNOWN;
+	if (h.nlmsg_type == NLMSG_ERROR) {
+		struct nlmsgerr e;
 
-		if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+		if (h.nlmsg_len < NLMSG_LENGTH(sizeof(e)))
 			return TCP_STATE_UNKNOWN;
-		return e->error == -ENOENT ? TCP_NOT_ACCEPTED : TCP_STATE_UNKNOWN;
+		memcpy(&e, payload, sizeof(e));
+		return e.error == -ENOENT ? TCP_NOT_ACCEPTED : TCP_STATE_UNKNOWN;
 	}
-	if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
-	    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+	if (h.nlmsg_type != SOCK_DIAG_BY_FAMILY || h.nlmsg_len < NLMSG_LENGTH(sizeof(m)))
 		return TCP_STATE_UNKNOWN;
-	m = NLMSG_DATA(h);
-	if (m->idiag_state == TCP_LISTEN_STATE || m->id.idiag_dport != peer_port_be)
+	memcpy(&m, payload, sizeof(m));
+	if (m.idiag_state == TCP_LISTEN_STATE || m.id.idiag_dport != peer_port_be)
 		return TCP_NOT_ACCEPTED;
-	return m->idiag_inode ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
+	return m.idiag_inode ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
 }
 
 enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t)
@@ -90,7 +97,8 @@ enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t)
 	/* The kernel answers within send(): the reply is queued when it returns. */
 	if (real.send(fd, &r, sizeof(r), 0) == (ssize_t)sizeof(r)) {
 		n = real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
-		state = parse_reply(&reply, n, r.req.id.idiag_dport);
+		if (n >= 0)
+			state = tcp_diag_parse_reply(&reply, (size_t)n, r.req.id.idiag_dport);
 	}
 	real.close(fd);
 	return state;

@@ -2,6 +2,9 @@
 #ifndef SDPSHIM_TCP_DIAG_H
 #define SDPSHIM_TCP_DIAG_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "core/wire.h"
 
 enum tcp_accept_state {
@@ -13,5 +16,11 @@ enum tcp_accept_state {
 /* The state of the server's end of connection t (src = client, dst =
  * server, as in the Hello). */
 enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t);
+
+/* The verdict on one sock_diag reply of len bytes at buf (any alignment) to
+ * the lookup tcp_diag_accept_state() sends, whose peer (client) port is
+ * peer_port_be (network order).  Reads only the first message, within its
+ * nlmsg_len and len; no I/O (fuzzed: tests/fuzz/fuzz_tcp_diag.c). */
+enum tcp_accept_state tcp_diag_parse_reply(const void *buf, size_t len, uint16_t peer_port_be);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,7 +32,9 @@ void sock_table_unlock(void)
 	pthread_mutex_unlock(&table_lock);
 }
 
-/* Called with table_lock held. */
+/* Called with table_lock held.  The segment is named and owned by the
+ * effective uid: `sdpshim stat` reads only a file owned by the uid in its
+ * name (core/stats_shm.h). */
 static struct stats_seg *seg_locked(void)
 {
 	pid_t pid = getpid();
@@ -41,7 +44,7 @@ static struct stats_seg *seg_locked(void)
 		return &proc_seg;
 	if (proc_seg_failed)
 		return NULL;
-	err = stats_seg_create(&proc_seg, stats_dir(), pid, getuid(), path_progname(),
+	err = stats_seg_create(&proc_seg, stats_dir(), pid, geteuid(), path_progname(),
 			       sdp_tun.stats_slots);
 	if (err) {
 		proc_seg_failed = true;
@@ -49,6 +52,9 @@ static struct stats_seg *seg_locked(void)
 			 "process", stats_dir(), strerror(-err));
 		return NULL;
 	}
+	if (proc_seg.taken[0])
+		sdp_warn("stats segment name sdpshim-%u-%d.stats in %s is taken by %s; using %s",
+			 (unsigned)geteuid(), (int)pid, stats_dir(), proc_seg.taken, proc_seg.path);
 	proc_seg_pid = pid;
 	return &proc_seg;
 }
@@ -148,6 +154,24 @@ static bool owes_stats_line(const struct sdp_sock *s)
 	return moved > 0 || (!s->shared_with_child && !s->from_parent);
 }
 
+/* The stats file is shared by every process of a run, so it cannot be
+ * created exclusively; it must be ours (or root's, who could read our lines
+ * anyway), a regular file with one link.  A file another user planted in a
+ * shared directory such as /tmp would otherwise collect our connections. */
+static bool stats_file_trusted(int fd, const char *file)
+{
+	static _Atomic int warned;
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+	    (st.st_uid == geteuid() || st.st_uid == 0))
+		return true;
+	if (!warned++)
+		sdp_warn("SDPSHIM_STATS_FILE %s is not a regular file of this user (or root) with "
+			 "one link; no stats lines are written to it", file);
+	return false;
+}
+
 static void append_stats_line(const struct sdp_conn_stats *st, pid_t pid, uint64_t closed_ms)
 {
 	const char *file = getenv("SDPSHIM_STATS_FILE");
@@ -161,11 +185,25 @@ static void append_stats_line(const struct sdp_conn_stats *st, pid_t pid, uint64
 	if (len < 0)
 		return;
 	line[len++] = '\n';
-	fd = (int)syscall(SYS_openat, AT_FDCWD, file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	/* Never through a symbolic link: one planted where the file would be
+	 * created would make us append to (or create) a file of its choosing. */
+	fd = (int)syscall(SYS_openat, AT_FDCWD, file,
+			  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
 		static _Atomic int warned;
-		if (!warned++)
-			sdp_warn("cannot open SDPSHIM_STATS_FILE %s: %s", file, strerror(errno));
+		int err = errno;
+
+		if (warned++)
+			return;
+		if (err == ELOOP)
+			sdp_warn("SDPSHIM_STATS_FILE %s is a symbolic link; no stats lines are "
+				 "written through it", file);
+		else
+			sdp_warn("cannot open SDPSHIM_STATS_FILE %s: %s", file, strerror(err));
+		return;
+	}
+	if (!stats_file_trusted(fd, file)) {
+		syscall(SYS_close, fd);
 		return;
 	}
 	/* One write with O_APPEND: lines from many processes never interleave. */
@@ -245,7 +283,7 @@ static void count_path_locked(struct sdp_sock *s)
 {
 	struct stats_seg *seg = seg_locked();
 
-	if (!seg)
+	if (!seg || s->st->path > SDP_PATH_RDMA)
 		return;
 	atomic_fetch_add(&seg->hdr->conns_by_path[s->st->path], 1);
 	if (s->st->reason < STATS_REASON_SLOTS)

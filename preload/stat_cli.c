@@ -1,5 +1,8 @@
 /* `sdpshim stat`: reads the shared-memory stats segments of preloaded
- * processes and prints their connections as a table or as one JSON document. */
+ * processes and prints their connections as a table or as one JSON document.
+ * Each segment is read once into private copies (core/stats_read.c checks
+ * the file's type and owner and every field); a file it refuses is named on
+ * stderr and skipped, and the others are still shown. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -14,7 +17,6 @@
 #include "core/stats_shm.h"
 #include "preload/cli.h"
 
-#define COMM_MAX 65
 #define CELL_MAX 64
 #define CONN_JSON_MAX 2048
 
@@ -24,11 +26,11 @@ struct stat_opts {
 	unsigned watch_secs;   /* 0: print once */
 };
 
-/* One attached segment and its sanitized command name. */
+/* One segment as read: private copies of its header and live slots (its
+ * comm, snap.info.comm, checked printable, without '"' or '\\'). */
 struct proc_view {
-	struct stats_seg seg;
+	struct stats_snapshot snap;
 	pid_t pid;
-	char comm[COMM_MAX];
 };
 
 struct proc_list {
@@ -148,29 +150,29 @@ static int parse_args(int argc, char **argv, struct stat_opts *o)
 	return 0;
 }
 
-/* "sdpshim-<uid>-<pid>.stats", nothing more, nothing less. */
+/* "sdpshim-<uid>-<pid>.stats", or the fallback name a writer takes when
+ * that one is taken, "sdpshim-<uid>-<pid>-<16 hex digits>.stats"; numbers
+ * in their plain decimal form only. */
 static bool parse_segment_name(const char *name, unsigned *uid, int *pid)
 {
+	char canon[64];
 	int used = -1;
 
-	if (sscanf(name, "sdpshim-%u-%d.stats%n", uid, pid, &used) != 2 || used < 0)
+	if (sscanf(name, "sdpshim-%u-%d%n", uid, pid, &used) != 2 || used < 0 || *pid <= 0)
 		return false;
-	return name[used] == '\0' && *pid > 0;
-}
-
-/* The writer already replaces these; a reader trusts no shared memory. */
-static void sanitize_comm(const char *raw, size_t raw_len, char *out, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i + 1 < len && i < raw_len && raw[i]; i++) {
-		unsigned char c = (unsigned char)raw[i];
-		out[i] = (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') ? '_' : (char)c;
+	if (snprintf(canon, sizeof(canon), "sdpshim-%u-%d", *uid, *pid) != used ||
+	    strncmp(name, canon, (size_t)used) != 0)
+		return false;
+	name += used;
+	if (name[0] == '-') {
+		if (strspn(name + 1, "0123456789abcdef") != 16)
+			return false;
+		name += 17;
 	}
-	out[i] = '\0';
+	return strcmp(name, ".stats") == 0;
 }
 
-static int proc_list_add(struct proc_list *list, const struct stats_seg *seg)
+static int proc_list_add(struct proc_list *list, const struct stats_snapshot *snap)
 {
 	struct proc_view *p;
 
@@ -183,16 +185,15 @@ static int proc_list_add(struct proc_list *list, const struct stats_seg *seg)
 		list->cap = cap;
 	}
 	p = &list->proc[list->count++];
-	p->seg = *seg;
-	p->pid = seg->hdr->pid;
-	sanitize_comm(seg->hdr->comm, sizeof(seg->hdr->comm), p->comm, sizeof(p->comm));
+	p->snap = *snap;
+	p->pid = snap->info.pid;
 	return 0;
 }
 
 static void proc_list_free(struct proc_list *list)
 {
 	for (size_t i = 0; i < list->count; i++)
-		stats_seg_detach(&list->proc[i].seg);
+		stats_snapshot_free(&list->proc[i].snap);
 	free(list->proc);
 	memset(list, 0, sizeof(*list));
 }
@@ -204,11 +205,14 @@ static bool wanted_segment(const struct stat_opts *o, unsigned uid, int pid)
 	return o->only_pid == 0 || o->only_pid == pid;
 }
 
-/* Opens one segment file; dead processes' files are removed silently. */
-static void attach_segment(const char *path, int pid, struct proc_list *list)
+/* Reads one segment file; dead processes' files are removed silently, and
+ * a file that is not a valid segment of uid's process pid is named and
+ * skipped. */
+static void attach_segment(const char *path, unsigned uid, int pid, struct proc_list *list)
 {
-	struct stats_seg seg;
-	int err = stats_seg_open_ro(&seg, path);
+	struct stats_snapshot snap;
+	char why[160];
+	int err = stats_seg_read(path, (uid_t)uid, (pid_t)pid, &snap, why, sizeof(why));
 
 	if (err == -ESRCH) {
 		unlink(path);
@@ -217,18 +221,11 @@ static void attach_segment(const char *path, int pid, struct proc_list *list)
 	if (err == -ENOENT)
 		return; /* the process exited while we scanned */
 	if (err) {
-		fprintf(stderr, "sdpshim stat: skipping %s: %s\n", path,
-			err == -EINVAL ? "not a valid stats segment" : strerror(-err));
+		fprintf(stderr, "sdpshim stat: skipping %s: %s\n", path, why);
 		return;
 	}
-	if (seg.hdr->pid != pid) {
-		fprintf(stderr, "sdpshim stat: skipping %s: it names pid %d inside\n", path,
-			(int)seg.hdr->pid);
-		stats_seg_detach(&seg);
-		return;
-	}
-	if (proc_list_add(list, &seg) != 0)
-		stats_seg_detach(&seg);
+	if (proc_list_add(list, &snap) != 0)
+		stats_snapshot_free(&snap);
 }
 
 static int compare_proc(const void *a, const void *b)
@@ -261,7 +258,7 @@ static int collect_processes(const struct stat_opts *o, struct proc_list *list)
 			continue;
 		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
 			continue;
-		attach_segment(path, pid, list);
+		attach_segment(path, uid, pid, list);
 	}
 	closedir(d);
 	if (list->count > 1)
@@ -314,7 +311,7 @@ static void fill_row(struct table_row *r, const struct proc_view *p,
 	r->pid = p->pid;
 	r->fd = s->fd;
 	snprintf(r->cell[COL_PID], CELL_MAX, "%d", (int)p->pid);
-	snprintf(r->cell[COL_COMM], CELL_MAX, "%.*s", CELL_MAX - 1, p->comm);
+	snprintf(r->cell[COL_COMM], CELL_MAX, "%.*s", CELL_MAX - 1, p->snap.info.comm);
 	snprintf(r->cell[COL_FD], CELL_MAX, "%d", s->fd);
 	snprintf(r->cell[COL_ROLE], CELL_MAX, "%s", stats_role_name(s->role));
 	stats_addr_format(&s->local, r->cell[COL_LOCAL], CELL_MAX);
@@ -349,18 +346,16 @@ static bool row_visible(const struct sdp_conn_stats *s, const struct stat_opts *
 
 static void collect_rows(const struct proc_view *p, const struct stat_opts *o, struct table *t)
 {
-	const struct sdp_proc_stats *h = p->seg.hdr;
-	struct sdp_conn_stats snap;
-
-	for (uint32_t i = 0; i < h->slot_count; i++) {
+	for (size_t i = 0; i < p->snap.count; i++) {
+		const struct sdp_conn_stats *s = &p->snap.conn[i];
 		struct table_row *r;
 
-		if (!stats_slot_snapshot(&h->slot[i], &snap) || !row_visible(&snap, o))
+		if (!row_visible(s, o))
 			continue;
 		r = table_add(t);
 		if (!r)
 			return;
-		fill_row(r, p, &snap, o->raw_bytes);
+		fill_row(r, p, s, o->raw_bytes);
 	}
 }
 
@@ -401,23 +396,18 @@ static void print_table(struct table *t)
 		print_cells(t->row[i].cell, width);
 }
 
-static uint64_t counter(const _Atomic uint64_t *c)
-{
-	return atomic_load_explicit(c, memory_order_relaxed);
-}
-
 static size_t reason_slot_count(void)
 {
 	return SDP_REASON_COUNT < STATS_REASON_SLOTS ? SDP_REASON_COUNT : STATS_REASON_SLOTS;
 }
 
 /* "(loopback 2, no_device 1)" for the connections that stayed on TCP. */
-static void print_tcp_reasons(const struct sdp_proc_stats *h)
+static void print_tcp_reasons(const struct stats_proc_info *h)
 {
 	const char *sep = " (";
 
 	for (size_t r = 0; r < reason_slot_count(); r++) {
-		uint64_t n = counter(&h->conns_by_reason[r]);
+		uint64_t n = h->conns_by_reason[r];
 		if (n == 0 || r == SDP_REASON_NONE)
 			continue;
 		printf("%s%s %" PRIu64, sep, sdp_reason_name((enum sdp_reason)r), n);
@@ -429,12 +419,12 @@ static void print_tcp_reasons(const struct sdp_proc_stats *h)
 
 static void print_summary(const struct proc_view *p)
 {
-	const struct sdp_proc_stats *h = p->seg.hdr;
+	const struct stats_proc_info *h = &p->snap.info;
 
-	printf("pid %d %s: %" PRIu64 " rdma, %" PRIu64 " tcp", (int)p->pid, p->comm,
-	       counter(&h->conns_by_path[SDP_PATH_RDMA]), counter(&h->conns_by_path[SDP_PATH_TCP]));
+	printf("pid %d %s: %" PRIu64 " rdma, %" PRIu64 " tcp", (int)p->pid, p->snap.info.comm,
+	       h->conns_by_path[SDP_PATH_RDMA], h->conns_by_path[SDP_PATH_TCP]);
 	print_tcp_reasons(h);
-	printf(", negcache hits %" PRIu64 "\n", counter(&h->negcache_hits));
+	printf(", negcache hits %" PRIu64 "\n", h->negcache_hits);
 }
 
 static void show_table(const struct proc_list *list, const struct stat_opts *o)
@@ -462,19 +452,16 @@ struct byte_totals {
 
 /* The header's totals include closed connections; the live slots are a
  * lower bound that still holds if a writer does not maintain the totals. */
-static struct byte_totals process_bytes(const struct sdp_proc_stats *h)
+static struct byte_totals process_bytes(const struct stats_snapshot *snap)
 {
 	struct byte_totals live = { 0, 0 }, total;
-	struct sdp_conn_stats snap;
 
-	for (uint32_t i = 0; i < h->slot_count; i++) {
-		if (!stats_slot_snapshot(&h->slot[i], &snap))
-			continue;
-		live.sent += atomic_load(&snap.bytes_sent);
-		live.received += atomic_load(&snap.bytes_received);
+	for (size_t i = 0; i < snap->count; i++) {
+		live.sent += atomic_load(&snap->conn[i].bytes_sent);
+		live.received += atomic_load(&snap->conn[i].bytes_received);
 	}
-	total.sent = counter(&h->bytes_sent);
-	total.received = counter(&h->bytes_received);
+	total.sent = snap->info.bytes_sent;
+	total.received = snap->info.bytes_received;
 	if (live.sent > total.sent)
 		total.sent = live.sent;
 	if (live.received > total.received)
@@ -482,13 +469,13 @@ static struct byte_totals process_bytes(const struct sdp_proc_stats *h)
 	return total;
 }
 
-static void json_print_reasons(const struct sdp_proc_stats *h)
+static void json_print_reasons(const struct stats_proc_info *h)
 {
 	const char *sep = "";
 
 	printf("\"conns_by_reason\":{");
 	for (size_t r = 0; r < reason_slot_count(); r++) {
-		uint64_t n = counter(&h->conns_by_reason[r]);
+		uint64_t n = h->conns_by_reason[r];
 		if (n == 0)
 			continue;
 		printf("%s\"%s\":%" PRIu64, sep, sdp_reason_name((enum sdp_reason)r), n);
@@ -499,16 +486,16 @@ static void json_print_reasons(const struct sdp_proc_stats *h)
 
 static void json_print_connections(const struct proc_view *p, const struct stat_opts *o)
 {
-	const struct sdp_proc_stats *h = p->seg.hdr;
-	struct sdp_conn_stats snap;
 	char buf[CONN_JSON_MAX];
 	const char *sep = "";
 
 	printf("\"connections\":[");
-	for (uint32_t i = 0; i < h->slot_count; i++) {
-		if (!stats_slot_snapshot(&h->slot[i], &snap) || !row_visible(&snap, o))
+	for (size_t i = 0; i < p->snap.count; i++) {
+		const struct sdp_conn_stats *s = &p->snap.conn[i];
+
+		if (!row_visible(s, o))
 			continue;
-		if (stats_conn_json(&snap, p->pid, p->comm, 0, buf, sizeof(buf)) < 0)
+		if (stats_conn_json(s, p->pid, p->snap.info.comm, 0, buf, sizeof(buf)) < 0)
 			continue;
 		printf("%s%s", sep, buf);
 		sep = ",";
@@ -518,16 +505,16 @@ static void json_print_connections(const struct proc_view *p, const struct stat_
 
 static void json_print_process(const struct proc_view *p, const struct stat_opts *o)
 {
-	const struct sdp_proc_stats *h = p->seg.hdr;
-	struct byte_totals bytes = process_bytes(h);
+	const struct stats_proc_info *h = &p->snap.info;
+	struct byte_totals bytes = process_bytes(&p->snap);
 
-	printf("{\"pid\":%d,\"comm\":\"%s\",", (int)p->pid, p->comm);
+	printf("{\"pid\":%d,\"comm\":\"%s\",", (int)p->pid, p->snap.info.comm);
 	printf("\"conns_by_path\":{\"tcp\":%" PRIu64 ",\"rdma\":%" PRIu64 "},",
-	       counter(&h->conns_by_path[SDP_PATH_TCP]), counter(&h->conns_by_path[SDP_PATH_RDMA]));
+	       h->conns_by_path[SDP_PATH_TCP], h->conns_by_path[SDP_PATH_RDMA]);
 	json_print_reasons(h);
 	printf(",\"negcache_hits\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
 	       ",\"bytes_received\":%" PRIu64 ",",
-	       counter(&h->negcache_hits), bytes.sent, bytes.received);
+	       h->negcache_hits, bytes.sent, bytes.received);
 	json_print_connections(p, o);
 	printf("}");
 }

@@ -1,5 +1,6 @@
 /* libFuzzer harness for ipoib_fallback/rules.c: arbitrary bytes into
- * rules_parse(), result invariants checked, then rules_match() on a few peers. */
+ * rules_parse(), result invariants checked, then rules_match() on a few peers
+ * (a rejected text fails closed: every peer matches a "use tcp" rule). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stddef.h>
@@ -24,7 +25,7 @@ static void note_diag(void *ctx, const char *msg)
 	for (const char *p = msg; *p; p++)
 		if ((unsigned char)*p < 0x20)
 			d->bad_message = 1;
-	if (strstr(msg, "fuzz.conf:") != msg || strstr(msg, "defaults apply") == NULL)
+	if (strstr(msg, "fuzz.conf:") != msg || strstr(msg, "every connection uses TCP") == NULL)
 		d->bad_message = 1;
 }
 
@@ -94,9 +95,14 @@ static void match_some_peers(const struct sdp_rules *rules)
 		for (size_t a = 0; a < sizeof(peers) / sizeof(peers[0]); a++) {
 			const struct sockaddr *sa = (const struct sockaddr *)&peers[a];
 			const struct sdp_rule *m = rules_match(rules, RULE_ROLE_CLIENT, progs[p], sa);
-			if (m != NULL && (m < rules->rule || m >= rules->rule + rules->count))
+			enum rule_use server_use = rules_decide(rules, RULE_ROLE_SERVER, progs[p], sa);
+			if (rules->fail_closed) {
+				if (m == NULL || m->use != RULE_USE_TCP || m->line != 0 ||
+				    server_use != RULE_USE_TCP)
+					__builtin_trap();
+			} else if (m != NULL && (m < rules->rule || m >= rules->rule + rules->count)) {
 				__builtin_trap();
-			rules_decide(rules, RULE_ROLE_SERVER, progs[p], sa);
+			}
 		}
 		if (rules_match(rules, RULE_ROLE_CLIENT, progs[p], (struct sockaddr *)&un) != NULL)
 			__builtin_trap();
@@ -119,14 +125,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = rules_parse(&rules, (const char *)data, size, "fuzz.conf", note_diag, &d);
 
 	if (rc == 0) {
-		if (d.calls != 0)
+		if (d.calls != 0 || rules.fail_closed)
 			__builtin_trap();
 		for (size_t i = 0; i < rules.count; i++)
 			check_rule(&rules.rule[i]);
 		match_some_peers(&rules);
 	} else if (rc != -1 || d.calls != 1 || d.bad_message || rules.rule != NULL ||
-		   rules.count != 0) {
+		   rules.count != 0 || !rules.fail_closed) {
 		__builtin_trap();
+	} else {
+		match_some_peers(&rules);
 	}
 	rules_free(&rules);
 	return 0;

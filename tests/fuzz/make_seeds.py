@@ -9,7 +9,9 @@ touches the inputs kept there.
 
 Each harness's input starts with the parameters its header comment names
 (fuzz_bsdh: a buf_size selector; fuzz_switch: reason_count; fuzz_bind:
-kinds_mask and reason_count), then the bytes as received.
+kinds_mask and reason_count; fuzz_tcp_diag: the peer port), then the bytes as
+received.  fuzz_tcp_diag's replies are netlink messages, in this machine's
+byte order as the kernel sends them (linux/netlink.h, linux/inet_diag.h).
 
 Usage: tests/fuzz/make_seeds.py    (from anywhere; no arguments)
 """
@@ -21,7 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 HELLO_MAGIC = 0x53445053  # "SDPS"
 BIND_MAGIC = 0x53445042   # "SDPB"
 MID = dict(DATA=0x01, CREDIT_UPDATE=0x02, DISCONN=0x03, ABORT=0x04, KEEPALIVE=0x05,
@@ -202,6 +204,24 @@ def switch_seeds():
     }
 
 
+def reader_input(have, back, drop, sizes, stream):
+    return struct.pack(">QIBB", have, back, drop - 1, len(sizes)) + bytes(sizes) + stream
+
+
+def switch_reader_seeds():
+    fo = REASON["FAILOVER"]
+    return {
+        "nothing-to-skip": reader_input(1000, 4096, 64, [16], switch(fo, 1000) + b"new"),
+        "skip-in-pieces": reader_input(1000, 4096, 7, [3, 5, 1], switch(fo, 900) + bytes(100) + b"new"),
+        "record-byte-by-byte": reader_input(50, 50, 1, [], switch(REASON["FORKED"], 0) + bytes(50)),
+        "skip-cut-short": reader_input(1 << 20, 1 << 21, 255, [64], switch(fo, 0) + bytes(300)),
+        "resend-after-have": reader_input(10, 100, 16, [16], switch(fo, 11)),
+        "resend-too-far-back": reader_input(1 << 30, 4096, 16, [16], switch(fo, 0)),
+        "bad-version": reader_input(0, 0, 16, [8], switch(fo, 0, version=1)),
+        "short-record": reader_input(0, 0, 16, [4], switch(fo, 0)[:10]),
+    }
+
+
 def bind(kind, reason=0, nonce=NONCE_B, magic=BIND_MAGIC, version=WIRE_VERSION):
     return struct.pack(">IBBH", magic, version, kind, reason) + nonce
 
@@ -225,7 +245,7 @@ def bind_seeds():
         "bad-version-1": SERVER + rc + bind(BIND_PROOF, version=1),
         "bad-magic-hello": SERVER + rc + bind(BIND_PROOF, magic=HELLO_MAGIC),
         "prefix-magic": SERVER + rc + b"SDPB",
-        "prefix-magic-version": SERVER + rc + b"SDPB\x02",
+        "prefix-magic-version": SERVER + rc + b"SDPB" + bytes([WIRE_VERSION]),
         "prefix-3": SERVER + rc + b"SDP",
         "app-data": SERVER + rc + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     }
@@ -244,14 +264,130 @@ def rules_seeds():
     }
 
 
+NLMSG_ERROR, NLMSG_DONE, SOCK_DIAG_BY_FAMILY = 2, 3, 20
+NLM_F_MULTI = 0x2
+ENOENT, EPERM = 2, 1
+TCP_ESTABLISHED, TCP_SYN_RECV, TCP_LISTEN = 1, 3, 10
+DIAG_PORT = 40000    # the client's port the lookup names
+
+
+def nlmsg(mtype, payload, flags=0, seq=0, pid=0, length=None):
+    """A netlink header (host order) and payload; length overrides nlmsg_len."""
+    n = 16 + len(payload) if length is None else length
+    return struct.pack("=IHHII", n, mtype, flags, seq, pid) + payload
+
+
+def inet_diag_msg(state=TCP_ESTABLISHED, sport=6379, dport=DIAG_PORT, inode=123456,
+                  family=2, src=b"\x7f\x00\x00\x01", dst=b"\x7f\x00\x00\x01"):
+    """struct inet_diag_msg: ports and addresses in network order, the rest host."""
+    sockid = struct.pack(">HH", sport, dport) + src.ljust(16, b"\0") + dst.ljust(16, b"\0")
+    sockid += struct.pack("=I", 0) + struct.pack("=II", 0xffffffff, 0xffffffff)
+    return (struct.pack("=BBBB", family, state, 0, 0) + sockid +
+            struct.pack("=IIIII", 0, 0, 0, 1000, inode))
+
+
+def rtattr(atype, payload):
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, atype) + payload + b"\0" * ((4 - n % 4) % 4)
+
+
+def tcp_diag_seeds():
+    port = struct.pack(">H", DIAG_PORT)
+    request = struct.pack("=IHHII", 72, SOCK_DIAG_BY_FAMILY, 1, 0, 0)
+    attrs = rtattr(8, b"\0") + rtattr(11, b"\0\0\0\0")   # SHUTDOWN, as kernels append
+    accepted = nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg())
+    return {
+        "accepted": port + accepted,
+        "accepted-with-attrs": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg() + attrs),
+        "accepted-then-done": port + accepted + nlmsg(NLMSG_DONE, struct.pack("=i", 0),
+                                                      flags=NLM_F_MULTI),
+        "accepted-ipv6": port + nlmsg(SOCK_DIAG_BY_FAMILY,
+                                      inet_diag_msg(family=10, src=b"\0" * 15 + b"\1",
+                                                    dst=b"\0" * 15 + b"\1")),
+        "queued-inode-0": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg(state=TCP_SYN_RECV,
+                                                                          inode=0)),
+        "listener-fallback": port + nlmsg(SOCK_DIAG_BY_FAMILY,
+                                          inet_diag_msg(state=TCP_LISTEN, dport=0, inode=99)),
+        "other-peer-port": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg(dport=DIAG_PORT + 1)),
+        "error-enoent": port + nlmsg(NLMSG_ERROR, struct.pack("=i", -ENOENT) + request),
+        "error-eperm": port + nlmsg(NLMSG_ERROR, struct.pack("=i", -EPERM) + request),
+        "done-only": port + nlmsg(NLMSG_DONE, struct.pack("=i", 0), flags=NLM_F_MULTI),
+        "bad-error-short": port + nlmsg(NLMSG_ERROR, struct.pack("=i", -ENOENT)),
+        "bad-diag-short": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg()[:-1]),
+        "bad-len-past-end": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg(), length=89),
+        "bad-len-below-header": port + nlmsg(SOCK_DIAG_BY_FAMILY, inet_diag_msg(), length=15),
+        "bad-header-short": port + accepted[:15],
+        "empty": port,
+    }
+
+
+# The stats segment (core/stats_shm.h), little-endian as the writer lays it out
+# on the hosts sdpshim runs on: a 408-byte header, then 184-byte slots.
+STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
+STATS_VERSION = 1
+AF_INET, AF_INET6 = 2, 10
+ROLE = dict(NONE=0, CLIENT=1, SERVER=2, LISTENER=3)
+PATH = dict(UNDECIDED=0, TCP=1, RDMA=2)
+
+
+def stats_header(slots, pid=4242, uid=1000, comm=b"redis-server", magic=STATS_MAGIC,
+                 version=STATS_VERSION, by_path=(0, 2, 1), bytes_sent=5000, bytes_received=7000):
+    by_reason = [0] * 32
+    by_reason[REASON["LOOPBACK"]] = 2
+    return struct.pack("<QIIiIQ64s3Q32QQQQII", magic, version, slots, pid, uid, 1700000000000,
+                       comm, *by_path, *by_reason, bytes_sent, bytes_received, 1, 0, 0)
+
+
+def stats_addr(family=0, port=0, addr=b""):
+    return struct.pack("<HH16s", family, port, addr)
+
+
+def stats_slot(in_use=1, seq=2, fd=7, role=ROLE["CLIENT"], path=PATH["TCP"],
+               reason=REASON["LOOPBACK"], local=None, remote=None, sent=5000, received=7000):
+    local = local if local is not None else stats_addr(AF_INET, 40000, bytes((127, 0, 0, 1)))
+    remote = remote if remote is not None else stats_addr(AF_INET, 6379, bytes((127, 0, 0, 1)))
+    head = struct.pack("<IIiBBHBBH", in_use, seq, fd, role, path, reason, 0, 0, 0)
+    counters = struct.pack("<Q12Q", 1700000000001, sent, received, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    return head + local + remote + b"\0" * 4 + counters + struct.pack("<IIII", 32, 32, 0, 0)
+
+
+def stats_seeds():
+    v6 = stats_addr(AF_INET6, 443, bytes.fromhex("fe800000000000000000000000000001"))
+    rdma = stats_slot(fd=9, role=ROLE["SERVER"], path=PATH["RDMA"], reason=REASON["NONE"],
+                      local=v6, remote=v6)
+    listener = stats_slot(fd=3, role=ROLE["LISTENER"], remote=stats_addr())
+    free_slot = bytes(184)
+    return {
+        "one-free-slot": stats_header(1) + free_slot,
+        "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot,
+        "hostile-comm": stats_header(1, comm=b'a"b\\c\n\x7f\xff' + b"x" * 56) + stats_slot(),
+        "slot-being-written": stats_header(2) + stats_slot(seq=3) + stats_slot(in_use=2),
+        "slot-bad-fields": stats_header(3) + stats_slot(reason=0xffff) +
+                           stats_slot(path=7) + stats_slot(local=stats_addr(1, 1)),
+        "longer-than-its-slots": stats_header(1) + stats_slot() + b"trailing",
+        # near-valid: one rule broken
+        "bad-magic": stats_header(1, magic=STATS_MAGIC ^ 1) + stats_slot(),
+        "bad-version-2": stats_header(1, version=2) + stats_slot(),
+        "bad-slots-0": stats_header(0),
+        "bad-slots-past-end": stats_header(3) + stats_slot() + stats_slot(),
+        "bad-slots-huge": stats_header(0xffffffff) + stats_slot(),
+        "bad-pid-0": stats_header(1, pid=0) + stats_slot(),
+        "bad-short": stats_header(1)[:-1],
+        "garbage": b"junk\n",
+    }
+
+
 CORPORA = {
     "fuzz_bsdh": bsdh_seeds,
     "fuzz_hello": hello_seeds,
     "fuzz_hello_ack": hello_ack_seeds,
     "fuzz_reject": reject_seeds,
     "fuzz_switch": switch_seeds,
+    "fuzz_switch_reader": switch_reader_seeds,
     "fuzz_bind": bind_seeds,
     "fuzz_rules": rules_seeds,
+    "fuzz_stats": stats_seeds,
+    "fuzz_tcp_diag": tcp_diag_seeds,
 }
 
 

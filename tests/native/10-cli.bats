@@ -120,8 +120,19 @@ EOF
   [ "$status" -eq 0 ]
   [[ "$output" == *"file: $conf (from SDPSHIM_CONFIG)"* ]]
   [[ "$output" == *"$conf:2:"* ]]
-  [[ "$output" == *"rejected"* ]]
+  [[ "$output" == *"rejected: none of its rules apply, every connection uses TCP"* ]]
   [[ "$output" == *"SDPSHIM_CONFIG=$conf"* ]]
+}
+
+@test "doctor's verdict under a bad SDPSHIM_CONFIG is rule_tcp for any address (fail closed)" {
+  local conf=$BATS_TEST_TMPDIR/bad.conf
+  printf 'use tcp client * 10.0.0.0/8:*\nuse sometimes client * *:*\n' >"$conf"
+  SDPSHIM_CONFIG=$conf run run_timeout 30 "$SDPSHIM_BIN" doctor 10.1.2.3:6379
+  echo "$output"                                      # shown if the test fails
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"verdict: kernel TCP, reason rule_tcp"* ]]
+  SDPSHIM_CONFIG=$conf run run_timeout 30 "$SDPSHIM_BIN" doctor 192.0.2.1:6379
+  [[ "$output" == *"verdict: kernel TCP, reason rule_tcp"* ]]
 }
 
 @test "doctor reports a missing SDPSHIM_CONFIG file" {

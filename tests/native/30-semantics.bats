@@ -190,6 +190,11 @@ sockcheck() {   # sockcheck SCENARIO ADDR : runs it preloaded, expects "ok SCENA
     --reason sha256sum=inherited
 }
 
+@test "sockcheck trunc (recv with MSG_TRUNC: NULL buffer, MSG_WAITALL, untouched buffer) under the shim" {
+  sockcheck trunc 127.0.0.1
+  check_lines --min 2 --exact-bytes
+}
+
 @test "sockcheck ipv6 (::1 and a v4-mapped peer) under the shim" {
   have_ipv6_loopback || skip "no ::1 on this host"
   sockcheck ipv6 ::1
@@ -346,6 +351,52 @@ check_stream_client_bytes() {   # check_stream_client_bytes COMM
   run stats_table
   show "$output"
   grep -Eq '^readiness [0-9]+ client .* tcp loopback ' <<<"$output"
+}
+
+# A config file with a bad line, or one that cannot be read, fails closed:
+# none of its rules apply and every connection is rule_tcp (README,
+# Configuration).  Without the file's verdict a loopback client would show
+# reason loopback, and one to this host's address no_device.  An accepted
+# loopback connection shows loopback whatever the rules; on this host's
+# address it shows its listener's rule_tcp.
+broken_config_case() {   # broken_config_case CONF DIAG : one warning, rule_tcp, per address
+  local conf=$1 diag=$2 addr server_reason ip
+  ip=$(host_ipv4)
+  for addr in 127.0.0.1 $ip; do
+    rm -f "$STATS"
+    SDPSHIM_CONFIG=$conf run run_timeout 60 "${PRELOADED[@]}" "$PROGS/readiness" "$addr" "$(free_port)" poll
+    show "$addr: $output"
+    [ "$status" -eq 0 ]
+    grep -qx "ok poll" <<<"$output"
+    # One warning line, naming the file (and line), saying what now applies.
+    [ "$(grep -c 'ignoring its rules' <<<"$output")" -eq 1 ]
+    grep -F "sdpshim[" <<<"$output" |
+      grep -qF "warn: $diag; ignoring its rules: every connection uses TCP (fail closed)"
+    run stats_table
+    show "$output"
+    [ "${#lines[@]}" -eq 2 ]
+    server_reason=rule_tcp; [ "$addr" = 127.0.0.1 ] && server_reason=loopback
+    grep -Eq '^readiness [0-9]+ client .* tcp rule_tcp ' <<<"$output"
+    grep -Eq "^readiness [0-9]+ server .* tcp $server_reason " <<<"$output"
+  done
+}
+
+@test "reason: a config with a bad line fails closed: its 'use tcp' still applies, and every connection is rule_tcp" {
+  local conf=$BATS_TEST_TMPDIR/broken.conf
+  # The admin's 'use tcp' for loopback clients, then a typo on line 3.
+  printf '# loopback stays on TCP\nuse tcp client * 127.0.0.0/8:*\nuse rdmaa server * *:*\n' >"$conf"
+  broken_config_case "$conf" "$conf:3: unknown use 'rdmaa' (expected rdma|tcp|both)"
+  # The typo in the 'use tcp' line itself: TCP still, for everything.
+  printf 'use tcp client * 127.0.0.0/88:*\n' >"$conf"
+  broken_config_case "$conf" "$conf:1: bad prefix '88' (expected 0..32 for IPv4)"
+}
+
+@test "reason: a config file that cannot be read (a directory, a missing SDPSHIM_CONFIG) fails closed: rule_tcp" {
+  local dir=$BATS_TEST_TMPDIR/conf.d
+  mkdir -p "$dir"
+  broken_config_case "$dir" "$dir: not a regular file (expected a text file)"
+  broken_config_case "$BATS_TEST_TMPDIR/absent.conf" \
+    "$BATS_TEST_TMPDIR/absent.conf: cannot open: No such file or directory"
 }
 
 @test "reason: execinherit's exec'd program logs its fd 3 as inherited, with its bytes" {

@@ -30,9 +30,9 @@ setup() {
   done
 }
 
-@test "ASan+UBSan library: sockcheck scenarios (fork, threads, sendfile, inetd, exec, ipv6), no report" {
+@test "ASan+UBSan library: sockcheck scenarios (fork, threads, sendfile, inetd, exec, ipv6, MSG_TRUNC), no report" {
   local sc addr
-  for sc in halfclose forkserver threadserver sendfile inetd execinherit ipv6; do
+  for sc in halfclose forkserver threadserver sendfile inetd execinherit ipv6 trunc; do
     addr=127.0.0.1; [ "$sc" = ipv6 ] && addr=::1
     run run_timeout 120 env "${SAN_ENV[@]}" "$PROGS/sockcheck" "$sc" "$addr" "$(free_port)"
     show "$sc: rc=$status $(tail -1 <<<"$output")"

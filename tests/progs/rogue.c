@@ -37,8 +37,58 @@
  *       last "established=E rejected=R attach=A detach=D data_bytes=B errors=X
  *       commits_sent=C".
  *
- * --v1 speaks the version-1 formats (Hello and HelloAck version byte 1, a
- * 12-byte HelloAck without nonce, a bare 16-byte COMMIT), to reproduce the
+ *   rogue peer --to ADDR:PORT --lie LIE [--bytes N] [--offer src|sink] [--offset-delta D]
+ *              [--stack K] [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]
+ *              [--ack-timeout E] [--buf-count C] [--buf-size S]
+ *              [--wire-version N | --v1] [--for SECONDS] [--log FILE]
+ *       A complete sdpshim client of a real sdpshim server (rogue_peer.c): a TCP
+ *       socket bound where rdma_cm routes, an rdma_cm connection whose Hello names
+ *       that 4-tuple (C x S receive buffers, default 16 x 32768, really posted),
+ *       COMMIT, the TCP connect, the server's urgent byte, the PROOF (the
+ *       HelloAck's nonce) on TCP, ATTACH.  Then an open peer that keeps the
+ *       protocol (credits, DATA of the stream in lie_pattern.h, READs of the
+ *       server's SrcAvails answered by RdmaRdCompl, every byte received checked)
+ *       except for one LIE:
+ *         none                 honest: N bytes (1 MiB), the echo, DisConn;
+ *         never-answer-cancel  N bytes (1 MiB); a SrcAvail is never READ, its
+ *                              SrcAvailCancel never answered; holds until SECONDS;
+ *         false-wrcompl        N bytes (4096); the next SinkAvail at our offset gets
+ *                              RdmaWrCompl(its full length), no WRITE; DisConn MS later;
+ *         wrong-offset         N bytes (64 KiB) and their echo, then a SrcAvail (src)
+ *                              or SinkAvail (sink) of L bytes (256 KiB) naming the
+ *                              true offset + D (4096; negative: behind);
+ *         stacked-srcavail     N bytes (64 KiB) and K SrcAvails (4) of L bytes back
+ *                              to back; each RdmaRdCompl is checked against its
+ *                              SrcAvail ("rdcompl ... expected_off=.. ok|WRONG");
+ *         abort-disconnect     on the server's first SrcAvail or SinkAvail: ABORT,
+ *                              rdma_disconnect once the ABORT is in the server's QP
+ *                              (acked, the default), right after posting it, or
+ *                              just before it (first),
+ *                              and MS (500) later an RDMA READ or WRITE of at most
+ *                              64 KiB to that window, with our QP still in RTS (we
+ *                              own it: ibv_create_qp, moved by rdma_init_qp_attr).
+ *       It ends when both DisConns passed, on the server's ABORT, DETACH or NAK,
+ *       a disconnect, a QP error, after the probe, or after SECONDS (default 120).
+ *       Lines: "tcp_bound conn=0 addr=.. sport=..", "hello_sent ..", "established
+ *       conn=0 bufs=.. size=.. nonce=HEX", "commit_sent", "tcp_connected", "signal
+ *       conn=0 byte=0xb5", "proof_sent", "attach conn=0", "msg conn=0 mid=N NAME
+ *       len=.. a=.. d=.." (each control message), "data conn=0 off=.. bytes=..
+ *       bad=..", "srcavail conn=0 off=.. len=.. rkey=.. addr=.. expected_off=..",
+ *       "rdcompl_sent ..", "srcavail_ignored ..", "srccancel_ignored ..",
+ *       "sinkavail ..", "wrcompl_lie conn=0 off=.. bytes=..", "offer_sent conn=0
+ *       kind=src|sink off=.. claimed=.. len=..", "rdcompl conn=0 off=.. bytes=..
+ *       expected_off=.. expected_bytes=.. ok|WRONG", "sinkcancelack ..", "wrcompl
+ *       ..", "window conn=0 op=read|write ..", "disconnect_sent", "probe conn=0
+ *       op=read|write status=IBV_WC_... (N) bytes=..", "probe_data .." (a READ
+ *       that succeeded: how many bytes were the server's stream), "end conn=0
+ *       reason=..", and last "lie=.. attach=.. data_sent=.. data_received=..
+ *       echo_bad=.. ... rdcompl_bad=.. aborted=.. probe=..".  Exit status 1 when
+ *       the channel could not be set up.  --wire-version N (or --v1) speaks an older
+ *       build's version in the Hello, the HelloAck and the PROOF (version 1: a
+ *       12-byte HelloAck, a bare COMMIT, and no binding handshake at all).
+ *
+ * --v1 (listen, hello) speaks the version-1 formats (Hello and HelloAck version
+ * byte 1, a 12-byte HelloAck without nonce, a bare 16-byte COMMIT), to reproduce the
  * findings on a build of the old protocol.  Every line ends in t_ms=N (since
  * start) and is flushed at once.  Everything from the wire is length-checked
  * before use; garbage is logged ("msg_invalid ..."), never trusted.
@@ -64,6 +114,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/wire.h"
+#include "rogue.h"
 
 #define MAX_CONNS        256
 #define CTRL_SLOTS       8u
@@ -73,7 +124,6 @@
 #define V1_HELLO_ACK_LEN 12u     /* version 1: magic, version, flags, buf_count, buf_size */
 #define RESOLVE_MS       5000
 #define SETTLE_SECS      60      /* hello: give up on connections not settled by then */
-#define PREVIEW_BYTES    24
 #define SEND_TAG         (1ull << 32)
 
 enum attach_mode { ATTACH_AFTER_COMMIT, ATTACH_EARLY, ATTACH_NEVER };
@@ -113,15 +163,15 @@ static struct {
 		commits_sent;
 } tally;
 
-static FILE *logfp;
+FILE *logfp;
 static double t_start;
-static volatile sig_atomic_t stop;
+volatile sig_atomic_t stop;
 static struct rdma_event_channel *cm_ch;
 static struct rconn *conns[MAX_CONNS];
 static int nconns;
 static bool listen_mode;
 
-static double mono_ms(void)
+double mono_ms(void)
 {
 	struct timespec ts;
 
@@ -129,8 +179,7 @@ static double mono_ms(void)
 	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-static void logline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void logline(const char *fmt, ...)
+void logline(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -141,8 +190,7 @@ static void logline(const char *fmt, ...)
 	fflush(logfp);
 }
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -150,7 +198,7 @@ static void die(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(logfp, fmt, ap);
 	va_end(ap);
-	fprintf(logfp, "\n");
+	fprintf(logfp, " t_ms=%.0f\n", mono_ms() - t_start);
 	fflush(logfp);
 	exit(1);
 }
@@ -161,7 +209,7 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
-static void hex(const uint8_t *p, size_t n, char *out)
+void hex(const uint8_t *p, size_t n, char *out)
 {
 	for (size_t i = 0; i < n; i++)
 		sprintf(out + 2 * i, "%02x", p[i]);
@@ -169,7 +217,7 @@ static void hex(const uint8_t *p, size_t n, char *out)
 }
 
 /* Printable bytes as they are, the rest as \xNN: at most PREVIEW_BYTES. */
-static void preview(const uint8_t *p, size_t n, char *out)
+void preview(const uint8_t *p, size_t n, char *out)
 {
 	size_t o = 0;
 
@@ -184,7 +232,7 @@ static void preview(const uint8_t *p, size_t n, char *out)
 	out[o] = '\0';
 }
 
-static void random_bytes(uint8_t *p, size_t n)
+void random_bytes(uint8_t *p, size_t n)
 {
 	while (n) {
 		ssize_t r = getrandom(p, n, 0);
@@ -198,7 +246,7 @@ static void random_bytes(uint8_t *p, size_t n)
 }
 
 /* An address as text, and as the wire's IPv6 form (IPv4-mapped for IPv4). */
-static void addr_text(const struct sockaddr *sa, char *out, size_t len)
+void addr_text(const struct sockaddr *sa, char *out, size_t len)
 {
 	const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
 						  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
@@ -207,7 +255,7 @@ static void addr_text(const struct sockaddr *sa, char *out, size_t len)
 		snprintf(out, len, "?");
 }
 
-static void addr_to_wire(const struct sockaddr *sa, uint8_t out[16])
+void addr_to_wire(const struct sockaddr *sa, uint8_t out[16])
 {
 	memset(out, 0, 16);
 	if (sa->sa_family == AF_INET) {
@@ -218,7 +266,7 @@ static void addr_to_wire(const struct sockaddr *sa, uint8_t out[16])
 	}
 }
 
-static uint16_t addr_port(const struct sockaddr *sa)
+uint16_t addr_port(const struct sockaddr *sa)
 {
 	if (sa->sa_family == AF_INET6)
 		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
@@ -235,7 +283,7 @@ static void wire_addr_text(const uint8_t a[16], char *out, size_t len)
 		inet_ntop(AF_INET6, a, out, (socklen_t)len);
 }
 
-static struct addrinfo *resolve(const char *host, const char *port, bool passive)
+struct addrinfo *resolve(const char *host, const char *port, bool passive)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV |
@@ -878,14 +926,14 @@ static int run_listen(void)
 	return 0;
 }
 
-static int run_hello(void)
+void parse_to(const char *to, struct sockaddr_storage *out)
 {
 	char *colon, host[256];
 	struct addrinfo *ai;
 
-	if (strlen(opt.to) >= sizeof(host))
+	if (strlen(to) >= sizeof(host))
 		die("--to too long");
-	strcpy(host, opt.to);
+	strcpy(host, to);
 	colon = strrchr(host, ':');
 	if (!colon)
 		die("--to wants ADDR:PORT");
@@ -895,8 +943,14 @@ static int run_hello(void)
 		memmove(host, host + 1, strlen(host));
 	}
 	ai = resolve(host, colon + 1, false);
-	memcpy(&to_addr, ai->ai_addr, ai->ai_addrlen);
+	memset(out, 0, sizeof(*out));
+	memcpy(out, ai->ai_addr, ai->ai_addrlen);
 	freeaddrinfo(ai);
+}
+
+static int run_hello(void)
+{
+	parse_to(opt.to, &to_addr);
 	if ((unsigned)opt.src_port + (unsigned)opt.count - 1 > 65535)
 		die("--src-port + --count leaves the port range");
 	open_channel();
@@ -936,7 +990,14 @@ static void usage(void)
 		"                    [--buf-count C] [--buf-size S] [--v1] [--log FILE] [--for SECONDS]\n"
 		"       rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]\n"
 		"                   [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]\n"
-		"                   [--v1] [--log FILE]\n");
+		"                   [--v1] [--log FILE]\n"
+		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
+		"                  wrong-offset|stacked-srcavail|abort-disconnect\n"
+		"                  [--bytes N] [--offer src|sink] [--offset-delta D] [--stack K]\n"
+		"                  [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]\n"
+		"                  [--ack-timeout E] [--buf-count C]\n"
+		"                  [--buf-size S] [--wire-version N | --v1] [--for SECONDS]\n"
+		"                  [--log FILE]\n");
 	exit(2);
 }
 
@@ -966,27 +1027,160 @@ static double seconds(const char *s)
 	return v;
 }
 
+static const struct option longopts[] = {
+	{ "port", required_argument, NULL, 'p' },
+	{ "addr", required_argument, NULL, 'a' },
+	{ "attach", required_argument, NULL, 'A' },
+	{ "v1", no_argument, NULL, '1' },
+	{ "log", required_argument, NULL, 'l' },
+	{ "for", required_argument, NULL, 'f' },
+	{ "to", required_argument, NULL, 't' },
+	{ "src-port", required_argument, NULL, 's' },
+	{ "src-addr", required_argument, NULL, 'S' },
+	{ "count", required_argument, NULL, 'k' },
+	{ "buf-count", required_argument, NULL, 'c' },
+	{ "buf-size", required_argument, NULL, 'z' },
+	{ "no-commit", no_argument, NULL, 'n' },
+	{ "hold", required_argument, NULL, 'h' },
+	{ "lie", required_argument, NULL, 'L' },
+	{ "bytes", required_argument, NULL, 'b' },
+	{ "offer", required_argument, NULL, 'o' },
+	{ "offset-delta", required_argument, NULL, 'd' },
+	{ "stack", required_argument, NULL, 'K' },
+	{ "src-len", required_argument, NULL, 'e' },
+	{ "after-ms", required_argument, NULL, 'm' },
+	{ "ack-timeout", required_argument, NULL, 'T' },
+	{ "wire-version", required_argument, NULL, 'W' },
+	{ "disconnect-at", required_argument, NULL, 'D' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char *const lie_names[] = {
+	[LIE_NONE] = "none",
+	[LIE_NEVER_ANSWER_CANCEL] = "never-answer-cancel",
+	[LIE_FALSE_WRCOMPL] = "false-wrcompl",
+	[LIE_WRONG_OFFSET] = "wrong-offset",
+	[LIE_STACKED_SRCAVAIL] = "stacked-srcavail",
+	[LIE_ABORT_DISCONNECT] = "abort-disconnect",
+};
+
+const char *peer_lie_name(enum peer_lie lie)
+{
+	return lie_names[lie];
+}
+
+static enum peer_lie lie_from_name(const char *s)
+{
+	for (size_t i = 0; i < sizeof(lie_names) / sizeof(lie_names[0]); i++)
+		if (strcmp(s, lie_names[i]) == 0)
+			return (enum peer_lie)i;
+	usage();
+}
+
+static enum attach_mode attach_from_name(const char *s)
+{
+	if (strcmp(s, "after-commit") == 0)
+		return ATTACH_AFTER_COMMIT;
+	if (strcmp(s, "early") == 0)
+		return ATTACH_EARLY;
+	if (strcmp(s, "never") == 0)
+		return ATTACH_NEVER;
+	usage();
+}
+
+static struct peer_opts popt = {
+	.bytes = -1, .offset_delta = 4096, .stack = 4, .src_len = 262144, .after_ms = 500,
+	.for_s = 120,
+};
+
+/* Options only peer mode takes; false if o is none of them. */
+static bool peer_option(int o, const char *arg)
+{
+	switch (o) {
+	case 'L': popt.lie = lie_from_name(arg); break;
+	case 'b': popt.bytes = number(arg, 0, 1L << 30); break;
+	case 'o':
+		if (strcmp(arg, "src") != 0 && strcmp(arg, "sink") != 0)
+			usage();
+		popt.offer = strcmp(arg, "src") == 0 ? OFFER_SRC : OFFER_SINK;
+		break;
+	case 'd': popt.offset_delta = number(arg, -(1L << 30), 1L << 30); break;
+	case 'K': popt.stack = (unsigned)number(arg, 1, 8); break;
+	case 'e': popt.src_len = (uint32_t)number(arg, 1, 1L << 20); break;
+	case 'm': popt.after_ms = (unsigned)number(arg, 0, 600000); break;
+	case 'T': popt.ack_timeout = (unsigned)number(arg, 0, 31); break;
+	case 'W': popt.wire_version = (uint8_t)number(arg, 1, SDP_WIRE_VERSION); break;
+	case 'D':
+		if (strcmp(arg, "acked") == 0)
+			popt.disconnect_at = DISC_ACKED;
+		else if (strcmp(arg, "posted") == 0)
+			popt.disconnect_at = DISC_POSTED;
+		else if (strcmp(arg, "first") == 0)
+			popt.disconnect_at = DISC_FIRST;
+		else
+			usage();
+		break;
+	default: return false;
+	}
+	return true;
+}
+
+/* Options of every mode; usage() for an unknown one. */
+static void common_option(int o, const char *arg, const char **logpath)
+{
+	if (peer_option(o, arg))
+		return;
+	switch (o) {
+	case 'p': number(arg, 1, 65535); opt.port = arg; break;
+	case 'a': opt.addr = arg; break;
+	case 'A': opt.attach = attach_from_name(arg); break;
+	case '1': opt.v1 = true; break;
+	case 'l': *logpath = arg; break;
+	case 'f': opt.for_s = seconds(arg); break;
+	case 't': opt.to = arg; break;
+	case 's': opt.src_port = (uint16_t)number(arg, 1, 65535); break;
+	case 'S': opt.src_addr = arg; break;
+	case 'k': opt.count = (int)number(arg, 1, MAX_CONNS); break;
+	case 'c': opt.buf_count = (uint16_t)number(arg, 1, 65535); break;
+	case 'z': opt.buf_size = (uint32_t)number(arg, 1, 0x7fffffff); break;
+	case 'n': opt.no_commit = true; break;
+	case 'h': opt.hold_s = seconds(arg); break;
+	default: usage();
+	}
+}
+
+/* What a mode needs, and what the buffers it really posts may be: within
+ * the wire's limits and an unprivileged RLIMIT_MEMLOCK. */
+static void check_mode_options(const char *mode)
+{
+	bool posts = strcmp(mode, "hello") != 0;
+
+	if (strcmp(mode, "listen") == 0 ? !opt.port : !opt.to)
+		usage();
+	if (strcmp(mode, "hello") == 0 && !opt.src_port)
+		usage();
+	if (posts && (opt.buf_count < SDP_MIN_BUF_COUNT || opt.buf_count > 64 ||
+		      opt.buf_size < SDP_MIN_BUF_SIZE || opt.buf_size > 65536)) {
+		fprintf(stderr, "rogue %s: --buf-count 4..64, --buf-size 4096..65536\n", mode);
+		exit(2);
+	}
+}
+
+static int run_peer_mode(void)
+{
+	popt.to = opt.to;
+	popt.buf_count = opt.buf_count;
+	popt.buf_size = opt.buf_size;
+	if (!popt.wire_version)
+		popt.wire_version = opt.v1 ? 1 : SDP_WIRE_VERSION;
+	if (opt.for_s > 0)
+		popt.for_s = opt.for_s;
+	return run_peer(&popt);
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "port", required_argument, NULL, 'p' },
-		{ "addr", required_argument, NULL, 'a' },
-		{ "attach", required_argument, NULL, 'A' },
-		{ "v1", no_argument, NULL, '1' },
-		{ "log", required_argument, NULL, 'l' },
-		{ "for", required_argument, NULL, 'f' },
-		{ "to", required_argument, NULL, 't' },
-		{ "src-port", required_argument, NULL, 's' },
-		{ "src-addr", required_argument, NULL, 'S' },
-		{ "count", required_argument, NULL, 'k' },
-		{ "buf-count", required_argument, NULL, 'c' },
-		{ "buf-size", required_argument, NULL, 'z' },
-		{ "no-commit", no_argument, NULL, 'n' },
-		{ "hold", required_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *mode, *logpath = NULL;
-	bool listen_cmd;
 	struct sigaction sa;
 	int o;
 
@@ -995,51 +1189,16 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		usage();
 	mode = argv[1];
-	listen_cmd = strcmp(mode, "listen") == 0;
-	if (!listen_cmd && strcmp(mode, "hello") != 0)
+	if (strcmp(mode, "listen") != 0 && strcmp(mode, "hello") != 0 && strcmp(mode, "peer") != 0)
 		usage();
-	opt.buf_count = listen_cmd ? 16 : 32;
+	opt.buf_count = strcmp(mode, "hello") == 0 ? 32 : 16;
 	opt.buf_size = 32768;
 	optind = 2;
-	while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		switch (o) {
-		case 'p': number(optarg, 1, 65535); opt.port = optarg; break;
-		case 'a': opt.addr = optarg; break;
-		case 'A':
-			if (strcmp(optarg, "after-commit") == 0)
-				opt.attach = ATTACH_AFTER_COMMIT;
-			else if (strcmp(optarg, "early") == 0)
-				opt.attach = ATTACH_EARLY;
-			else if (strcmp(optarg, "never") == 0)
-				opt.attach = ATTACH_NEVER;
-			else
-				usage();
-			break;
-		case '1': opt.v1 = true; break;
-		case 'l': logpath = optarg; break;
-		case 'f': opt.for_s = seconds(optarg); break;
-		case 't': opt.to = optarg; break;
-		case 's': opt.src_port = (uint16_t)number(optarg, 1, 65535); break;
-		case 'S': opt.src_addr = optarg; break;
-		case 'k': opt.count = (int)number(optarg, 1, MAX_CONNS); break;
-		case 'c': opt.buf_count = (uint16_t)number(optarg, 1, 65535); break;
-		case 'z': opt.buf_size = (uint32_t)number(optarg, 1, 0x7fffffff); break;
-		case 'n': opt.no_commit = true; break;
-		case 'h': opt.hold_s = seconds(optarg); break;
-		default: usage();
-		}
-	}
+	while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1)
+		common_option(o, optarg, &logpath);
 	if (optind != argc)
 		usage();
-	if (listen_cmd ? !opt.port : (!opt.to || !opt.src_port))
-		usage();
-	/* The listener really posts what it advertises: keep it within the
-	 * wire's limits and an unprivileged RLIMIT_MEMLOCK. */
-	if (listen_cmd && (opt.buf_count < SDP_MIN_BUF_COUNT || opt.buf_count > 64 ||
-			   opt.buf_size < SDP_MIN_BUF_SIZE || opt.buf_size > 65536)) {
-		fprintf(stderr, "rogue listen: --buf-count 4..64, --buf-size 4096..65536\n");
-		exit(2);
-	}
+	check_mode_options(mode);
 	if (logpath) {
 		logfp = fopen(logpath, "a");
 		if (!logfp) {
@@ -1052,5 +1211,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	return listen_cmd ? run_listen() : run_hello();
+	if (strcmp(mode, "peer") == 0)
+		return run_peer_mode();
+	return strcmp(mode, "listen") == 0 ? run_listen() : run_hello();
 }

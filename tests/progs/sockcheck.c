@@ -1,5 +1,6 @@
 /* sockcheck: app-behaviour scenarios (half-close, fork/thread servers, sendfile, inetd, exec
- * inheritance, IPv6), every byte checked by SHA-256.  Usage: sockcheck SCENARIO ADDR PORT */
+ * inheritance, IPv6, recv with MSG_TRUNC), every byte checked by SHA-256 or compared.
+ * Usage: sockcheck SCENARIO ADDR PORT */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -754,6 +755,122 @@ static void scenario_ipv6(const struct endpoint *ep)
 		v4_mapped_exchange(ep);
 }
 
+/* --- recv with MSG_TRUNC --------------------------------------------------- */
+
+/* TCP's MSG_TRUNC discards: recv returns the count and writes nothing (the
+ * buffer may be NULL).  Each step's bytes are sent only after the reader has
+ * asked for them and had time to block, so a blocking recv waits with nothing
+ * buffered (the zero-copy receive path, on RDMA), and with MSG_WAITALL, after
+ * part of the bytes came (a wait with bytes already discarded). */
+#define TRUNC_DELAY_US 100000
+#define TRUNC_TAIL     4099
+
+struct trunc_step {
+	size_t first, second; /* bytes the server writes, the second part after a pause */
+};
+
+static const struct trunc_step trunc_steps[] = {
+	{ 1000, 0 },    /* recv(fd, NULL, 1000, MSG_TRUNC) */
+	{ 1000, 2000 }, /* recv(fd, NULL, 3000, MSG_TRUNC | MSG_WAITALL) */
+	{ 500, 0 },     /* recv(fd, canary, 500, MSG_TRUNC): the buffer stays untouched */
+	{ 1, 0 },       /* recv(fd, NULL, 1, MSG_TRUNC | MSG_DONTWAIT) after poll */
+};
+
+struct trunc_server {
+	int lfd;
+	const uint8_t *payload;
+};
+
+static void *trunc_server_main(void *p)
+{
+	struct trunc_server *ts = p;
+	int fd = accept_one(ts->lfd);
+	size_t off = 0;
+	char go;
+
+	for (size_t i = 0; i < sizeof(trunc_steps) / sizeof(trunc_steps[0]); i++) {
+		CHECK(read(fd, &go, 1) == 1, "server: no go byte for step %zu: %s", i, ERR);
+		usleep(TRUNC_DELAY_US);
+		write_all(fd, ts->payload + off, trunc_steps[i].first);
+		off += trunc_steps[i].first;
+		if (trunc_steps[i].second) {
+			usleep(TRUNC_DELAY_US);
+			write_all(fd, ts->payload + off, trunc_steps[i].second);
+			off += trunc_steps[i].second;
+		}
+	}
+	CHECK(read(fd, &go, 1) == 1, "server: no go byte for the tail: %s", ERR);
+	write_all(fd, ts->payload + off, TRUNC_TAIL);
+	CHECK(shutdown(fd, SHUT_WR) == 0, "server shutdown(SHUT_WR): %s", ERR);
+	CHECK(read(fd, &go, 1) == 0, "server: no EOF from the client");
+	close(fd);
+	return NULL;
+}
+
+/* Discards want bytes with recv(.., flags | MSG_TRUNC) calls of the rest. */
+static void trunc_discard(int fd, void *buf, size_t want, int flags, const char *what)
+{
+	size_t got = 0;
+
+	while (got < want) {
+		ssize_t n = recv(fd, buf, want - got, flags | MSG_TRUNC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		CHECK(n > 0, "%s: recv(MSG_TRUNC) returned %zd after %zu of %zu bytes: %s", what, n,
+		      got, want, n < 0 ? ERR : "EOF");
+		CHECK((size_t)n <= want - got, "%s: recv(MSG_TRUNC) returned %zd, asked for %zu", what,
+		      n, want - got);
+		CHECK(!(flags & MSG_WAITALL) || (size_t)n == want - got,
+		      "%s: MSG_WAITALL returned %zd of %zu", what, n, want - got);
+		got += (size_t)n;
+	}
+}
+
+static void scenario_trunc(const struct endpoint *ep)
+{
+	size_t total = TRUNC_TAIL;
+	struct trunc_server ts;
+	pthread_t server;
+	uint8_t canary[500], *payload, *tail;
+	struct pollfd pfd;
+	int fd;
+
+	for (size_t i = 0; i < sizeof(trunc_steps) / sizeof(trunc_steps[0]); i++)
+		total += trunc_steps[i].first + trunc_steps[i].second;
+	payload = payload_new(800, total);
+	tail = malloc(TRUNC_TAIL + 1);
+	CHECK(tail, "malloc failed");
+	ts = (struct trunc_server){ listen_on(ep), payload };
+	CHECK(pthread_create(&server, NULL, trunc_server_main, &ts) == 0, "pthread_create");
+	fd = connect_to(ep);
+
+	write_all(fd, "g", 1);
+	trunc_discard(fd, NULL, 1000, 0, "blocking, NULL buffer");
+	write_all(fd, "g", 1);
+	trunc_discard(fd, NULL, 3000, MSG_WAITALL, "MSG_WAITALL, NULL buffer");
+	write_all(fd, "g", 1);
+	memset(canary, 0xa5, sizeof(canary));
+	trunc_discard(fd, canary, sizeof(canary), 0, "blocking, a buffer");
+	for (size_t i = 0; i < sizeof(canary); i++)
+		CHECK(canary[i] == 0xa5, "recv(MSG_TRUNC) wrote into the buffer at byte %zu", i);
+	write_all(fd, "g", 1);
+	pfd = (struct pollfd){ fd, POLLIN, 0 };
+	CHECK(poll(&pfd, 1, 5000) == 1 && (pfd.revents & POLLIN), "poll: no byte to discard");
+	trunc_discard(fd, NULL, 1, MSG_DONTWAIT, "MSG_DONTWAIT, NULL buffer");
+
+	/* The stream goes on right after the discarded bytes. */
+	write_all(fd, "g", 1);
+	CHECK(read_to_eof(fd, tail, TRUNC_TAIL + 1) == TRUNC_TAIL, "the tail is not %u bytes",
+	      TRUNC_TAIL);
+	CHECK(memcmp(tail, payload + total - TRUNC_TAIL, TRUNC_TAIL) == 0,
+	      "the bytes after the discarded ones differ from what was sent");
+	close(fd);
+	pthread_join(server, NULL);
+	close(ts.lfd);
+	free(payload);
+	free(tail);
+}
+
 /* --- main ----------------------------------------------------------------- */
 
 struct scenario {
@@ -765,7 +882,7 @@ static const struct scenario scenarios[] = {
 	{ "halfclose", scenario_halfclose }, { "forkserver", scenario_forkserver },
 	{ "threadserver", scenario_threadserver }, { "sendfile", scenario_sendfile },
 	{ "inetd", scenario_inetd }, { "execinherit", scenario_execinherit },
-	{ "ipv6", scenario_ipv6 },
+	{ "ipv6", scenario_ipv6 }, { "trunc", scenario_trunc },
 };
 
 static int usage(void)

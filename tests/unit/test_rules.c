@@ -1,5 +1,6 @@
 /* Unit tests (TAP) for ipoib_fallback/rules.c: grammar, whole-file rejection
- * and its diagnostic, first-match-wins matching, and loading files. */
+ * (fail closed: TCP for every connection) and its diagnostic, first-match-wins
+ * matching, and loading files. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,7 @@
 #include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define DEFAULTS_APPLY "; ignoring this file, defaults apply"
+#define FAIL_CLOSED_NOTE "; ignoring its rules: every connection uses TCP (fail closed)"
 
 /* ---- diagnostics capture ---------------------------------------------------- */
 
@@ -49,15 +50,47 @@ static int has_control_bytes(const char *s)
 	return 0;
 }
 
-/* A rejected parse: -1, empty output, one diag line holding want. */
+static struct sockaddr_storage make_addr(const char *ip, unsigned port);
+
+/* Every role, program and IPv4/IPv6 peer gets "use tcp" from a rejected set. */
+static int check_all_tcp(const struct sdp_rules *r)
+{
+	static const char *const ips[] = { "10.1.2.3", "192.0.2.1", "2001:db8::1", "::ffff:10.1.2.3" };
+	static const enum rule_role roles[] = { RULE_ROLE_CLIENT, RULE_ROLE_SERVER };
+	static const char *const progs[] = { "redis-server", NULL };
+	int ok = 1;
+
+	for (size_t i = 0; ok && i < ARRAY_SIZE(ips); i++) {
+		struct sockaddr_storage ss = make_addr(ips[i], 6379);
+		for (size_t k = 0; ok && k < ARRAY_SIZE(roles); k++) {
+			for (size_t p = 0; ok && p < ARRAY_SIZE(progs); p++) {
+				const struct sdp_rule *m = rules_match(r, roles[k], progs[p],
+								       (struct sockaddr *)&ss);
+				ok &= check(rules_decide(r, roles[k], progs[p], (struct sockaddr *)&ss) ==
+					    RULE_USE_TCP, "%s role %d: not tcp", ips[i], roles[k]);
+				ok &= check(m != NULL && m->use == RULE_USE_TCP && m->role == roles[k] &&
+					    m->line == 0 && m->client_net_count == 0 &&
+					    m->zcopy_thresh == -1 && m->connect_timeout_ms == -1,
+					    "%s role %d: not the fail-closed rule", ips[i], roles[k]);
+			}
+		}
+	}
+	return ok;
+}
+
+/* A rejected parse: -1, no rules, fail closed (TCP for every connection), one
+ * diag line holding want. */
 static int check_rejected(int rc, const struct sdp_rules *r, const struct diag_capture *d,
 			  const char *want)
 {
 	int ok = check(rc == -1, "rc %d, want -1", rc);
 	ok &= check(r->rule == NULL && r->count == 0, "rules not empty (%zu)", r->count);
+	ok &= check(r->fail_closed, "a rejected file does not fail closed");
+	ok &= check_all_tcp(r);
 	ok &= check(d->calls == 1, "diag called %d times, want 1", d->calls);
 	ok &= check(strstr(d->msg, want) != NULL, "diag '%s' lacks '%s'", d->msg, want);
-	ok &= check(ends_with(d->msg, DEFAULTS_APPLY), "diag '%s' lacks defaults note", d->msg);
+	ok &= check(ends_with(d->msg, FAIL_CLOSED_NOTE), "diag '%s' lacks the fail-closed note",
+		    d->msg);
 	ok &= check(!has_control_bytes(d->msg), "diag has control bytes");
 	return ok;
 }
@@ -67,6 +100,7 @@ static int check_accepted(int rc, const struct sdp_rules *r, const struct diag_c
 {
 	int ok = check(rc == 0, "rc %d, want 0 (diag: %s)", rc, d->msg);
 	ok &= check(r->count == count, "count %zu, want %zu", r->count, count);
+	ok &= check(!r->fail_closed, "an accepted file fails closed");
 	ok &= check(d->calls == 0, "diag called: %s", d->msg);
 	return ok;
 }
@@ -186,12 +220,12 @@ static const struct parse_case parse_cases[] = {
 	BAD_TEXT("first of several bad lines, plural count",
 		 "use tcp client * *:*\n\nuse rdmaa client * *:*\nbogus\nuse tcp client * *:x\n",
 		 "t.conf:3: unknown use 'rdmaa' (expected rdma|tcp|both) (and 2 more bad lines)"
-		 DEFAULTS_APPLY),
+		 FAIL_CLOSED_NOTE),
 	BAD_TEXT("two bad lines, singular count", "bogus\nbogus\n",
 		 "t.conf:1: unknown keyword 'bogus' (expected use) (and 1 more bad line)"
-		 DEFAULTS_APPLY),
+		 FAIL_CLOSED_NOTE),
 	BAD_TEXT("single bad line has no count", "bogus\n",
-		 "t.conf:1: unknown keyword 'bogus' (expected use)" DEFAULTS_APPLY),
+		 "t.conf:1: unknown keyword 'bogus' (expected use)" FAIL_CLOSED_NOTE),
 	BAD_TEXT("control bytes are escaped in the message", "use \x01\x1b[31m client * *:*\n",
 		 "unknown use '\\x01\\x1b[31m'"),
 	BAD_TEXT("bare CR in the middle is not whitespace", "use tcp\rclient * *:*\n",
@@ -293,7 +327,7 @@ static const struct parse_case parse_cases[] = {
 static void run_parse_case(const struct parse_case *c)
 {
 	struct diag_capture d = { 0 };
-	struct sdp_rules r = { (struct sdp_rule *)&d, 99 };   /* junk: must be reset */
+	struct sdp_rules r = { (struct sdp_rule *)&d, 99, true };   /* junk: must be reset */
 	size_t len = c->len ? c->len : strlen(c->text);
 	int rc = rules_parse(&r, c->text, len, "t.conf", capture_diag, &d);
 	int ok;
@@ -668,7 +702,7 @@ static int test_filename_is_sanitized(void)
 
 static int test_match_degenerate_inputs(void)
 {
-	struct sdp_rules r, empty = { NULL, 0 };
+	struct sdp_rules r, empty = { NULL, 0, false };
 	struct sockaddr_storage ss = make_addr("1.2.3.4", 1);
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
 	int ok;
@@ -864,6 +898,114 @@ static int test_file_null_name(void)
 	return ok;
 }
 
+/* Fail closed: a bad line must not switch off an admin's "use tcp". */
+static int decide_at(const struct sdp_rules *r, enum rule_role role, const char *ip, unsigned port)
+{
+	struct sockaddr_storage ss = make_addr(ip, port);
+
+	return (int)rules_decide(r, role, "x", (struct sockaddr *)&ss);
+}
+
+static int test_bad_line_keeps_use_tcp(void)
+{
+	static const char text[] = "use tcp client * 10.1.0.0/16:*\n"
+				   "use rdmaa client * *:*\n";
+	struct sdp_rules r;
+	struct diag_capture d = { 0 };
+	int ok = check_rejected(rules_parse(&r, text, strlen(text), "t.conf", capture_diag, &d), &r,
+				&d, "t.conf:2: unknown use 'rdmaa'");
+
+	ok &= check(decide_at(&r, RULE_ROLE_CLIENT, "10.1.2.3", 80) == RULE_USE_TCP,
+		    "the admin's 'use tcp' for 10.1.0.0/16 no longer applies");
+	ok &= check(decide_at(&r, RULE_ROLE_CLIENT, "10.9.2.3", 80) == RULE_USE_TCP,
+		    "other peers are not on TCP either");
+	rules_free(&r);
+	return ok;
+}
+
+static int test_typo_in_use_tcp_line(void)
+{
+	static const char text[] = "use both client * *:6379\n"
+				   "use tcp client * 10.1.0.0/61:*\n"   /* the typo: /61 */
+				   "use rdma client * *:*\n";
+	struct sdp_rules r;
+	struct diag_capture d = { 0 };
+	int ok = check_rejected(rules_parse(&r, text, strlen(text), "t.conf", capture_diag, &d), &r,
+				&d, "t.conf:2: bad prefix '61'");
+
+	ok &= check(decide_at(&r, RULE_ROLE_CLIENT, "10.1.2.3", 80) == RULE_USE_TCP,
+		    "the subnet of the mistyped 'use tcp' line is not on TCP");
+	ok &= check(decide_at(&r, RULE_ROLE_CLIENT, "10.1.2.3", 6379) == RULE_USE_TCP,
+		    "the valid 'use both' line before the typo still applies");
+	rules_free(&r);
+	return ok;
+}
+
+static int test_bad_clients_line_admits_no_channel(void)
+{
+	static const char text[] = "use both server * *:6379 clients=10.1.0.0/16,10.2.0.0/33\n";
+	struct sdp_rules r;
+	struct diag_capture d = { 0 };
+	int ok = check_rejected(rules_parse(&r, text, strlen(text), "t.conf", capture_diag, &d), &r,
+				&d, "t.conf:1: bad prefix '33'");
+
+	ok &= check(decide_at(&r, RULE_ROLE_SERVER, "0.0.0.0", 6379) == RULE_USE_TCP,
+		    "a listener whose clients= line is bad still takes RDMA channels");
+	rules_free(&r);
+	return ok;
+}
+
+static int test_free_ends_fail_closed(void)
+{
+	struct sdp_rules r;
+	int ok = check(rules_parse(&r, "bogus\n", 6, "t", NULL, NULL) == -1 && r.fail_closed,
+		       "a bad text without diag fails closed");
+
+	rules_free(&r);
+	ok &= check(!r.fail_closed && r.rule == NULL && r.count == 0, "rules_free leaves an empty set");
+	ok &= check(decide_at(&r, RULE_ROLE_CLIENT, "10.1.2.3", 80) == RULE_USE_BOTH,
+		    "a freed set decides both");
+	return ok;
+}
+
+/* The admin meant some rules; which ones is unknown: TCP, as for a bad line. */
+static int test_file_open_error_fails_closed(void)
+{
+	struct sdp_rules r;
+	struct diag_capture d;
+	char path[256], want[300];
+	int rc;
+
+	tmp_path(path, sizeof(path), "good.conf");
+	if (write_file_text(path, "use tcp client * *:*\n") != 0)
+		return check(0, "cannot write %s", path);
+	rc = load("good.conf/x", true, &r, &d, path, sizeof(path));
+
+	snprintf(want, sizeof(want), "%s: cannot open: Not a directory", path);
+	return check_rejected(rc, &r, &d, want);
+}
+
+static int test_file_unreadable_fails_closed(void)
+{
+	struct sdp_rules r;
+	struct diag_capture d;
+	char path[256], want[300];
+	int ok, rc;
+
+	tmp_path(path, sizeof(path), "noread.conf");
+	if (write_file_text(path, "use tcp client * *:*\n") != 0 || chmod(path, 0) != 0)
+		return check(0, "cannot write %s", path);
+	rc = load("noread.conf", true, &r, &d, path, sizeof(path));
+	if (access(path, R_OK) == 0) {
+		/* root reads a file of mode 000: it loads as any other file */
+		ok = check_accepted(rc, &r, &d, 1);
+		rules_free(&r);
+		return ok;
+	}
+	snprintf(want, sizeof(want), "%s: cannot open: Permission denied", path);
+	return check_rejected(rc, &r, &d, want);
+}
+
 struct special_case {
 	const char *desc;
 	int (*fn)(void);
@@ -890,6 +1032,18 @@ static const struct special_case special_cases[] = {
 	{ "file: exactly 1 MiB is accepted", test_file_1mib_accepted },
 	{ "file: 1 MiB + 1 byte is rejected", test_file_over_1mib_rejected },
 	{ "file: NULL file name and NULL out", test_file_null_name },
+	{ "fail closed: a bad line keeps an admin's 'use tcp' in force (TCP for all)",
+	  test_bad_line_keeps_use_tcp },
+	{ "fail closed: a typo in the 'use tcp' line itself still gives TCP",
+	  test_typo_in_use_tcp_line },
+	{ "fail closed: a bad clients= line admits no RDMA channel",
+	  test_bad_clients_line_admits_no_channel },
+	{ "fail closed: rules_free leaves an empty set that decides both",
+	  test_free_ends_fail_closed },
+	{ "file: an open error other than ENOENT fails closed, even missing_ok",
+	  test_file_open_error_fails_closed },
+	{ "file: unreadable (mode 000) fails closed (root: loads)",
+	  test_file_unreadable_fails_closed },
 };
 
 /* ---- 6. option clients=: stored networks and rule_nets_match() --------------- */
@@ -1145,7 +1299,7 @@ static const struct special_case nets_special_cases[] = {
 static void remove_tmpdir(void)
 {
 	static const char *const names[] = { "good.conf", "bad.conf", "fifo.conf", "big.conf",
-					     "huge.conf", "path.conf" };
+					     "huge.conf", "path.conf", "noread.conf" };
 	char path[256];
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {

@@ -207,8 +207,10 @@ static int test_bind_prefix(void)
 	ok &= check(!sdp_bind_prefix_plausible("GET ", 4), "an HTTP request");
 	ok &= check(!sdp_bind_prefix_plausible("SDPB-not-a-record-app-bytes", 24),
 		    "app bytes that begin with the magic");
-	ok &= check(!sdp_bind_prefix_plausible("SDPB\x02\x01\x00\x07", 8), "a PROOF with a reason");
-	ok &= check(sdp_bind_prefix_plausible("SDPB\x02\x03\x00\x07", 8), "a NAK with a reason");
+	uint8_t proof[8] = { 'S', 'D', 'P', 'B', SDP_WIRE_VERSION, SDP_BIND_PROOF, 0, 7 };
+	uint8_t nak[8] = { 'S', 'D', 'P', 'B', SDP_WIRE_VERSION, SDP_BIND_NAK, 0, 7 };
+	ok &= check(!sdp_bind_prefix_plausible(proof, 8), "a PROOF with a reason");
+	ok &= check(sdp_bind_prefix_plausible(nak, 8), "a NAK with a reason");
 	return ok;
 }
 

@@ -63,11 +63,6 @@ teardown() {
   [ -z "${RESTORE_LINK:-}" ] || restore_link
 }
 
-# received_digest WHO FILE BYTES: the digest stream's WHO (client|server) printed
-received_digest() {
-  sed -nE "s/^stream: $1 received $3 bytes sha256=([0-9a-f]{64}) OK\$/\\1/p" "$2"
-}
-
 # stats_summary: the stats file grouped by comm, role, path, reason, switches
 stats_summary() {
   "$PY" -S - "$STATS" <<'EOF'
@@ -183,7 +178,7 @@ failover_stream() {
   fi
   port=$(free_port)
   start_bg server timeout -k 5 600 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
-  wait_port "$RXE_IP" "$port"
+  stream_listening server "$port"
   qp_watch_start
   t0=$(now_ms)
   run_timeout 600 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$FAIL_STREAM" \
@@ -191,7 +186,7 @@ failover_stream() {
   wait_bg server || src=$?
   ms=$(( $(now_ms) - t0 ))
   qp_watch_stop
-  got=$(received_digest "$receiver" "$out" "$total")
+  got=$(stream_digest "$receiver" "$out" "$total")
   want=$(ref_digest 1 "$FAIL_STREAM")
   rdma_sent=$(( $(stats_field "$sender" copy_bytes_sent) + $(stats_field "$sender" zcopy_bytes_sent) ))
   show "stream -d $dir -b $FAIL_STREAM, SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER on the $sender: $ms ms" \
@@ -234,7 +229,7 @@ failover_stream() {
   port=$(free_port)
   start_bg server timeout -k 5 120 env SDPSHIM_DEBUG_FAIL_ATTACH=1 "${PRE[@]}" \
     "$PROGS/stream" -s "$port" -n 1
-  wait_port "$RXE_IP" "$port"
+  stream_listening server "$port"
   run_timeout 120 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 4M -d down -m 64k \
     >"$T/client.out" 2>&1 || crc=$?
   wait_bg server || src=$?
@@ -263,14 +258,14 @@ soak_stream() {
   fi
   port=$(free_port)
   start_bg sserver timeout -k 5 300 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
-  wait_port "$RXE_IP" "$port"
+  stream_listening sserver "$port"
   run_timeout 300 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 8M \
     -d "$dir" -m 1M >"$T/sclient.out" 2>&1 || crc=$?
   wait_bg sserver || src=$?
   if [ "$dir" = up ]; then
-    got=$(received_digest server "$T/sserver.log" 8388608)
+    got=$(stream_digest server "$T/sserver.log" 8388608)
   else
-    got=$(received_digest client "$T/sclient.out" 8388608)
+    got=$(stream_digest client "$T/sclient.out" 8388608)
   fi
   if [ "$crc" -ne 0 ] || [ "$src" -ne 0 ] || [ "$got" != "$SOAK_REF" ]; then
     show "soak stream $n (-d $dir) failed: client rc=$crc, server rc=$src," \
@@ -367,55 +362,20 @@ wait_le() {
 
 # --- device removal (last: it deletes and re-adds the rxe link) -------------------
 
-# rxe_counter LINK NAME: a port counter (rdma statistic show link LINK)
-rxe_counter() {
-  rdma statistic show link "$1" 2>/dev/null | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
-}
-
-# Teardown of the link-delete test: let the delete finish (it can block until the
-# last user context closes; the processes are gone by now), then re-add the link
-# on its netdev and wait until its port is ACTIVE.
-restore_link() {
-  local i
-  for i in $(seq 1 600); do
-    [ -f "$T/linkdel.res" ] && break
-    sleep 0.1
-  done
-  [ -f "$T/linkdel.res" ] || echo "restore_link: rdma link delete $LINK_DEV still running after 60 s" >&2
-  if ! rdma link show "$LINK_DEV/1" >/dev/null 2>&1; then
-    rdma link add "$LINK_DEV" type rxe netdev "$LINK_NETDEV" ||
-      echo "restore_link: rdma link add $LINK_DEV type rxe netdev $LINK_NETDEV failed" >&2
-  fi
-  for i in $(seq 1 300); do
-    rdma link show 2>/dev/null | grep -Eq "^link $LINK_DEV/1 state ACTIVE " && return 0
-    sleep 0.1
-  done
-  echo "restore_link: $LINK_DEV/1 not ACTIVE 30 s after re-adding it:" >&2
-  rdma link show >&2
-  return 1
-}
-
 # link_delete_case up|down: `rdma link delete` of the device under a running
 # 1 GiB stream (up: client -> server, down: server -> client); the receiver's
 # digest must match the reference and both ends must have moved to TCP.
 link_delete_case() {
-  local dir=$1 field receiver links netdev link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
+  local dir=$1 field receiver link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
   if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
-  links=$(rdma link show)
-  # The link whose netdev carries $RXE_IP (else the first one).
-  netdev=$(ip -o -4 addr show to "$RXE_IP" 2>/dev/null | awk '{ print $2; exit }')
-  link=$(awk -v nd="$netdev" '$1 == "link" { for (i = 1; i < NF; i++) if ($i == "netdev" && $(i + 1) == nd) { print $2; exit } }' <<<"$links")
-  if [ -z "$link" ]; then
-    link=$(awk '$1 == "link" && / netdev / { print $2; exit }' <<<"$links")
-    netdev=$(awk -v l="$link" '$2 == l { for (i = 1; i < NF; i++) if ($i == "netdev") print $(i + 1) }' <<<"$links")
-  fi
-  show "rdma link show: $links" "using link ${link:-?} on netdev ${netdev:-?}"
-  [ -n "$link" ]
-  [ -n "$netdev" ]
-  LINK_DEV=${link%%/*} LINK_NETDEV=$netdev
+  rxe_link_pick || true
+  show "rdma link show: $RXE_LINKS" "using link ${LINK_DEV:-?} on netdev ${LINK_NETDEV:-?}"
+  [ -n "$LINK_DEV" ]
+  [ -n "$LINK_NETDEV" ]
+  link=$RXE_LINK
   port=$(free_port)
   start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
-  wait_port "$RXE_IP" "$port"
+  stream_listening server "$port"
   qp_watch_start
   pkts0=$(rxe_counter "$link" sent_pkts)
   start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G -d "$dir" -m 1M
@@ -435,11 +395,7 @@ link_delete_case() {
   [ "$(count_rc_qps stream)" -ge 2 ]
   RESTORE_LINK=1
   t_del=$(now_ms)
-  (
-    rc=0
-    timeout 60 rdma link delete "$LINK_DEV" >"$T/linkdel.out" 2>&1 || rc=$?
-    echo "rc=$rc ms=$(( $(now_ms) - t_del ))" >"$T/linkdel.res"
-  ) 3>&- &
+  link_delete_start "$T/linkdel.res"
   wait_bg client || crc=$?
   wait_bg server || src=$?
   t_end=$(now_ms)
@@ -450,10 +406,10 @@ link_delete_case() {
     sleep 0.1
   done
   del=$(cat "$T/linkdel.res" 2>/dev/null)
-  got=$(received_digest "$receiver" "$T/$receiver.log" $((1 << 30)))
+  got=$(stream_digest "$receiver" "$T/$receiver.log" $((1 << 30)))
   want=$(ref_digest 1 1G)
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
-       "  output: $(cat "$T/linkdel.out" 2>/dev/null)" \
+       "  output: $(cat "$T/linkdel.res.out" 2>/dev/null)" \
        "  the stream ended $(( t_end - t_del )) ms after the delete began" \
        "  rdma link show now: $(rdma link show 2>&1)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \

@@ -572,3 +572,159 @@ pin_watch_max() {
     want == "" || in_stretch { if ($1 > p) p = $1; if ($2 > m) m = $2 }
     END { print p + 0, m + 0 }' "$BATS_TEST_TMPDIR/pin.samples" 2>/dev/null
 }
+
+# --- rdma link delete (tests/vm/70-switch.bats, tests/vm/72-failover-stress.bats) ---
+#
+#   stream_digest WHO FILE BYTES   the SHA-256 that tests/progs/stream's WHO (client|server)
+#                             printed in FILE for BYTES bytes received and checked (empty if none)
+#   rxe_link_pick             sets RXE_LINK (DEV/PORT), LINK_DEV and LINK_NETDEV: the rdma link whose
+#                             netdev carries $RXE_IP (else the first with a netdev); RXE_LINKS = `rdma link show`
+#   rxe_counter LINK NAME     a port counter (rdma statistic show link LINK)
+#   link_delete_start RES     `rdma link delete $LINK_DEV` in the background (60 s bound); when it
+#                             returns, "rc=N ms=N" goes into RES.  rxe cannot disassociate user
+#                             contexts: the delete may block until the processes close theirs
+#   restore_link [RES]        (teardown) waits up to 60 s for RES (default $T/linkdel.res), re-adds
+#                             $LINK_DEV on $LINK_NETDEV if it is gone, waits until its port is ACTIVE
+#   cpu_hog_start [N]         N (default 2) busy processes, nice 0, as start_bg hog1..hogN
+#                             (vm_teardown ends them); cpu_hog_stop ends them now
+
+stream_digest() {
+  sed -nE "s/^stream: $1 received $3 bytes sha256=([0-9a-f]{64}) OK\$/\\1/p" "$2"
+}
+
+rxe_link_pick() {
+  local netdev link
+  RXE_LINKS=$(rdma link show)
+  netdev=$(ip -o -4 addr show to "$RXE_IP" 2>/dev/null | awk '{ print $2; exit }')
+  link=$(awk -v nd="$netdev" '$1 == "link" { for (i = 1; i < NF; i++) if ($i == "netdev" && $(i + 1) == nd) { print $2; exit } }' <<<"$RXE_LINKS")
+  if [ -z "$link" ]; then
+    link=$(awk '$1 == "link" && / netdev / { print $2; exit }' <<<"$RXE_LINKS")
+    netdev=$(awk -v l="$link" '$2 == l { for (i = 1; i < NF; i++) if ($i == "netdev") print $(i + 1) }' <<<"$RXE_LINKS")
+  fi
+  RXE_LINK=$link LINK_DEV=${link%%/*} LINK_NETDEV=$netdev
+  [ -n "$LINK_DEV" ] && [ -n "$LINK_NETDEV" ]
+}
+
+rxe_counter() {
+  rdma statistic show link "$1" 2>/dev/null | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
+}
+
+link_delete_start() {
+  local res=$1 t0
+  rm -f "$res"
+  t0=$(now_ms)
+  (
+    rc=0
+    timeout 60 rdma link delete "$LINK_DEV" >"$res.out" 2>&1 || rc=$?
+    echo "rc=$rc ms=$(( $(now_ms) - t0 ))" >"$res"
+  ) 3>&- &
+}
+
+restore_link() {
+  local res=${1:-$BATS_TEST_TMPDIR/linkdel.res} i
+  for i in $(seq 1 600); do
+    [ -f "$res" ] && break
+    sleep 0.1
+  done
+  [ -f "$res" ] || echo "restore_link: rdma link delete $LINK_DEV still running after 60 s" >&2
+  if ! rdma link show "$LINK_DEV/1" >/dev/null 2>&1; then
+    rdma link add "$LINK_DEV" type rxe netdev "$LINK_NETDEV" ||
+      echo "restore_link: rdma link add $LINK_DEV type rxe netdev $LINK_NETDEV failed" >&2
+  fi
+  for i in $(seq 1 300); do
+    rdma link show 2>/dev/null | grep -Eq "^link $LINK_DEV/1 state ACTIVE " && return 0
+    sleep 0.1
+  done
+  echo "restore_link: $LINK_DEV/1 not ACTIVE 30 s after re-adding it:" >&2
+  rdma link show >&2
+  return 1
+}
+
+cpu_hog_start() {
+  local i
+  for i in $(seq 1 "${1:-2}"); do
+    start_bg "hog$i" timeout -k 5 3600 sh -c 'exec yes >/dev/null'
+  done
+}
+
+cpu_hog_stop() {
+  local f
+  for f in "$BATS_TEST_TMPDIR"/hog*.pid; do
+    [ -f "$f" ] || continue
+    kill -TERM "$(cat "$f")" 2>/dev/null || true
+    wait_bg "$(basename "$f" .pid)" || true
+  done
+}
+
+# --- data-path lies (tests/vm/36-datapath-lies.bats): the rogue's peer mode ---
+#
+#   rogue_peer NAME ARGS...   rogue_start NAME peer ARGS (as nobody), with the test bed's RC ack
+#                             timeout ($SDPSHIM_ACK_TIMEOUT) on the rogue's own QP
+#   bg_running NAME           true while start_bg NAME has not exited
+#   bg_wait_for NAME SECS     waits up to SECS for start_bg NAME to exit: its exit status, or 124
+#                             when it is still running (then it is left running)
+#   bg_stop NAME [SECS]       SIGTERM, then bg_wait_for SECS (default 10); one still running then
+#                             gets SIGKILL (its `timeout` wrapper and that one's children), and
+#                             the status is 124
+#   evecho_start PORT ARGS... a preloaded tests/progs/evecho on $RXE_IP:PORT (start_bg "evecho")
+#   honest_echo PORT BYTES NAME   a preloaded `connects` client: BYTES sent, echoed and compared by
+#                             SHA-256, bounded by 40 s; output in $T/NAME.out; its exit status
+#   honest_ok NAME            that output says the echo was byte-exact ("ok 1")
+
+rogue_peer() {
+  local name=$1; shift
+  rogue_start "$name" peer --ack-timeout "${SDPSHIM_ACK_TIMEOUT:-0}" "$@"
+}
+
+bg_running() {
+  local pid st
+  pid=$(cat "$BATS_TEST_TMPDIR/$1.pid" 2>/dev/null) || return 1
+  st=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+
+bg_wait_for() {
+  local name=$1 until=$(( $(date +%s) + $2 ))
+  [ -f "$BATS_TEST_TMPDIR/$name.pid" ] || return 0
+  while bg_running "$name"; do
+    [ "$(date +%s)" -ge "$until" ] && return 124
+    sleep 0.1
+  done
+  wait_bg "$name"
+}
+
+bg_stop() {
+  local name=$1 secs=${2:-10} pid rc=0
+  pid=$(cat "$BATS_TEST_TMPDIR/$name.pid" 2>/dev/null) || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  bg_wait_for "$name" "$secs" || rc=$?
+  if [ "$rc" = 124 ]; then
+    pkill -KILL -P "$pid" 2>/dev/null || true
+    kill -KILL "$pid" 2>/dev/null || true
+    wait_bg "$name" || true
+  fi
+  return "$rc"
+}
+
+evecho_start() {
+  local port=$1; shift
+  start_bg evecho timeout -k 5 600 "${PRE[@]}" "$TRUST_PROGS/evecho" -s "$port" -a "$RXE_IP" "$@"
+  wait_for_line "$T/evecho.log" '^listening ' 30
+}
+
+honest_echo() {
+  run_timeout 40 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$1" -n 1 -b "$2" >"$T/$3.out" 2>&1
+}
+
+honest_ok() {
+  grep -Eq '^conn 1 connect_ms=.* ok$' "$T/$1.out" && grep -qx 'ok 1' "$T/$1.out"
+}
+
+# stream_listening NAME PORT: until the tests/progs/stream server started as start_bg NAME
+# says it listens on PORT.  It prints that after listen() returned, and the preloaded
+# listen() returns once the RDMA listener is up too; the TCP socket alone (wait_port)
+# listens a moment earlier, and a client that connects then finds no RDMA listener
+# (path=tcp reason=peer_no_sdpshim: seen once in the 70-switch soak).
+stream_listening() {
+  wait_port "$RXE_IP" "$2" && wait_for_line "$BATS_TEST_TMPDIR/$1.log" "^stream: listening on $2\$"
+}
