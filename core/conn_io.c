@@ -339,7 +339,8 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 				rc = (ssize_t)done;
 				break;
 			}
-			if (nb && z > 0 && (size_t)z < room) {
+			if ((nb && z > 0 && (size_t)z < room) || c->zc_interrupted) {
+				c->zc_interrupted = false;
 				rc = (ssize_t)done; /* partial progress, as TCP would */
 				break;
 			}

@@ -353,8 +353,12 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 	COUNT(c, zcopy_bytes_sent, c->src.consumed);
 	COUNT(c, zcopy_ops, 1);
 	conn_update_readiness(c, false);
-	if (c->src.consumed)
+	if (c->src.consumed) {
+		/* A signal or timeout ended the call: the partial count goes back
+		 * to the app now, as TCP returns it (core/conn_io.c). */
+		c->zc_interrupted = why != 0;
 		return c->src.consumed;
+	}
 	if (c->sw_started && !c->hard_error)
 		return 0; /* the stream moved to TCP: the bytes go there (buffer copy path) */
 	if (c->carrier_dead || c->hard_error)

@@ -326,16 +326,6 @@ WEAK void conn_schedule_destroy(struct sdp_conn *c)
 
 /* ------------------------------------------- TCP, binding, setup hooks */
 
-/* After a carrier failure with nothing moved to TCP: the peer's TCP says
- * EOF if it closed (it sent DisConn), else a reset. */
-WEAK int tcp_peer_verdict(struct sdp_conn *c, int err)
-{
-	if (zcm.peer.sent_disconn)
-		return 0;
-	zcm_note_abort(false);
-	return ECONNRESET;
-}
-
 /* Declared again: trees from before the binding handshake lack them. */
 void bind_on_carrier_failed(struct sdp_conn *c);
 void bind_client_on_attach(struct sdp_conn *c);
