@@ -339,8 +339,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 				rc = (ssize_t)done;
 				break;
 			}
-			if ((nb && z > 0 && (size_t)z < room) || c->zc_interrupted) {
-				c->zc_interrupted = false;
+			if (z > 0 && ((nb && (size_t)z < room) || c->zc_interrupted)) {
 				rc = (ssize_t)done; /* partial progress, as TCP would */
 				break;
 			}

@@ -746,6 +746,7 @@ ssize_t zc_send(struct sdp_conn *c, const void *buf, size_t len, bool nonblock, 
 	ssize_t r;
 
 	c->zc_threads++;
+	c->zc_interrupted = false; /* says how this call's bytes were taken */
 	r = send_zero_copy(c, buf, len, nonblock, timeout_ms, start_us);
 	zc_leave(c);
 	return r;

@@ -382,7 +382,12 @@ static bool network_step(void)
 
 ssize_t zcm_app_finish(void)
 {
-	uint64_t limit = call_limit_us();
+	/* A call the input held could not act until now: its bound counts
+	 * from here, not from its start. */
+	uint64_t limit = call_limit_us(), from_now = zcm.now_us + (uint64_t)ZCM_WAIT_BOUND_MS * 1000;
+
+	if (limit < from_now)
+		limit = from_now;
 
 	A.hold = false;
 	while (A.running) {
