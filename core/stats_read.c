@@ -341,6 +341,8 @@ int stats_seg_read(const char *path, uid_t owner, pid_t pid, struct stats_snapsh
 	if (fd < 0)
 		return fd;
 	err = read_header(fd, &st, &snap->info, why, why_len);
+	if (err && st.st_nlink == 1 && kill(pid, 0) < 0 && errno == ESRCH)
+		err = -ESRCH; /* the named process died before it finished writing the header */
 	if (!err)
 		err = check_process(&snap->info, pid, owner, why, why_len);
 	if (!err)
