@@ -4,8 +4,7 @@
  * step by step, and the model checks its invariants throughout (the app's
  * bytes are the peer's stream, no canary, no window reachable after a
  * call, bounded calls, honest answers).  One case per finding of issue 13
- * that the VM cannot time, and the "(open)" cases: what the model found
- * beyond that list and is not fixed yet, run only with ZCM_FINDINGS=1.
+ * that the VM cannot time, and one per further bug the model found.
  * Each case runs in a child process, so a crash (an ASan or UBSan report)
  * fails that case alone.  (7c)'s report needs clang's UBSan (gcc does not
  * check arithmetic on a null pointer); fuzz_zcopy has it. */
@@ -542,15 +541,6 @@ static int test_no_read_after_reset(void)
 	return ok;
 }
 
-/* Not fixed yet: run with ZCM_FINDINGS=1 (skipped otherwise). */
-static const struct tap_case open_findings[] = {
-	{ "(3) a send waiting for coalesced bytes' ack sleeps, it does not spin",
-	  test_no_spin_behind_partial_slot },
-	{ "(3) a signal during a MSG_WAITALL sink offer the peer's data voids ends the recv",
-	  test_signal_waitall_sink_voided },
-	{ "(2) a SrcAvail that arrives after we reset the connection is not delivered", test_no_read_after_reset },
-};
-
 static const struct tap_case cases[] = {
 	{ "model baseline: data both ways, a SrcAvail, a zero-copy send", test_model_baseline },
 	{ "(1) SrcAvailCancel crossing a direct READ: bytes once, answered with the count READ",
@@ -585,6 +575,11 @@ static const struct tap_case cases[] = {
 	{ "(2) a reset followed by the peer's DisConn reads as ECONNRESET, not EOF",
 	  test_reset_not_eof },
 	{ "(2) no bytes from the peer after we reset the connection", test_no_data_after_reset },
+	{ "(3) a send waiting for coalesced bytes' ack sleeps, it does not spin",
+	  test_no_spin_behind_partial_slot },
+	{ "(3) a signal during a MSG_WAITALL sink offer the peer's data voids ends the recv",
+	  test_signal_waitall_sink_voided },
+	{ "(2) a SrcAvail that arrives after we reset the connection is not delivered", test_no_read_after_reset },
 };
 
 /* Each case in a child: a sanitizer report or a hang fails it alone. */
@@ -627,13 +622,10 @@ static void run_case(const struct tap_case *tc, const char *only, const char *sk
 int main(int argc, char **argv)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
-	const char *open = getenv("ZCM_FINDINGS") ? NULL : "an open finding (ZCM_FINDINGS=1 runs it)";
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("1..%zu\n", ARRAY_SIZE(cases) + ARRAY_SIZE(open_findings));
+	printf("1..%zu\n", ARRAY_SIZE(cases));
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		run_case(&cases[i], only, NULL);
-	for (size_t i = 0; i < ARRAY_SIZE(open_findings); i++)
-		run_case(&open_findings[i], only, open);
 	return tap_exit_status();
 }
