@@ -205,6 +205,24 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 	return true;
 }
 
+/* A receive completion (a message, or a WRITE with immediate into our
+ * sink) for one of our buffers: false if it is not ours, or if it comes
+ * after a reset.  After a reset nothing the peer sends counts: it is
+ * dropped unread and not judged (one diagnostic per connection, not one
+ * per message), and the buffer is posted again. */
+static bool receive_counts(struct sdp_conn *c, uint32_t slot)
+{
+	if (slot >= c->buf_count) {
+		protocol_violation(c, "completion for an unknown buffer");
+		return false;
+	}
+	if (c->close_state == CLOSE_ABORTED) {
+		conn_repost_recv(c, slot);
+		return false;
+	}
+	return true;
+}
+
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 {
 	const uint8_t *msg = rx_buf(c, slot);
@@ -212,16 +230,8 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 	struct sdp_bsdh h;
 	enum sdp_wire_error err;
 
-	if (slot >= c->buf_count) {
-		protocol_violation(c, "completion for an unknown buffer");
+	if (!receive_counts(c, slot))
 		return;
-	}
-	if (c->close_state == CLOSE_ABORTED) {
-		/* After a reset nothing the peer sends counts: dropped unread, and
-		 * not judged (one diagnostic per connection, not one per message). */
-		conn_repost_recv(c, slot);
-		return;
-	}
 	err = sdp_bsdh_from_wire(msg, byte_len, c->buf_size, &h);
 	if (!validate(c, &h, err))
 		return;
@@ -272,16 +282,8 @@ void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint3
 {
 	struct rx_entry *e;
 
-	if (slot >= c->buf_count) {
-		protocol_violation(c, "completion for an unknown buffer");
+	if (!receive_counts(c, slot))
 		return;
-	}
-	if (c->close_state == CLOSE_ABORTED) {
-		/* As in rx_on_recv: after a reset a WRITE that still reached our
-		 * sink (its window lives until the recv ends) is nobody's bytes. */
-		conn_repost_recv(c, slot);
-		return;
-	}
 	if (unbound(c)) {
 		bind_on_violation(c, "an RDMA WRITE");
 		return;
