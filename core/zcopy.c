@@ -360,7 +360,8 @@ static ssize_t send_as_source(struct sdp_conn *c, const void *buf, size_t len, i
 		return c->src.consumed;
 	}
 	if (c->sw_started && !c->hard_error)
-		return 0; /* the stream moved to TCP: the bytes go there (buffer copy path) */
+		return why; /* the stream moved to TCP: the bytes go there (buffer copy path),
+			     * unless a signal or timeout ended the call first */
 	if (c->carrier_dead || c->hard_error)
 		return -(c->hard_error ? c->hard_error : ECONNRESET);
 	/* Nothing taken: the signal (EINTR) or timeout (EAGAIN) that withdrew
@@ -698,11 +699,11 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 	       !c->sink.cancel_sent) {
 		int w = conn_wait(c, false, timeout_ms, start_us);
 
-		cq_poll(c);
-		if (!c->sink.answered && sink_void(c))
-			break;
 		if (w < 0)
 			why = w; /* reported if nothing was written, even if the answer crossed it */
+		cq_poll(c);
+		if (!c->sink.answered && sink_void(c))
+			break; /* a signal that came with the bytes still ends the call */
 		if (w < 0 && !c->sink.answered) {
 			/* A signal or timeout: withdraw the sink, wait for the answer. */
 			c->sink.cancel_sent = true;
@@ -722,8 +723,9 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 		COUNT(c, bytes_received, (uint64_t)result);
 		COUNT(c, zcopy_ops, 1);
 	} else if (why && !c->rx_eof) {
-		/* Withdrawn by a signal or SO_RCVTIMEO: reported as TCP does, even
-		 * if bytes came another way meanwhile (they stay queued). */
+		/* Withdrawn by a signal or SO_RCVTIMEO: reported as TCP does.
+		 * Bytes that came another way meanwhile go back first (conn_recv
+		 * takes them), and a MSG_WAITALL call ends with them. */
 		result = why;
 	}
 	return result;

@@ -502,24 +502,50 @@ static int test_sndtimeo_is_eagain(void)
 
 /* A signal during a MSG_WAITALL recv's sink offer, then the peer's data
  * voids the sink: recv returns what it has (a signal ends the wait). */
-static int test_signal_waitall_sink_voided(void)
+static void start_waitall_recv_with_signal(void)
 {
-	int ok = 1;
 	struct zcm_call k = recv_call(BIG, -1);
-	ssize_t r;
 
 	k.flags = MSG_WAITALL;
 	k.signal_after_ms = 1;
 	zcm_open(&opts);
 	zcm_app_start(&k);
-	zcm_advance(2);                   /* the signal: our SinkCancel */
-	zcm_run_network();
-	zcm_peer_data(100);               /* bytes at the sink's offset: it is void */
-	r = zcm_app_finish();
-	ok &= check(r == 100, "recv returned %zd, want the 100 bytes it had", r);
+}
+
+/* Ends the call; it must return the peer's 100 bytes. */
+static int waitall_recv_returns_100(void)
+{
+	ssize_t r = zcm_app_finish();
+	int ok = check(r == 100, "recv returned %zd, want the 100 bytes it had", r);
+
 	ok &= no_findings();
 	zcm_close();
 	return ok;
+}
+
+static int test_signal_waitall_sink_voided(void)
+{
+	start_waitall_recv_with_signal();
+	zcm_advance(2);                   /* the signal: our SinkCancel */
+	zcm_run_network();
+	zcm_peer_data(100);               /* bytes at the sink's offset: it is void */
+	return waitall_recv_returns_100();
+}
+
+/* The same, the other way round: the peer's bytes void the sink while the
+ * app thread is descheduled, and the signal is due when it runs again.
+ * The wait that sees the void also took the signal: it must end the call
+ * (with the bytes), not be lost while MSG_WAITALL waits on for the rest.
+ * (fuzz_zcopy found this.) */
+static int test_signal_with_void_waitall_sink(void)
+{
+	start_waitall_recv_with_signal();
+	zcm_app_hold(true);
+	zcm_run_network();                /* the peer has our SinkAvail */
+	zcm_peer_data(100);               /* ... and sends bytes instead: the sink is void */
+	zcm_run_network();
+	zcm_advance(2);                   /* the signal is due; the app has not run */
+	return waitall_recv_returns_100(); /* releases it */
 }
 
 /* After we reset the connection, a SrcAvail the peer sends is not READ,
@@ -579,6 +605,8 @@ static const struct tap_case cases[] = {
 	  test_no_spin_behind_partial_slot },
 	{ "(3) a signal during a MSG_WAITALL sink offer the peer's data voids ends the recv",
 	  test_signal_waitall_sink_voided },
+	{ "(3) a signal due when a held app finds its MSG_WAITALL sink void ends the recv",
+	  test_signal_with_void_waitall_sink },
 	{ "(2) a SrcAvail that arrives after we reset the connection is not delivered", test_no_read_after_reset },
 };
 
