@@ -404,10 +404,11 @@ static ssize_t send_zero_copy(struct sdp_conn *c, const void *buf, size_t len, b
 
 		if (c->carrier_dead || c->hard_error || c->phase != CONN_OPEN)
 			return 0; /* the caller's buffer-copy path reports the state */
-		/* Copy bytes held back for an ack: the socket is writable, so
-		 * waiting for that would spin.  These bytes join them on the
-		 * buffer-copy path, which waits for room. */
-		if (tx_has_unposted(c) && !zc_tx_busy(c))
+		/* Bytes held back for an ack, or no credit for a SrcAvail: the
+		 * socket stays writable, so waiting for that here would spin.
+		 * These bytes take the buffer-copy path, which waits for room
+		 * (fuzz_zcopy found the spin with a peer that spent our credits). */
+		if (conn_writable_locked(c))
 			return 0;
 		w = conn_wait(c, true, timeout_ms, start_us);
 		cq_poll(c);
