@@ -11,7 +11,7 @@
 set -eu
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck disable=SC1091
-. "$HERE/../tests/helpers.bash"     # SDPSHIM_BIN, free_port, wait_port, run_timeout
+. "$HERE/local.bash"   # tests/helpers.bash (SDPSHIM_BIN, free_port, ...), WORK, PIDS
 
 ROUNDS=${ROUNDS:-5}
 REQUESTS=${REQUESTS:-200000}
@@ -24,18 +24,6 @@ if [ ! -x "$SDPSHIM_BIN" ] || [ ! -f "$SDPSHIM_LIB" ]; then
   echo "$SDPSHIM_BIN or $SDPSHIM_LIB missing: run make first" >&2
   exit 2
 fi
-
-WORK=$(mktemp -d)
-export SDPSHIM_RUN_DIR=$WORK    # keep our stats segments out of /dev/shm
-unset SDPSHIM_STATS_FILE SDPSHIM_LOG SDPSHIM_CONFIG SDPSHIM_MODE LD_PRELOAD
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 start_server() {   # start_server NAME PORT [PREFIX...]: a redis-server, plain or preloaded
   local name=$1 port=$2; shift 2
@@ -57,10 +45,6 @@ get_rps() {   # get_rps PORT [PREFIX...] :: [EXTRA ARGS...]
     exit 1
   fi
   sed -nE 's/^GET: ([0-9.]+) requests per second.*/\1/p' <<<"$out" | tail -1
-}
-
-median() {
-  sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 SHIM=("$SDPSHIM_BIN" run --)
