@@ -27,7 +27,7 @@ struct mrc_entry {
 };
 
 /* Nonzero while any entry exists: the memory hooks' fast path. */
-extern _Atomic int mrcache_live;
+extern _Atomic int mrcache_live __attribute__((visibility("hidden")));
 
 /* An entry of dev covering [addr, addr+len), registered on a miss.  need_write:
  * the range will be written locally (an RDMA READ target or a sink).

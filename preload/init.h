@@ -6,13 +6,19 @@
 #include <stdbool.h>
 
 #define SDP_EXPORT __attribute__((visibility("default")))
+/* On the declaration of a variable defined in the library: the hooks then
+ * load it directly instead of through the GOT (-fvisibility=hidden covers
+ * definitions only). */
+#define SDP_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
-extern volatile bool sdp_ready;
+extern volatile bool sdp_ready SDP_HIDDEN;
 /* Nonzero while this thread runs library code that calls into librdmacm or
- * libibverbs (or our own init): their libc calls must go straight to libc. */
-extern __thread int sdp_in_lib;
+ * libibverbs (or our own init): their libc calls must go straight to libc.
+ * Initial-exec: one %fs load instead of a __tls_get_addr call per check (the
+ * library is preloaded, so its TLS is in the static block). */
+extern __thread int sdp_in_lib SDP_HIDDEN __attribute__((tls_model("initial-exec")));
 
 void sdp_init_slow(void);
 

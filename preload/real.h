@@ -74,7 +74,7 @@ struct real_libc {
 #undef REAL_MEMBER
 };
 
-extern struct real_libc real;
+extern struct real_libc real __attribute__((visibility("hidden")));
 
 /* Resolves every symbol; aborts with a clear message if a mandatory one is
  * missing or resolves back to our own hook.  Idempotent. */
