@@ -172,7 +172,7 @@ int sock_listen(struct sdp_sock *s, int fd, int backlog)
 	s->require_rdma = d.require_rdma;
 	s->zcopy_thresh = d.zcopy_thresh;
 	s->owner_pid = getpid();
-	atomic_store(&s->mode, SOCK_MODE_LISTEN);
+	sock_set_mode(s, SOCK_MODE_LISTEN);
 	pthread_mutex_unlock(&s->lock);
 	errno = saved;
 	return rc;

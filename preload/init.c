@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
 #include "preload/fdtable.h"
+#include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/procs.h" /* proc_atfork_*() */
 #include "preload/real.h"
@@ -24,6 +25,14 @@
 
 volatile bool sdp_ready;
 __thread int sdp_in_lib;
+/* Closed until initialisation has finished (preload/gate.h). */
+_Atomic int sdp_gates[GATE_COUNT] = { [0 ... GATE_COUNT - 1] = 1 };
+
+void gate_init_done(void)
+{
+	for (int g = 0; g < GATE_COUNT; g++)
+		gate_release((enum sdp_gate)g);
+}
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static __thread bool initialising;
@@ -93,7 +102,7 @@ static void adopt_inherited_fd(int fd, struct adopted *seen, int *nseen, int max
 	sock_note_addresses(s, fd);
 	if (listening) {
 		sock_set_role(s, STATS_ROLE_LISTENER);
-		atomic_store(&s->mode, SOCK_MODE_LISTEN);
+		sock_set_mode(s, SOCK_MODE_LISTEN);
 		s->st->path = SDP_PATH_TCP;
 		s->st->reason = SDP_REASON_INHERITED;
 		return;
@@ -147,6 +156,7 @@ static void init_once_fn(void)
 	pthread_atfork(proc_atfork_prepare, proc_atfork_parent, proc_atfork_child);
 	atexit(at_exit_flush);
 	sdp_ready = true;
+	gate_init_done();
 	initialising = false;
 }
 

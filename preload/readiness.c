@@ -14,6 +14,8 @@
 
 #include "core/conn.h"
 #include "core/progress.h"
+#include "preload/gate.h"
+#include "preload/init.h"
 #include "preload/readiness.h"
 #include "preload/real.h"
 #include "preload/sock.h"
@@ -44,11 +46,10 @@ struct ep_reg {
 #define IND_WR 1u
 #define REG_TAG_MASK ((uintptr_t)1)
 
-static _Atomic int rdma_socks;
-
+/* GATE_POLL counts the RDMA-backed sockets (once initialised). */
 bool rdy_any_rdma(void)
 {
-	return atomic_load_explicit(&rdma_socks, memory_order_relaxed) > 0;
+	return !gate_open(GATE_POLL);
 }
 
 /* ---------------------------------------------------------------- epoll */
@@ -57,6 +58,8 @@ static void ep_put(struct sdp_epoll *ep)
 {
 	if (atomic_fetch_sub(&ep->refs, 1) != 1)
 		return;
+	if (ep->shadow_fd >= 0)
+		gate_release(GATE_EPOLL_WAIT);
 	progress_close_hidden(ep->shadow_fd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
@@ -114,10 +117,12 @@ static int ensure_shadow(struct sdp_epoll *ep)
 	ep->shadow_fd = progress_hide_fd(real.epoll_create1(EPOLL_CLOEXEC));
 	if (ep->shadow_fd < 0)
 		return -errno;
+	gate_hold(GATE_EPOLL_WAIT); /* before the shadow can wake an epoll_wait */
 	if (real.epoll_ctl(ep->epfd, EPOLL_CTL_ADD, ep->shadow_fd, &ev) != 0) {
 		int err = -errno;
 		progress_close_hidden(ep->shadow_fd);
 		ep->shadow_fd = -1;
+		gate_release(GATE_EPOLL_WAIT);
 		return err;
 	}
 	return 0;
@@ -235,7 +240,7 @@ static struct ep_reg *reg_new(struct sdp_sock *s, struct sdp_epoll *ep, int fd,
 
 void rdy_sock_to_rdma(struct sdp_sock *s)
 {
-	atomic_fetch_add(&rdma_socks, 1);
+	gate_hold(GATE_POLL);
 	for (struct ep_reg *reg = s->regs; reg; reg = reg->next) {
 		if (!reg->ep->closed)
 			real.epoll_ctl(reg->ep->epfd, EPOLL_CTL_DEL, reg->fd, NULL);
@@ -245,7 +250,6 @@ void rdy_sock_to_rdma(struct sdp_sock *s)
 
 void rdy_sock_to_kernel(struct sdp_sock *s)
 {
-	atomic_fetch_sub(&rdma_socks, 1);
 	while (s->regs) {
 		struct ep_reg *reg = s->regs;
 		struct epoll_event ev = { .events = reg->events, .data = reg->data };
@@ -257,12 +261,13 @@ void rdy_sock_to_kernel(struct sdp_sock *s)
 			real.epoll_ctl(reg->ep->epfd, EPOLL_CTL_ADD, reg->fd, &ev);
 		reg_unlink_free(s, reg);
 	}
+	gate_release(GATE_POLL); /* the stream is the kernel socket's again */
 }
 
 void rdy_sock_closed(struct sdp_sock *s)
 {
 	if (atomic_load(&s->mode) == SOCK_MODE_RDMA)
-		atomic_fetch_sub(&rdma_socks, 1);
+		gate_release(GATE_POLL);
 	while (s->regs)
 		reg_unlink_free(s, s->regs);
 }
@@ -311,13 +316,22 @@ static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd
 	}
 }
 
+/* The hook's gate is closed: some socket is FRESH or RDMA.  The lock-free
+ * test sends untracked fds and sockets in a final kernel mode (TCP, LISTEN)
+ * to the kernel.  It is safe because those modes are terminal and are
+ * published only after the socket's registrations are back in the kernel's
+ * sets (on_fallback: rdy_sock_to_kernel(), then the mode).  A socket that
+ * reads FRESH or RDMA is decided again under its lock, as the connect or
+ * the fallback that changes it holds that lock while it moves the records. */
 int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	struct sdp_sock *s = sock_of(fd);
+	struct sdp_sock *s;
 	struct sdp_epoll *ep;
 	int mode, rc;
 
-	if (!s)
+	sdp_ensure_init();
+	s = sock_of(fd);
+	if (!s || sdp_in_lib || sock_path_final_tcp(s))
 		return real.epoll_ctl(epfd, op, fd, ev);
 	pthread_mutex_lock(&s->lock);
 	mode = atomic_load(&s->mode);

@@ -14,7 +14,8 @@
 
 #include "preload/fdtable.h"
 
-/* True when any socket of this process is RDMA-backed (or connecting). */
+/* True when any socket of this process is RDMA-backed (or connecting).
+ * Meaningful once initialised (before, it says true). */
 bool rdy_any_rdma(void);
 
 static inline bool rdy_epoll_shadowed(int epfd)
@@ -37,6 +38,7 @@ void rdy_sock_closed(struct sdp_sock *s);
 /* An epoll fd is closing (or being replaced by dup2). */
 void rdy_epoll_forget(int epfd);
 
+/* The epoll_ctl hook when its gate is closed (initialises if needed). */
 int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask);

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "preload/gate.h"
 #include "preload/real.h"
 #include "preload/sock.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
@@ -96,6 +97,23 @@ static void slot_free_locked(struct sdp_conn_stats *slot)
 		free(slot);
 }
 
+/* Modes whose epoll registrations are recorded: the path may still change
+ * (FRESH) or the channel carries it (RDMA). */
+static bool mode_records_epoll(int mode)
+{
+	return mode == SOCK_MODE_FRESH || mode == SOCK_MODE_RDMA;
+}
+
+/* The transitions are FRESH -> TCP | LISTEN | RDMA and RDMA -> TCP, so a
+ * socket only ever leaves the gate's count (it entered it in sock_track()). */
+void sock_set_mode(struct sdp_sock *s, enum sock_mode mode)
+{
+	int old = atomic_exchange_explicit(&s->mode, (int)mode, memory_order_acq_rel);
+
+	if (mode_records_epoll(old) && !mode_records_epoll((int)mode))
+		gate_release(GATE_EPOLL_CTL);
+}
+
 struct sdp_sock *sock_track(int fd, int family, bool nonblock)
 {
 	struct sdp_sock *s = calloc(1, sizeof(*s));
@@ -112,9 +130,11 @@ struct sdp_sock *sock_track(int fd, int family, bool nonblock)
 	atomic_init(&s->mode, SOCK_MODE_FRESH);
 	atomic_init(&s->fd_refs, 1);
 	atomic_init(&s->obj_refs, 1);
+	gate_hold(GATE_EPOLL_CTL); /* FRESH, before any other thread can find it */
 	sock_table_lock();
 	s->st = slot_alloc_locked();
 	if (fdt_set(fd, FDT_SOCK, s) != 0) {
+		gate_release(GATE_EPOLL_CTL);
 		slot_free_locked(s->st);
 		sock_table_unlock();
 		pthread_mutex_destroy(&s->lock);
@@ -310,7 +330,7 @@ void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 	s->st->reason = (uint16_t)reason;
 	s->st->negcached = negcached;
 	stats_slot_end(s->st);
-	atomic_store_explicit(&s->mode, SOCK_MODE_TCP, memory_order_release);
+	sock_set_mode(s, SOCK_MODE_TCP);
 	if (is_connection(s)) {
 		sock_table_lock();
 		count_path_locked(s);
@@ -333,7 +353,7 @@ void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
 	s->st->path = SDP_PATH_TCP;
 	s->st->reason = (uint16_t)reason;
 	stats_slot_end(s->st);
-	atomic_store_explicit(&s->mode, SOCK_MODE_TCP, memory_order_release);
+	sock_set_mode(s, SOCK_MODE_TCP);
 	sock_table_lock();
 	seg = seg_locked();
 	if (seg && reason < STATS_REASON_SLOTS)

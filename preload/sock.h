@@ -61,6 +61,21 @@ static inline bool sock_is_rdma(const struct sdp_sock *s)
 	return atomic_load_explicit(&s->mode, memory_order_acquire) == SOCK_MODE_RDMA;
 }
 
+/* TCP or LISTEN: terminal modes, read without the lock.  A socket found so
+ * stays so, and whatever moved it there (its epoll registrations back to the
+ * kernel, for one) was done before the mode was published. */
+static inline bool sock_path_final_tcp(const struct sdp_sock *s)
+{
+	int mode = atomic_load_explicit(&s->mode, memory_order_acquire);
+
+	return mode == SOCK_MODE_TCP || mode == SOCK_MODE_LISTEN;
+}
+
+/* Every change of mode goes through here, last, after the state the new
+ * mode stands for is in place: it keeps GATE_EPOLL_CTL (preload/gate.h)
+ * counting the sockets in FRESH or RDMA. */
+void sock_set_mode(struct sdp_sock *s, enum sock_mode mode);
+
 void sock_hold(struct sdp_sock *s);
 void sock_release(struct sdp_sock *s);
 

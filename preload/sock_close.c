@@ -18,11 +18,13 @@ void sock_close_transport(struct sdp_sock *s, int fd)
 	l = s->lsn;
 	s->conn = NULL;
 	s->lsn = NULL;
+	/* The last fd is gone: no path can change any more (and a socket
+	 * closed FRESH leaves the epoll gate's count here). */
 	switch ((enum sock_mode)atomic_load(&s->mode)) {
 	case SOCK_MODE_RDMA:
-		atomic_store(&s->mode, SOCK_MODE_TCP);
-		break;
 	case SOCK_MODE_FRESH:
+		sock_set_mode(s, SOCK_MODE_TCP);
+		break;
 	case SOCK_MODE_TCP:
 	case SOCK_MODE_LISTEN:
 		break;

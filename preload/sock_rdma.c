@@ -21,7 +21,7 @@ void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c)
 	s->conn = c;
 	s->owner_pid = getpid();
 	conn_set_zcopy_thresh(c, s->zcopy_thresh);
-	atomic_store_explicit(&s->mode, SOCK_MODE_RDMA, memory_order_release);
+	sock_set_mode(s, SOCK_MODE_RDMA);
 	rdy_sock_to_rdma(s);
 }
 
