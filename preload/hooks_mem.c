@@ -17,21 +17,55 @@
 void __libc_free(void *ptr);
 void *__libc_realloc(void *ptr, size_t size);
 
-static void (*real_free)(void *);
-static void *(*real_realloc)(void *, size_t);
-static __thread bool resolving;
+static void free_first(void *ptr);
+static void *realloc_first(void *ptr, size_t size);
 
 /* free/realloc are resolved on first use: they can be called before our
- * constructor (by other libraries' constructors).  dlsym does not allocate
- * on success; should it free while we resolve, glibc's own free takes it. */
+ * constructor (by other libraries' constructors).  Until then the pointers
+ * name the *_first functions, which resolve both, so the hooks never test
+ * for NULL.  dlsym does not allocate on success; should it free while we
+ * resolve, glibc's own free takes it. */
+static void (*_Atomic real_free)(void *) = free_first;
+static void *(*_Atomic real_realloc)(void *, size_t) = realloc_first;
+static __thread bool resolving;
+
 static void resolve_alloc(void)
 {
+	void *f, *r;
+
 	resolving = true;
-	if (!real_free)
-		real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-	if (!real_realloc)
-		real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	f = dlsym(RTLD_NEXT, "free");
+	r = dlsym(RTLD_NEXT, "realloc");
 	resolving = false;
+	if (f)
+		atomic_store_explicit(&real_free, (void (*)(void *))f, memory_order_relaxed);
+	if (r)
+		atomic_store_explicit(&real_realloc, (void *(*)(void *, size_t))r,
+				      memory_order_relaxed);
+}
+
+static __attribute__((noinline)) void free_first(void *ptr)
+{
+	void (*fn)(void *);
+
+	if (resolving) {
+		__libc_free(ptr);
+		return;
+	}
+	resolve_alloc();
+	fn = atomic_load_explicit(&real_free, memory_order_relaxed);
+	(fn == free_first ? __libc_free : fn)(ptr);
+}
+
+static __attribute__((noinline)) void *realloc_first(void *ptr, size_t size)
+{
+	void *(*fn)(void *, size_t);
+
+	if (resolving)
+		return __libc_realloc(ptr, size);
+	resolve_alloc();
+	fn = atomic_load_explicit(&real_realloc, memory_order_relaxed);
+	return (fn == realloc_first ? __libc_realloc : fn)(ptr, size);
 }
 
 static inline bool cache_live(void)
@@ -39,30 +73,26 @@ static inline bool cache_live(void)
 	return atomic_load_explicit(&mrcache_live, memory_order_relaxed) != 0 && !sdp_in_lib;
 }
 
+/* Out of line, so that the hooks' fast path (the cache is empty: one load
+ * and a jump) needs no stack frame. */
+static __attribute__((noinline, cold)) void invalidate_block(void *ptr)
+{
+	if (ptr && cache_live())
+		mrcache_invalidate(ptr, malloc_usable_size(ptr));
+}
+
 SDP_EXPORT void free(void *ptr)
 {
-	if (unlikely(!real_free)) {
-		if (resolving) {
-			__libc_free(ptr);
-			return;
-		}
-		resolve_alloc();
-	}
-	if (unlikely(ptr && cache_live()))
-		mrcache_invalidate(ptr, malloc_usable_size(ptr));
-	real_free(ptr);
+	if (unlikely(atomic_load_explicit(&mrcache_live, memory_order_relaxed)))
+		invalidate_block(ptr);
+	atomic_load_explicit(&real_free, memory_order_relaxed)(ptr);
 }
 
 SDP_EXPORT void *realloc(void *ptr, size_t size)
 {
-	if (unlikely(!real_realloc)) {
-		if (resolving)
-			return __libc_realloc(ptr, size);
-		resolve_alloc();
-	}
-	if (unlikely(ptr && cache_live()))
-		mrcache_invalidate(ptr, malloc_usable_size(ptr));
-	return real_realloc(ptr, size);
+	if (unlikely(atomic_load_explicit(&mrcache_live, memory_order_relaxed)))
+		invalidate_block(ptr);
+	return atomic_load_explicit(&real_realloc, memory_order_relaxed)(ptr, size);
 }
 
 /* The page-level calls go straight to the kernel: they must not depend on
