@@ -1,5 +1,6 @@
 /* The fd table: two-level array of tagged pointers indexed by kernel fd.
- * Chunks are allocated on first use and never freed, so lookups need no lock. */
+ * Chunks are allocated on first use and never freed, so lookups need no lock;
+ * until then a chunk pointer names the shared zero chunk. */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -7,12 +8,15 @@
 #include "preload/fdtable.h"
 
 struct fdt_root fdt_root;
+_Atomic uintptr_t fdt_zero_chunk[FDT_CHUNK_SIZE];
 
 #define FDT_MAX_FDS_CAP (1u << 24) /* 16M descriptors: 128 KiB of chunk pointers */
 
 int fdt_init(size_t max_fds)
 {
+	_Atomic(_Atomic uintptr_t *) *chunks;
 	struct rlimit rl;
+	size_t count;
 
 	if (fdt_root.chunk)
 		return 0;
@@ -27,26 +31,31 @@ int fdt_init(size_t max_fds)
 		max_fds = FDT_MAX_FDS_CAP;
 	if (max_fds < FDT_CHUNK_SIZE)
 		max_fds = FDT_CHUNK_SIZE;
-	fdt_root.chunk_count = (max_fds + FDT_CHUNK_SIZE - 1) / FDT_CHUNK_SIZE;
-	fdt_root.chunk = calloc(fdt_root.chunk_count, sizeof(*fdt_root.chunk));
-	if (!fdt_root.chunk) {
-		fdt_root.chunk_count = 0;
+	count = (max_fds + FDT_CHUNK_SIZE - 1) / FDT_CHUNK_SIZE;
+	chunks = calloc(count, sizeof(*chunks));
+	if (!chunks)
 		return -ENOMEM;
-	}
-	fdt_root.max_fds = fdt_root.chunk_count * FDT_CHUNK_SIZE;
+	for (size_t ci = 0; ci < count; ci++)
+		atomic_init(&chunks[ci], fdt_zero_chunk);
+	fdt_root.chunk = chunks;
+	fdt_root.max_fds = count * FDT_CHUNK_SIZE;
+	/* Last, with release: a lookup that sees the count sees the chunks. */
+	atomic_store_explicit(&fdt_root.chunk_count, count, memory_order_release);
 	return 0;
 }
 
 static _Atomic uintptr_t *chunk_for(int fd, int create)
 {
 	size_t ci = (size_t)(unsigned)fd >> FDT_CHUNK_SHIFT;
-	_Atomic uintptr_t *chunk, *fresh, *expected = NULL;
+	_Atomic uintptr_t *chunk, *fresh, *expected = fdt_zero_chunk;
 
 	if (fd < 0 || ci >= fdt_root.chunk_count)
 		return NULL;
 	chunk = atomic_load_explicit(&fdt_root.chunk[ci], memory_order_acquire);
-	if (chunk || !create)
+	if (chunk != fdt_zero_chunk)
 		return chunk;
+	if (!create)
+		return NULL;
 	fresh = calloc(FDT_CHUNK_SIZE, sizeof(*fresh));
 	if (!fresh)
 		return NULL;
@@ -82,7 +91,7 @@ void fdt_for_each(enum fdt_kind kind, void (*fn)(int fd, void *obj, void *ctx), 
 	for (size_t ci = 0; ci < fdt_root.chunk_count; ci++) {
 		_Atomic uintptr_t *chunk = atomic_load(&fdt_root.chunk[ci]);
 
-		if (!chunk)
+		if (chunk == fdt_zero_chunk)
 			continue;
 		for (size_t i = 0; i < FDT_CHUNK_SIZE; i++) {
 			uintptr_t v = atomic_load(&chunk[i]);

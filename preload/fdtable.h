@@ -21,11 +21,14 @@ enum fdt_kind {
 
 struct fdt_root {
 	_Atomic(_Atomic uintptr_t *) *chunk;
-	size_t chunk_count;
+	_Atomic size_t chunk_count; /* 0 until fdt_init() has filled chunk */
 	size_t max_fds;
 };
 
-extern struct fdt_root fdt_root;
+extern struct fdt_root fdt_root __attribute__((visibility("hidden")));
+/* Where every chunk not allocated yet points: all zero (FDT_NONE), never
+ * written, so a lookup needs no NULL test. */
+extern _Atomic uintptr_t fdt_zero_chunk[FDT_CHUNK_SIZE] __attribute__((visibility("hidden")));
 
 /* Sizes the table for max_fds descriptors (0: from RLIMIT_NOFILE).
  * Returns 0 or -ENOMEM. */
@@ -36,11 +39,9 @@ static inline uintptr_t fdt_raw(int fd)
 	size_t ci = (size_t)(unsigned)fd >> FDT_CHUNK_SHIFT;
 	_Atomic uintptr_t *chunk;
 
-	if (ci >= fdt_root.chunk_count)
+	if (ci >= atomic_load_explicit(&fdt_root.chunk_count, memory_order_acquire))
 		return 0;
 	chunk = atomic_load_explicit(&fdt_root.chunk[ci], memory_order_acquire);
-	if (!chunk)
-		return 0;
 	return atomic_load_explicit(&chunk[(unsigned)fd & (FDT_CHUNK_SIZE - 1)],
 				    memory_order_acquire);
 }
@@ -50,18 +51,24 @@ static inline enum fdt_kind fdt_kind_of(int fd)
 	return (enum fdt_kind)(fdt_raw(fd) & FDT_TAG_MASK);
 }
 
-/* The object stored for fd if it has this kind, else NULL. */
+/* The object stored for fd if it has this kind, else NULL.  Only for the
+ * kinds with an object (FDT_SOCK, FDT_EPOLL), which is never NULL: taking
+ * the tag away and testing the two low bits then decides, and a caller's
+ * NULL test costs nothing more (the hooks' fast path is this lookup). */
 static inline void *fdt_get(int fd, enum fdt_kind kind)
 {
-	uintptr_t v = fdt_raw(fd);
+	uintptr_t v = fdt_raw(fd) - (uintptr_t)kind;
 
-	if ((v & FDT_TAG_MASK) != (uintptr_t)kind)
+	if (v & FDT_TAG_MASK)
 		return NULL;
-	return (void *)(v & ~FDT_TAG_MASK);
+	if (!v)
+		__builtin_unreachable(); /* FDT_SOCK and FDT_EPOLL objects are never NULL */
+	return (void *)v;
 }
 
-/* Stores (kind, obj) for fd; obj must be 4-byte aligned.  Returns 0, or
- * -EBADF if fd is outside the table (it then stays untracked). */
+/* Stores (kind, obj) for fd: obj 4-byte aligned, never NULL for FDT_SOCK and
+ * FDT_EPOLL (FDT_HIDDEN has none).  Returns 0, or -EBADF if fd is outside
+ * the table (it then stays untracked). */
 int fdt_set(int fd, enum fdt_kind kind, void *obj);
 void fdt_clear(int fd);
 
