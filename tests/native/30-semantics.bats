@@ -148,6 +148,9 @@ readiness_case() {   # readiness_case CASE
 @test "readiness mixed (socket, pipe, eventfd, timerfd) under the shim" { readiness_case mixed; }
 @test "readiness nbconnect under the shim" { readiness_case nbconnect; }
 @test "readiness refused under the shim" { readiness_case refused; }
+@test "readiness lifecycle (epoll set before connect, beside an unconnected socket, after it) under the shim" {
+  readiness_case lifecycle
+}
 
 # --- sockcheck: the whole program preloaded -----------------------------------
 

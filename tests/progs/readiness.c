@@ -1,5 +1,6 @@
 /* readiness: checks the readiness semantics apps see on a TCP connection (epoll LT/ET/ONESHOT/
- * RDHUP, poll, ppoll, select, pselect, mixed fd sets, connects).  Usage: readiness ADDR PORT CASE */
+ * RDHUP, poll, ppoll, select, pselect, mixed fd sets, connects, one socket's life in an epoll
+ * set).  Usage: readiness ADDR PORT CASE */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -984,6 +985,67 @@ static void case_refused(const struct endpoint *ep)
 	close(hold);
 }
 
+/* --- one socket's life in one epoll set ---------------------------------- */
+
+/* The kernel's answers to ADD, MOD, DEL and a second ADD, epoll, poll and
+ * select agreeing on fd's readiness, data from the peer included.  Leaves fd
+ * registered for EPOLLOUT. */
+static void lifecycle_round(int epfd, int fd, int sfd, struct flow *down, const char *when)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+	errno = 0;
+	CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno == EEXIST,
+	      "%s: a second EPOLL_CTL_ADD: want EEXIST, got %s", when, errno ? ERR : "success");
+	epoll_rearm(epfd, fd, EPOLLIN);
+	expect_epoll_none(epfd, when);
+	expect_wait_timeout(API_SELECT, fd, SHORT_MS, when);
+	flow_send(sfd, down, 100);
+	expect_epoll_exact(epfd, fd, EPOLLIN, when);
+	expect_poll_revents(fd, POLLIN | POLLOUT, POLLIN | POLLOUT, when);
+	expect_wait(API_PSELECT, fd, fd, 1, 1, when);
+	flow_recv_exact(fd, down, 100);
+	CHECK(epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0, "%s: EPOLL_CTL_DEL: %s", when, ERR);
+	errno = 0;
+	CHECK(epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 && errno == ENOENT,
+	      "%s: a second EPOLL_CTL_DEL: want ENOENT, got %s", when, errno ? ERR : "success");
+	errno = 0;
+	CHECK(epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) < 0 && errno == ENOENT,
+	      "%s: EPOLL_CTL_MOD after DEL: want ENOENT, got %s", when, errno ? ERR : "success");
+	ev.events = EPOLLOUT;
+	CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0, "%s: ADD again: %s", when, ERR);
+	expect_epoll_exact(epfd, fd, EPOLLOUT, when);
+}
+
+/* A socket registered before its connect (its path still undecided), used
+ * while another socket of the process stays unconnected, then after that one
+ * closes: the shim takes a different road in each phase (records the
+ * registration; checks the socket's path; goes straight to libc). */
+static void case_lifecycle(const struct endpoint *ep)
+{
+	struct flow down = { .seed = 21 };
+	int lfd = bound_socket(ep, true), idle = socket(ep->family, SOCK_STREAM, 0);
+	int fd = socket(ep->family, SOCK_STREAM | SOCK_NONBLOCK, 0), epfd, sfd, rc;
+
+	CHECK(idle >= 0 && fd >= 0, "socket: %s", ERR);
+	epfd = epoll_with(fd, EPOLLIN | EPOLLOUT); /* (the kernel says OUT|HUP until connect) */
+	errno = 0;
+	rc = connect(fd, (const struct sockaddr *)&ep->addr, ep->len);
+	CHECK(rc == 0 || errno == EINPROGRESS, "non-blocking connect: %s", ERR);
+	expect_epoll_exact(epfd, fd, EPOLLOUT, "connected, registered before connect");
+	sfd = accept(lfd, NULL, NULL);
+	CHECK(sfd >= 0, "accept: %s", ERR);
+	set_nonblock(sfd);
+	lifecycle_round(epfd, fd, sfd, &down, "another socket still unconnected");
+	close(idle);
+	lifecycle_round(epfd, fd, sfd, &down, "every socket connected");
+	exchange_both_ways(fd, sfd, 22);
+	close(epfd);
+	close(sfd);
+	close(fd);
+	close(lfd);
+}
+
 /* --- main ----------------------------------------------------------------- */
 
 struct pair_case {
@@ -1004,7 +1066,7 @@ static int usage(void)
 	fprintf(stderr, "usage: readiness ADDR PORT CASE\n  CASE: ");
 	for (size_t i = 0; i < sizeof(pair_cases) / sizeof(pair_cases[0]); i++)
 		fprintf(stderr, "%s ", pair_cases[i].name);
-	fprintf(stderr, "nbconnect refused\n");
+	fprintf(stderr, "nbconnect refused lifecycle\n");
 	return 2;
 }
 
@@ -1018,6 +1080,10 @@ static bool run_case(const char *name, const struct endpoint *ep)
 	}
 	if (!strcmp(name, "refused")) {
 		case_refused(ep);
+		return true;
+	}
+	if (!strcmp(name, "lifecycle")) {
+		case_lifecycle(ep);
 		return true;
 	}
 	for (size_t i = 0; i < sizeof(pair_cases) / sizeof(pair_cases[0]); i++) {
