@@ -112,7 +112,7 @@ UNIT_EXTRA_test_tcp_diag := ipoib_fallback/tcp_diag.c
 # fuzz_zcopy.  The core's clock and condition waits go through the model.
 ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
-ZCM_CORE := core/zcopy.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
+ZCM_CORE := core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
             core/notify.c core/timers.c core/switch.c core/wire.c core/config.c core/log.c \
             ipoib_fallback/reason.c $(wildcard core/switch_reader.c)
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \

@@ -244,7 +244,7 @@ struct sdp_conn {
 	uint32_t detach_reason;
 	int abort_errno;
 
-	/* Zero-copy (core/zcopy.c).  Two windows, one per direction (our
+	/* Zero-copy (core/zcopy.c, zc_*.c).  Two windows, one per direction (our
 	 * SrcAvail, our SinkAvail), each bound to one range per transfer. */
 	int64_t zcopy_thresh;      /* 0: off */
 	uint64_t tx_stream_off;    /* bytes the app handed to the stream */

@@ -1,5 +1,5 @@
 /* libFuzzer harness for the receive/zero-copy state machine: the real core
- * files of one connection's data path (core/zcopy.c rx.c tx.c cq.c
+ * files of one connection's data path (core/zcopy.c zc_*.c rx.c tx.c cq.c
  * conn_io.c close.c notify.c timers.c switch.c) with verbs, the peer, the
  * app and time modelled (tests/model/zcmodel.h).  The input is a script.
  *

@@ -1,8 +1,8 @@
 /* A model of everything around one connection's data path, for unit tests
  * and the stateful fuzzer of the receive/zero-copy state machine.
  *
- * The real core files that carry the data path (zcopy.c rx.c tx.c cq.c
- * conn_io.c close.c notify.c timers.c wire.c config.c log.c) are linked
+ * The real core files that carry the data path (zcopy.c zc_*.c rx.c tx.c
+ * cq.c conn_io.c close.c notify.c timers.c wire.c config.c log.c) are linked
  * unchanged; this model replaces what lies below and beside them:
  *  - verbs (zcm_verbs.c): a QP with a FIFO send queue whose work requests
  *    the driver executes and completes one at a time, a FIFO of posted
@@ -14,7 +14,7 @@
  *    RDMA-reads and -writes our windows, and checks everything we send it;
  *  - the app (zcm_app.c): send/recv calls through conn_send/conn_recv on a
  *    second thread; the core's waits (conn_wait's poll, the condition waits
- *    of zcopy.c) hand control back to the driver, so a blocked call runs
+ *    of zc_window.c) hand control back to the driver, so a blocked call runs
  *    peer actions and completions, and time is a fake clock;
  *  - the rest (zcm_stubs.c): registration cache, devices, progress thread,
  *    timers, switch and bind hooks, libc clock.
