@@ -18,11 +18,11 @@ enum sdp_gate {
 	 * epoll registrations are recorded so they can move between the kernel
 	 * and a shadow set.  TCP and LISTEN are terminal and need no record. */
 	GATE_EPOLL_CTL,
-	/* RDMA-backed (or connecting) sockets (readiness.c): poll, ppoll,
+	/* RDMA-backed (or connecting) sockets (readiness_*.c): poll, ppoll,
 	 * select and pselect substitute their indicators. */
 	GATE_POLL,
-	/* Shadow epoll sets (readiness.c): an epoll_wait may have to translate
-	 * their events. */
+	/* Shadow epoll sets (readiness_epoll.c): an epoll_wait may have to
+	 * translate their events. */
 	GATE_EPOLL_WAIT,
 	GATE_COUNT
 };

@@ -1,8 +1,8 @@
 /* Readiness hooks: poll, ppoll, select, pselect and the epoll family.
  * While no socket needs them (their gate is open, preload/gate.h) they cost
- * one load and go to libc; otherwise readiness.c answers for the
- * RDMA-backed fds.  The slow paths are out of line, so the fast path needs
- * no stack frame. */
+ * one load and go to libc; otherwise readiness_poll.c and
+ * readiness_epoll.c answer for the RDMA-backed fds.  The slow paths are out
+ * of line, so the fast path needs no stack frame. */
 #include <errno.h>
 #include <poll.h>
 #include <sys/epoll.h>

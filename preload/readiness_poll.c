@@ -1,0 +1,239 @@
+/* Readiness of RDMA-backed sockets under poll, ppoll, select and pselect, in
+ * sets mixed with ordinary fds: the kernel still does the waiting, on each
+ * channel's indicator eventfds instead of the idle TCP socket. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/conn.h"
+#include "preload/gate.h"
+#include "preload/readiness.h"
+#include "preload/readiness_internal.h"
+#include "preload/real.h"
+#include "preload/sock.h"
+
+/* GATE_POLL counts the RDMA-backed sockets (once initialised). */
+bool rdy_any_rdma(void)
+{
+	return !gate_open(GATE_POLL);
+}
+
+struct poll_map {
+	struct sdp_conn *conn; /* NULL: an ordinary fd, at index rd */
+	int rd, wr;            /* indices in the kernel array, -1 if absent */
+};
+
+static struct sdp_conn *rdma_conn_of(int fd)
+{
+	struct sdp_sock *s = fd >= 0 ? sock_of(fd) : NULL;
+	struct sdp_conn *c = NULL;
+
+	if (!s || !sock_is_rdma(s))
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	if (sock_is_rdma(s) && s->conn) {
+		c = s->conn;
+		conn_get(c);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return c;
+}
+
+/* Builds the kernel's array; returns its length. */
+static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *k,
+			     struct poll_map *map)
+{
+	nfds_t n = 0;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct sdp_conn *c = rdma_conn_of(fds[i].fd);
+
+		map[i].conn = c;
+		map[i].rd = map[i].wr = -1;
+		if (!c) {
+			k[n] = fds[i];
+			map[i].rd = (int)n++;
+			continue;
+		}
+		if (rdy_wants_rd((uint32_t)fds[i].events)) {
+			k[n] = (struct pollfd){ .fd = c->rd_fd, .events = POLLIN };
+			map[i].rd = (int)n++;
+		}
+		if (fds[i].events & POLLOUT) {
+			k[n] = (struct pollfd){ .fd = c->wr_fd, .events = POLLIN };
+			map[i].wr = (int)n++;
+		}
+	}
+	return n;
+}
+
+static int collect_revents(struct pollfd *fds, nfds_t nfds, const struct pollfd *k,
+			   const struct poll_map *map)
+{
+	int ready = 0;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (map[i].conn) {
+			unsigned want = (unsigned)fds[i].events | POLLERR | POLLHUP;
+			fds[i].revents = (short)(conn_poll_mask(map[i].conn) & want);
+		} else {
+			fds[i].revents = k[map[i].rd].revents;
+		}
+		ready += fds[i].revents != 0;
+	}
+	return ready;
+}
+
+static void release_map(struct poll_map *map, nfds_t nfds, bool prepare_wait)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (!map[i].conn)
+			continue;
+		if (prepare_wait)
+			conn_prepare_wait(map[i].conn);
+		conn_put(map[i].conn);
+		map[i].conn = NULL;
+	}
+}
+
+static bool any_rdma_ready(struct pollfd *fds, nfds_t nfds, const struct poll_map *map)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		unsigned want = (unsigned)fds[i].events | POLLERR | POLLHUP;
+		if (map[i].conn && (conn_poll_mask(map[i].conn) & want))
+			return true;
+	}
+	return false;
+}
+
+static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
+		     long long left_ns, const sigset_t *sigmask)
+{
+	nfds_t kn = build_poll_set(fds, nfds, k, map);
+
+	for (nfds_t i = 0; i < nfds; i++)
+		if (map[i].conn)
+			conn_progress(map[i].conn);
+	struct timespec ts, *tsp = NULL;
+	int rc;
+
+	if (any_rdma_ready(fds, nfds, map))
+		left_ns = 0;
+	if (left_ns >= 0) {
+		ts.tv_sec = (time_t)(left_ns / 1000000000LL);
+		ts.tv_nsec = (long)(left_ns % 1000000000LL);
+		tsp = &ts;
+	}
+	rc = real.ppoll(k, kn, tsp, sigmask);
+	if (rc >= 0)
+		rc = collect_revents(fds, nfds, k, map);
+	release_map(map, nfds, rc == 0);
+	return rc;
+}
+
+int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
+{
+	struct pollfd k_stack[64];
+	struct poll_map map_stack[32];
+	struct pollfd *k = nfds <= 32 ? k_stack : malloc(nfds * 2 * sizeof(*k));
+	struct poll_map *map = nfds <= 32 ? map_stack : malloc(nfds * sizeof(*map));
+	long long deadline = timeout_ns >= 0 ? rdy_mono_ns() + timeout_ns : -1;
+	int rc;
+
+	if (!k || !map) {
+		if (k != k_stack)
+			free(k);
+		if (map != map_stack)
+			free(map);
+		errno = ENOMEM;
+		return -1;
+	}
+	for (;;) {
+		long long left = deadline < 0 ? -1 : deadline - rdy_mono_ns();
+
+		rc = poll_once(fds, nfds, k, map, deadline >= 0 && left < 0 ? 0 : left, sigmask);
+		if (rc != 0 || (deadline >= 0 && rdy_mono_ns() >= deadline))
+			break;
+	}
+	if (k != k_stack)
+		free(k);
+	if (map != map_stack)
+		free(map);
+	return rc;
+}
+
+#define POLLIN_SET  (POLLIN | POLLRDNORM | POLLRDBAND | POLLHUP | POLLERR)
+#define POLLOUT_SET (POLLOUT | POLLWRNORM | POLLWRBAND | POLLERR)
+#define POLLEX_SET  (POLLPRI)
+
+int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
+	       const sigset_t *sigmask, struct timeval *tv_out)
+{
+	struct pollfd *pfds;
+	int n = 0, rc, bits = 0;
+	long long start = rdy_mono_ns();
+
+	if (nfds < 0 || nfds > FD_SETSIZE) {
+		errno = EINVAL;
+		return -1;
+	}
+	pfds = calloc(nfds ? (size_t)nfds : 1, sizeof(*pfds));
+	if (!pfds) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+		if (rd && FD_ISSET(fd, rd))
+			ev |= POLLIN;
+		if (wr && FD_ISSET(fd, wr))
+			ev |= POLLOUT;
+		if (ex && FD_ISSET(fd, ex))
+			ev |= POLLPRI;
+		if (ev)
+			pfds[n++] = (struct pollfd){ .fd = fd, .events = ev };
+	}
+	rc = rdy_poll(pfds, (nfds_t)n, timeout_ns, sigmask);
+	if (rc < 0) {
+		free(pfds);
+		return -1;
+	}
+	for (int i = 0; i < n; i++) {
+		if (pfds[i].revents & POLLNVAL) {
+			free(pfds);
+			errno = EBADF;
+			return -1;
+		}
+	}
+	if (rd)
+		FD_ZERO(rd);
+	if (wr)
+		FD_ZERO(wr);
+	if (ex)
+		FD_ZERO(ex);
+	for (int i = 0; i < n; i++) {
+		short re = pfds[i].revents, ev = pfds[i].events;
+		if ((ev & POLLIN) && (re & POLLIN_SET)) {
+			FD_SET(pfds[i].fd, rd);
+			bits++;
+		}
+		if ((ev & POLLOUT) && (re & POLLOUT_SET)) {
+			FD_SET(pfds[i].fd, wr);
+			bits++;
+		}
+		if ((ev & POLLPRI) && (re & POLLEX_SET)) {
+			FD_SET(pfds[i].fd, ex);
+			bits++;
+		}
+	}
+	free(pfds);
+	if (tv_out) { /* Linux reports the time left */
+		long long left = timeout_ns - (rdy_mono_ns() - start);
+		if (left < 0)
+			left = 0;
+		tv_out->tv_sec = (time_t)(left / 1000000000LL);
+		tv_out->tv_usec = (suseconds_t)(left % 1000000000LL / 1000);
+	}
+	return bits;
+}
