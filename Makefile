@@ -32,8 +32,8 @@ CLI_SRCS  := $(wildcard preload/*_cli.c core/*_cli.c ipoib_fallback/*_cli.c)
 # Pure modules: no interposition, no global state that needs the preload.
 # Unit tests and the launcher link these.
 PURE_SRCS := core/wire.c core/switch_reader.c core/log.c core/stats_shm.c core/stats_read.c core/config.c \
-             ipoib_fallback/rules.c ipoib_fallback/negcache.c ipoib_fallback/reason.c \
-             ipoib_fallback/path.c preload/fdtable.c
+             ipoib_fallback/rules.c ipoib_fallback/rules_match.c ipoib_fallback/negcache.c \
+             ipoib_fallback/reason.c ipoib_fallback/path.c preload/fdtable.c
 PURE_SRCS := $(wildcard $(PURE_SRCS))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)

@@ -1,4 +1,4 @@
-/* libFuzzer harness for ipoib_fallback/rules.c: arbitrary bytes into
+/* libFuzzer harness for ipoib_fallback/rules.c and rules_match.c: bytes into
  * rules_parse(), result invariants checked, then rules_match() on a few peers
  * (a rejected text fails closed: every peer matches a "use tcp" rule). */
 #include <arpa/inet.h>

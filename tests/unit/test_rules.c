@@ -1,6 +1,6 @@
-/* Unit tests (TAP) for ipoib_fallback/rules.c: grammar, whole-file rejection
- * (fail closed: TCP for every connection) and its diagnostic, first-match-wins
- * matching, and loading files. */
+/* Unit tests (TAP) for ipoib_fallback/rules.c and rules_match.c: grammar,
+ * whole-file rejection (fail closed: TCP for every connection) and its
+ * diagnostic, first-match-wins matching, and loading files. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
