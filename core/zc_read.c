@@ -21,7 +21,7 @@ static bool src_answered(struct sdp_conn *c)
 
 /* Read zero-copy: expose exactly buf with remote read, announce it, wait. */
 ssize_t zc_send_as_source(struct sdp_conn *c, const void *buf, size_t len, int timeout_ms,
-			      uint64_t start_us)
+			  uint64_t start_us)
 {
 	uint32_t n = len > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)len;
 	struct zc_window *win = &c->win[ZC_WIN_SRC];
@@ -232,8 +232,8 @@ static ssize_t recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, si
 
 	if (n > MAX_ZC_STEP)
 		n = MAX_ZC_STEP;
-	if (c->rd.active || c->stage_fill > c->stage_off || e->unread != e->len || !zc_channel_sound(c) ||
-	    (n < DIRECT_MIN && n < e->unread))
+	if (c->rd.active || c->stage_fill > c->stage_off || e->unread != e->len ||
+	    !zc_channel_sound(c) || (n < DIRECT_MIN && n < e->unread))
 		return 0;
 	if (mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
 		return 0;

@@ -33,7 +33,7 @@ bool zc_mw_ready(struct sdp_conn *c, struct zc_window *w)
 
 /* Binds the window to exactly [addr, addr+len) with one remote access. */
 int zc_mw_bind(struct sdp_conn *c, struct zc_window *w, struct mrc_entry *mre, uint64_t addr,
-		   uint32_t len, int access)
+	       uint32_t len, int access)
 {
 	struct ibv_send_wr wr = {
 		.wr_id = WR_ID(WR_BIND, w - c->win),

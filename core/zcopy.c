@@ -55,8 +55,8 @@ bool zc_channel_sound(const struct sdp_conn *c)
 
 bool zc_send_eligible(struct sdp_conn *c, size_t len)
 {
-	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && zc_channel_sound(c) && c->dev &&
-	       c->dev->mw_type2;
+	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && zc_channel_sound(c) &&
+	       c->dev && c->dev->mw_type2;
 }
 
 bool zc_tx_busy(const struct sdp_conn *c)
