@@ -42,6 +42,11 @@ void zc_leave(struct sdp_conn *c);
 bool zc_mw_ready(struct sdp_conn *c, struct zc_window *w);
 int zc_mw_bind(struct sdp_conn *c, struct zc_window *w, struct mrc_entry *mre, uint64_t addr,
 	       uint32_t len, int access);
+/* Registers [buf, +n) and binds w over it with access (remote read or
+ * write): 0 with *mre held; 1 if the buffer cannot be registered (buffer
+ * copy instead); -ECONNRESET if the bind failed (the carrier is given up). */
+int zc_expose(struct sdp_conn *c, struct zc_window *w, const void *buf, uint32_t n, int access,
+	      struct mrc_entry **mre);
 /* Invalidates the window and waits until that is done (or fails the QP). */
 void zc_mw_close(struct sdp_conn *c, struct zc_window *w);
 /* Waits, ignoring signals, at most SDPSHIM_ZCOPY_ANSWER_MS for pred. */

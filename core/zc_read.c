@@ -26,18 +26,11 @@ ssize_t zc_send_as_source(struct sdp_conn *c, const void *buf, size_t len, int t
 	uint32_t n = len > MAX_ZC_LEN ? MAX_ZC_LEN : (uint32_t)len;
 	struct zc_window *win = &c->win[ZC_WIN_SRC];
 	struct mrc_entry *mre;
-	int why = 0;
-	bool hit;
+	int why = 0, rc;
 
-	if (mrcache_get(c->dev, buf, n, false, &mre, &hit) != 0)
-		return 0;
-	zc_count_cache(c, hit);
-
-	if (zc_mw_bind(c, win, mre, (uintptr_t)buf, n, IBV_ACCESS_REMOTE_READ) != 0) {
-		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO, "binding a read window failed");
-		return -ECONNRESET;
-	}
+	rc = zc_expose(c, win, buf, n, IBV_ACCESS_REMOTE_READ, &mre);
+	if (rc != 0)
+		return rc > 0 ? 0 : rc;
 	c->src = (struct zc_src){ .active = true, .stream_off = c->tx_stream_off,
 				  .addr = (uintptr_t)buf, .len = n, .rkey = win->rkey, .mre = mre };
 	tx_queue_ctrl(c, SDP_MID_SRC_AVAIL);

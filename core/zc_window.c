@@ -58,6 +58,24 @@ int zc_mw_bind(struct sdp_conn *c, struct zc_window *w, struct mrc_entry *mre, u
 	return rc;
 }
 
+int zc_expose(struct sdp_conn *c, struct zc_window *w, const void *buf, uint32_t n, int access,
+	      struct mrc_entry **mre)
+{
+	bool remote_write = access == IBV_ACCESS_REMOTE_WRITE;
+	bool hit;
+
+	if (mrcache_get(c->dev, buf, n, remote_write, mre, &hit) != 0)
+		return 1;
+	zc_count_cache(c, hit);
+	if (zc_mw_bind(c, w, *mre, (uintptr_t)buf, n, access) != 0) {
+		mrcache_put(*mre);
+		close_ev_carrier_failed(c, EIO, remote_write ? "binding a write window failed"
+							     : "binding a read window failed");
+		return -ECONNRESET;
+	}
+	return 0;
+}
+
 static int mw_invalidate(struct sdp_conn *c, struct zc_window *w)
 {
 	struct ibv_send_wr wr = {

@@ -135,17 +135,13 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 	struct zc_window *win = &c->win[ZC_WIN_SINK];
 	struct mrc_entry *mre;
 	ssize_t result;
-	int why = 0;
-	bool hit;
+	int why = 0, rc;
 
-	if (!zc_mw_ready(c, win) || mrcache_get(c->dev, dst, n, true, &mre, &hit) != 0)
+	if (!zc_mw_ready(c, win))
 		return 0;
-	zc_count_cache(c, hit);
-	if (zc_mw_bind(c, win, mre, (uintptr_t)dst, n, IBV_ACCESS_REMOTE_WRITE) != 0) {
-		mrcache_put(mre);
-		close_ev_carrier_failed(c, EIO, "binding a write window failed");
-		return -ECONNRESET;
-	}
+	rc = zc_expose(c, win, dst, n, IBV_ACCESS_REMOTE_WRITE, &mre);
+	if (rc != 0)
+		return rc > 0 ? 0 : rc;
 	c->sink = (struct zc_sink){ .active = true, .stream_off = c->rx_stream_off,
 				    .addr = (uintptr_t)dst, .len = n, .rkey = win->rkey, .mre = mre };
 	tx_queue_ctrl(c, SDP_MID_SINK_AVAIL);
