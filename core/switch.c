@@ -303,7 +303,9 @@ static void read_peer(struct sdp_conn *c)
 			c->sw_peer_done = true;
 			break;
 		}
-		n = real.recv(c->tcp_fd, into ? into : scratch, want, MSG_DONTWAIT);
+		if (!into)
+			into = scratch; /* bytes to skip */
+		n = real.recv(c->tcp_fd, into, want, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
