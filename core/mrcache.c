@@ -180,11 +180,6 @@ void mrcache_flush_dev(struct sdp_dev *dev)
 	pthread_mutex_unlock(&mrc_lock);
 }
 
-int mrcache_count(void)
-{
-	return atomic_load(&mrcache_live);
-}
-
 void mrcache_atfork_child(void)
 {
 	/* The parent's registrations are not the child's: forget, never dereg. */

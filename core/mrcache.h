@@ -39,8 +39,6 @@ void mrcache_put(struct mrc_entry *e);
 void mrcache_invalidate(const void *addr, size_t len);
 /* Deregisters every unused entry of dev (its last channel went away). */
 void mrcache_flush_dev(struct sdp_dev *dev);
-/* Entries currently cached (for tests and `sdpshim stat`). */
-int mrcache_count(void);
 void mrcache_atfork_child(void);
 
 #endif

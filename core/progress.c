@@ -47,11 +47,6 @@ uint64_t progress_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-bool progress_on_thread(void)
-{
-	return on_progress_thread;
-}
-
 static int hidden_fd_floor(void)
 {
 	struct rlimit rl;

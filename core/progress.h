@@ -15,7 +15,6 @@ struct progress_source {
 
 /* Starts the thread for this process (again after fork).  0 or -errno. */
 int progress_start(void);
-bool progress_on_thread(void);
 
 int progress_watch(int fd, uint32_t events, struct progress_source *src);
 int progress_rewatch(int fd, uint32_t events, struct progress_source *src);

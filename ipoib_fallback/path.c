@@ -252,9 +252,3 @@ void path_remember_failure(const struct sockaddr *dst, enum sdp_reason reason)
 	if (path_negcache && sdp_tun.negcache_ttl_ms)
 		negcache_insert(path_negcache, dst, reason, mono_ms());
 }
-
-void path_forget_failure(const struct sockaddr *dst)
-{
-	if (path_negcache)
-		negcache_remove(path_negcache, dst);
-}

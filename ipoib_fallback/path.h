@@ -35,10 +35,9 @@ void path_atfork_child(void);
 void path_decide_client(const struct sockaddr *dst, struct path_decision *out);
 void path_decide_server(const struct sockaddr *local, struct path_decision *out);
 
-/* Records a failed attempt so the next connect to dst skips detection. */
+/* Records a failed attempt so the next connect to dst skips detection,
+ * until the entry expires (SDPSHIM_NEGCACHE_TTL_MS). */
 void path_remember_failure(const struct sockaddr *dst, enum sdp_reason reason);
-/* Forgets dst (after a successful RDMA connection). */
-void path_forget_failure(const struct sockaddr *dst);
 
 /* True if an RDMA device and the rdma_cm node exist (cached for 2 s). */
 bool path_rdma_device_present(void);

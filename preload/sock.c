@@ -60,16 +60,6 @@ static struct stats_seg *seg_locked(void)
 	return &proc_seg;
 }
 
-struct stats_seg *sock_stats_seg(void)
-{
-	struct stats_seg *seg;
-
-	sock_table_lock();
-	seg = seg_locked();
-	sock_table_unlock();
-	return seg;
-}
-
 static struct sdp_conn_stats *slot_alloc_locked(void)
 {
 	struct stats_seg *seg = seg_locked();

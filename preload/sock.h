@@ -121,8 +121,6 @@ static inline void sock_count_received(struct sdp_sock *s, ssize_t n)
 		atomic_fetch_add_explicit(&s->st->bytes_received, (uint64_t)n, memory_order_relaxed);
 }
 
-/* Process-wide stats segment (created on first tracked socket). */
-struct stats_seg *sock_stats_seg(void);
 /* Writes every open connection to SDPSHIM_STATS_FILE (at exit). */
 void sock_flush_all_stats(void);
 /* At exit: every open RDMA-backed socket is closed the way the kernel

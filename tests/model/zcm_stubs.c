@@ -233,7 +233,6 @@ bool zcm_lock_free(void)
 
 WEAK void progress_linger_begin(void) {}
 WEAK void progress_linger_end(void) {}
-WEAK bool progress_on_thread(void) { return !zcm_on_app_thread; }
 WEAK int progress_watch(int fd, uint32_t events, struct progress_source *src) { return 0; }
 WEAK int progress_rewatch(int fd, uint32_t events, struct progress_source *src) { return 0; }
 WEAK void progress_unwatch(int fd) {}
