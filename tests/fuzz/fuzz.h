@@ -1,6 +1,6 @@
 /* Shared by the wire-format harnesses (tests/fuzz/fuzz_*.c): invariant checks
- * that name the broken invariant before they trap, big-endian readers for the
- * harnesses' own models of the format, and UBSan made fatal (the Makefile
+ * that name the broken invariant before they trap, big-endian and native-endian
+ * readers for the harnesses' own models of the format, and UBSan made fatal (the Makefile
  * builds with -fsanitize=undefined, whose reports otherwise only print). */
 #ifndef SDPSHIM_TESTS_FUZZ_H
 #define SDPSHIM_TESTS_FUZZ_H
@@ -44,6 +44,32 @@ static inline uint32_t be32_at(const uint8_t *p)
 static inline uint64_t be64_at(const uint8_t *p)
 {
 	return (uint64_t)be32_at(p) << 32 | be32_at(p + 4);
+}
+
+/* Native-endian readers at any alignment (for host-order formats: the
+ * stats segment, netlink). */
+static inline uint16_t ne16_at(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline uint32_t ne32_at(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline uint64_t ne64_at(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
 }
 
 /* Every error a decoder returns is a known one, with its own text. */

@@ -48,59 +48,35 @@ _Static_assert(offsetof(struct sdp_conn_stats, reason) == 14, "layout");
 _Static_assert(offsetof(struct sdp_conn_stats, local) == 20, "layout");
 _Static_assert(offsetof(struct sdp_conn_stats, remote) == 40, "layout");
 
-static uint16_t ne16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint32_t ne32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint64_t ne64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 static enum stats_image_error model_header(const uint8_t *m, size_t n)
 {
 	uint32_t slots;
 
 	if (n < HDR_SIZE)
 		return STATS_IMAGE_SHORT;
-	if (ne64(m) != STATS_MAGIC)
+	if (ne64_at(m) != STATS_MAGIC)
 		return STATS_IMAGE_BAD_MAGIC;
-	if (ne32(m + 8) != STATS_VERSION)
+	if (ne32_at(m + 8) != STATS_VERSION)
 		return STATS_IMAGE_BAD_VERSION;
-	slots = ne32(m + 12);
+	slots = ne32_at(m + 12);
 	if (slots == 0 || slots > STATS_SLOTS_MAX || HDR_SIZE + (uint64_t)slots * SLOT_SIZE > n)
 		return STATS_IMAGE_BAD_SLOTS;
-	if ((int32_t)ne32(m + 16) <= 0)
+	if ((int32_t)ne32_at(m + 16) <= 0)
 		return STATS_IMAGE_BAD_PID;
 	return STATS_IMAGE_OK;
 }
 
 static bool model_family(const uint8_t *a)
 {
-	uint16_t f = ne16(a);
+	uint16_t f = ne16_at(a);
 
 	return f == 0 || f == AF_INET || f == AF_INET6;
 }
 
 static bool model_slot(const uint8_t *s)
 {
-	return ne32(s) == 1 && (ne32(s + 4) & 1) == 0 && s[12] <= STATS_ROLE_LISTENER &&
-	       s[13] <= SDP_PATH_RDMA && ne16(s + 14) < SDP_REASON_COUNT && model_family(s + 20) &&
+	return ne32_at(s) == 1 && (ne32_at(s + 4) & 1) == 0 && s[12] <= STATS_ROLE_LISTENER &&
+	       s[13] <= SDP_PATH_RDMA && ne16_at(s + 14) < SDP_REASON_COUNT && model_family(s + 20) &&
 	       model_family(s + 40);
 }
 
@@ -120,18 +96,18 @@ static void check_comm(const char *comm, const uint8_t *raw)
 
 static void check_header(const struct stats_proc_info *info, const uint8_t *m, size_t n)
 {
-	CHECK(info->slot_count == ne32(m + 12));
+	CHECK(info->slot_count == ne32_at(m + 12));
 	CHECK(info->slot_count >= 1 && info->slot_count <= STATS_SLOTS_MAX);
 	CHECK(stats_seg_len(info->slot_count) <= n);
-	CHECK(info->pid > 0 && info->pid == (pid_t)ne32(m + 16));
-	CHECK(info->uid == (uid_t)ne32(m + 20));
-	CHECK(info->start_ms == ne64(m + 24));
+	CHECK(info->pid > 0 && info->pid == (pid_t)ne32_at(m + 16));
+	CHECK(info->uid == (uid_t)ne32_at(m + 20));
+	CHECK(info->start_ms == ne64_at(m + 24));
 	for (size_t i = 0; i < 3; i++)
-		CHECK(info->conns_by_path[i] == ne64(m + 96 + 8 * i));
+		CHECK(info->conns_by_path[i] == ne64_at(m + 96 + 8 * i));
 	for (size_t i = 0; i < STATS_REASON_SLOTS; i++)
-		CHECK(info->conns_by_reason[i] == ne64(m + 120 + 8 * i));
-	CHECK(info->bytes_sent == ne64(m + 376) && info->bytes_received == ne64(m + 384));
-	CHECK(info->negcache_hits == ne64(m + 392));
+		CHECK(info->conns_by_reason[i] == ne64_at(m + 120 + 8 * i));
+	CHECK(info->bytes_sent == ne64_at(m + 376) && info->bytes_received == ne64_at(m + 384));
+	CHECK(info->negcache_hits == ne64_at(m + 392));
 	check_comm(info->comm, m + 32);
 }
 

@@ -54,43 +54,27 @@ _Static_assert(NLH_LEN + offsetof(struct inet_diag_msg, id.idiag_dport) == DIAG_
 _Static_assert(NLH_LEN + offsetof(struct inet_diag_msg, idiag_inode) == DIAG_OFF_INODE, "layout");
 _Static_assert(NLMSG_ERROR == TYPE_ERROR && SOCK_DIAG_BY_FAMILY == TYPE_SOCK_DIAG, "types");
 
-static uint32_t host32_at(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint16_t host16_at(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 static enum tcp_accept_state model(const uint8_t *b, size_t n, uint16_t peer_port_be)
 {
 	uint32_t len;
 
 	if (n < NLH_LEN)
 		return TCP_STATE_UNKNOWN;
-	len = host32_at(b);
+	len = ne32_at(b);
 	if (len < NLH_LEN || len > n)
 		return TCP_STATE_UNKNOWN;
-	switch (host16_at(b + NLH_OFF_TYPE)) {
+	switch (ne16_at(b + NLH_OFF_TYPE)) {
 	case TYPE_ERROR:
 		if (len < ERR_MSG_LEN)
 			return TCP_STATE_UNKNOWN;
-		return (int32_t)host32_at(b + ERR_OFF_ERROR) == -ENOENT ? TCP_NOT_ACCEPTED
+		return (int32_t)ne32_at(b + ERR_OFF_ERROR) == -ENOENT ? TCP_NOT_ACCEPTED
 									: TCP_STATE_UNKNOWN;
 	case TYPE_SOCK_DIAG:
 		if (len < DIAG_MSG_LEN)
 			return TCP_STATE_UNKNOWN;
-		if (b[DIAG_OFF_STATE] == STATE_LISTEN || host16_at(b + DIAG_OFF_DPORT) != peer_port_be)
+		if (b[DIAG_OFF_STATE] == STATE_LISTEN || ne16_at(b + DIAG_OFF_DPORT) != peer_port_be)
 			return TCP_NOT_ACCEPTED;
-		return host32_at(b + DIAG_OFF_INODE) ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
+		return ne32_at(b + DIAG_OFF_INODE) ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
 	default:
 		return TCP_STATE_UNKNOWN;
 	}
@@ -139,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* Only the first message's own bytes count. */
 	if (size >= NLH_LEN) {
-		uint32_t own = host32_at(data);
+		uint32_t own = ne32_at(data);
 		if (own >= NLH_LEN && own <= size) {
 			uint8_t *exact = malloc(own), *short_by_one = malloc(own - 1);
 			CHECK(exact != NULL && short_by_one != NULL);
