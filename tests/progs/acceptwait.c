@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+#include "progutil.h"
 
 #define GUARD_SECS 120
 #define CHUNK      65536
@@ -50,14 +50,6 @@ static void on_alarm(int sig)
 	if (write(STDOUT_FILENO, msg, sizeof(msg) - 1) < 0)
 		_exit(1);
 	_exit(1);
-}
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
 static void wait_for(int fd, short events)
@@ -159,9 +151,9 @@ int main(int argc, char **argv)
 
 		for (;;) {
 			wait_for(lfd, POLLIN);
-			t0 = mono_ms();
+			t0 = prog_mono_ms();
 			fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-			ms = mono_ms() - t0;
+			ms = prog_mono_ms() - t0;
 			if (fd >= 0)
 				break;
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&

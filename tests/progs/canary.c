@@ -29,17 +29,16 @@
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lie_pattern.h"
+#include "progutil.h"
 
 struct counts {
 	unsigned long long total, pattern, canary, other, late;
@@ -51,31 +50,10 @@ static struct {
 	unsigned timeout_s, hold_s;
 } opt = { .buf_size = (1u << 20) + 4096, .timeout_s = 30 };
 
-static double t_start;
 
 static void on_term(int sig)
 {
 	(void)sig; /* only ends the hold early (sleep returns) */
-}
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-static void logline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void logline(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" t_ms=%.0f\n", mono_ms() - t_start);
-	fflush(stdout);
 }
 
 static const char *err_name(int err)
@@ -142,7 +120,7 @@ static int accept_one(void)
 		exit(2);
 	}
 	freeaddrinfo(ai);
-	logline("listening port=%s", opt.port);
+	prog_logline("listening port=%s", opt.port);
 	fd = accept(lfd, (struct sockaddr *)&sa, &len);
 	if (fd < 0) {
 		fprintf(stderr, "canary: accept: %s\n", strerror(errno));
@@ -150,7 +128,7 @@ static int accept_one(void)
 	}
 	getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), serv, sizeof(serv),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
-	logline("accepted peer=%s:%s", host, serv);
+	prog_logline("accepted peer=%s:%s", host, serv);
 	close(lfd);
 	return fd;
 }
@@ -162,7 +140,7 @@ static void classify(const uint8_t *buf, size_t n, struct counts *k)
 	size_t can = run_bytes(buf, n, 0, is_canary, CANARY_RUN);
 	size_t other = n > pat + can ? n - pat - can : 0;
 
-	logline("recv off=%llu ret=%zu pattern=%zu canary=%zu other=%zu errno=0", k->total, n, pat,
+	prog_logline("recv off=%llu ret=%zu pattern=%zu canary=%zu other=%zu errno=0", k->total, n, pat,
 		can, other);
 	k->total += n;
 	k->pattern += pat;
@@ -184,7 +162,7 @@ static void check_late(const uint8_t *buf, struct counts *k)
 	}
 	k->late = changed;
 	if (changed)
-		logline("late_write bytes=%zu first=%zu", changed, first);
+		prog_logline("late_write bytes=%zu first=%zu", changed, first);
 }
 
 static const char *recv_loop(int fd, uint8_t *buf, struct counts *k)
@@ -199,7 +177,7 @@ static const char *recv_loop(int fd, uint8_t *buf, struct counts *k)
 		if (n <= 0) {
 			int err = n < 0 ? errno : 0;
 
-			logline("recv off=%llu ret=%zd errno=%s", k->total, n, err_name(err));
+			prog_logline("recv off=%llu ret=%zd errno=%s", k->total, n, err_name(err));
 			snprintf(why, sizeof(why), "%s", n == 0 ? "eof" : err_name(err));
 			return why;
 		}
@@ -214,12 +192,12 @@ static const char *recv_loop(int fd, uint8_t *buf, struct counts *k)
 static const char *send_once(int fd, uint8_t *buf)
 {
 	static char why[32];
-	double t0 = mono_ms();
+	double t0 = prog_mono_ms();
 	ssize_t n;
 
 	lie_pattern_fill(buf, opt.send_bytes, 0);
 	n = send(fd, buf, opt.send_bytes, MSG_NOSIGNAL);
-	logline("send ret=%zd errno=%s ms=%.0f", n, n < 0 ? err_name(errno) : "0", mono_ms() - t0);
+	prog_logline("send ret=%zd errno=%s ms=%.0f", n, n < 0 ? err_name(errno) : "0", prog_mono_ms() - t0);
 	snprintf(why, sizeof(why), "%s", n < 0 ? err_name(errno) : "sent");
 	return why;
 }
@@ -234,12 +212,9 @@ static void usage(void)
 
 static long number(const char *s, long min, long max)
 {
-	char *end;
 	long v;
 
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < min || v > max)
+	if (!prog_parse_long(s, min, max, &v))
 		usage();
 	return v;
 }
@@ -274,7 +249,7 @@ int main(int argc, char **argv)
 	uint8_t *buf;
 	int fd;
 
-	t_start = mono_ms();
+	prog_log_start();
 	signal(SIGPIPE, SIG_IGN);
 	sigaction(SIGTERM, &(struct sigaction){ .sa_handler = on_term }, NULL);
 	parse(argc, argv);
@@ -289,7 +264,7 @@ int main(int argc, char **argv)
 		sleep(opt.hold_s); /* the socket, and the buffer as the last call left it */
 	if (!opt.send_bytes)
 		check_late(buf, &k);
-	logline("end=%s total=%llu pattern_bytes=%llu canary_bytes=%llu other_bytes=%llu late_bytes=%llu",
+	prog_logline("end=%s total=%llu pattern_bytes=%llu canary_bytes=%llu other_bytes=%llu late_bytes=%llu",
 		why, k.total, k.pattern, k.canary, k.other, k.late);
 	close(fd);
 	free(buf);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "progutil.h"
 
 #define GUARD_SECS 120
 #define CHUNK      16384
@@ -56,14 +57,6 @@ static void on_alarm(int sig)
 	if (write(STDOUT_FILENO, msg, sizeof(msg) - 1) < 0)
 		_exit(1);
 	_exit(1);
-}
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
 static struct addrinfo *resolve(const char *host, const char *port, int passive)
@@ -187,10 +180,10 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 	fd = socket(ai->ai_family, SOCK_STREAM, 0);
 	if (fd < 0)
 		fail("socket: %s", strerror(errno));
-	t0 = mono_ms();
+	t0 = prog_mono_ms();
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)
 		fail("conn %d: connect: %s", index, strerror(errno));
-	t1 = mono_ms();
+	t1 = prog_mono_ms();
 	/* Lock step, one chunk out and its echo back: never more than CHUNK in flight. */
 	while (got < bytes) {
 		size_t n = bytes - sent < CHUNK ? bytes - sent : CHUNK;
@@ -204,7 +197,7 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 				fail("conn %d: read after %zu of %zu bytes: %s", index, got, bytes,
 				     r < 0 ? strerror(errno) : "EOF");
 			if (t_first < 0)
-				t_first = mono_ms();
+				t_first = prog_mono_ms();
 			got += (size_t)r;
 		}
 	}

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,8 +28,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+#include "progutil.h"
 
 #define SLOW_WRITE_MS 100.0
 #define MAX_EVENTS    64
@@ -52,32 +51,11 @@ static struct {
 	double hold_ms;
 } opt = { 4u << 20, 1, 200 };
 
-static double t_start;
 static volatile sig_atomic_t stop;
 static int ep;
 static unsigned nconns, nopen;
 static unsigned long long total_in, total_out;
 static struct conn *conns;
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-static void logline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void logline(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" t_ms=%.0f\n", mono_ms() - t_start);
-	fflush(stdout);
-}
 
 static void on_signal(int sig)
 {
@@ -119,7 +97,7 @@ static void set_interest(struct conn *c, double now)
 
 static void conn_close(struct conn *c, int err)
 {
-	logline("close conn=%d peer=%s in=%llu out=%llu end=%s", c->id, c->peer, c->in, c->out,
+	prog_logline("close conn=%d peer=%s in=%llu out=%llu end=%s", c->id, c->peer, c->in, c->out,
 		err ? err_name(err) : "eof");
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	if (c->prev)
@@ -160,15 +138,15 @@ static int conn_read(struct conn *c, double now)
 /* Writes whatever is due, up to max_write bytes per call.  errno, or 0. */
 static int conn_write(struct conn *c)
 {
-	while (flush_due(c, mono_ms())) {
+	while (flush_due(c, prog_mono_ms())) {
 		size_t want = pending(c) < opt.max_write ? pending(c) : opt.max_write;
-		double t0 = mono_ms(), ms;
+		double t0 = prog_mono_ms(), ms;
 		ssize_t n = write(c->fd, c->buf + c->head, want);
 		int err = n < 0 ? errno : 0;
 
-		ms = mono_ms() - t0;
+		ms = prog_mono_ms() - t0;
 		if (ms >= SLOW_WRITE_MS)
-			logline("slow_write conn=%d bytes=%zu ret=%zd errno=%s ms=%.0f", c->id, want, n,
+			prog_logline("slow_write conn=%d bytes=%zu ret=%zd errno=%s ms=%.0f", c->id, want, n,
 				n < 0 ? err_name(err) : "0", ms);
 		if (n < 0)
 			return err == EAGAIN || err == EINTR ? 0 : err;
@@ -186,7 +164,7 @@ static int conn_write(struct conn *c)
 
 static void conn_event(struct conn *c, uint32_t events)
 {
-	double now = mono_ms();
+	double now = prog_mono_ms();
 	int err = 0;
 
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -197,7 +175,7 @@ static void conn_event(struct conn *c, uint32_t events)
 		conn_close(c, err);
 		return;
 	}
-	set_interest(c, mono_ms());
+	set_interest(c, prog_mono_ms());
 }
 
 static void accept_all(int lfd)
@@ -213,7 +191,7 @@ static void accept_all(int lfd)
 			return;
 		c = calloc(1, sizeof(*c));
 		if (!c || !(c->buf = malloc(opt.max_write))) {
-			logline("out_of_memory");
+			prog_logline("out_of_memory");
 			free(c);
 			close(fd);
 			continue;
@@ -230,7 +208,7 @@ static void accept_all(int lfd)
 			conns->prev = c;
 		conns = c;
 		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &(struct epoll_event){ .events = c->events, .data.ptr = c });
-		logline("accept conn=%d peer=%s", c->id, c->peer);
+		prog_logline("accept conn=%d peer=%s", c->id, c->peer);
 	}
 }
 
@@ -257,7 +235,7 @@ static int listen_on(const char *addr, const char *port)
 /* Milliseconds until the next held buffer is due (epoll_wait's timeout). */
 static int next_timeout(void)
 {
-	double now = mono_ms(), best = 1000;
+	double now = prog_mono_ms(), best = 1000;
 
 	for (struct conn *c = conns; c; c = c->next) {
 		double left = c->first_ms + opt.hold_ms - now;
@@ -271,7 +249,7 @@ static int next_timeout(void)
 /* Held buffers whose time came: echo them (no epoll event says so). */
 static void flush_held(void)
 {
-	double now = mono_ms();
+	double now = prog_mono_ms();
 
 	for (struct conn *c = conns, *next; c; c = next) {
 		next = c->next;
@@ -289,12 +267,9 @@ static void usage(void)
 
 static long number(const char *s, long min, long max)
 {
-	char *end;
 	long v;
 
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < min || v > max)
+	if (!prog_parse_long(s, min, max, &v))
 		usage();
 	return v;
 }
@@ -305,7 +280,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	int lfd, o;
 
-	t_start = mono_ms();
+	prog_log_start();
 	while ((o = getopt(argc, argv, "s:a:w:m:M:")) != -1) {
 		switch (o) {
 		case 's': number(optarg, 1, 65535); port = optarg; break;
@@ -324,7 +299,7 @@ int main(int argc, char **argv)
 	lfd = listen_on(addr, port);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &(struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL });
-	logline("listening addr=%s port=%s pid=%d", addr ? addr : "*", port, (int)getpid());
+	prog_logline("listening addr=%s port=%s pid=%d", addr ? addr : "*", port, (int)getpid());
 	while (!stop) {
 		struct epoll_event ev[MAX_EVENTS];
 		int n = epoll_wait(ep, ev, MAX_EVENTS, next_timeout());
@@ -341,6 +316,6 @@ int main(int argc, char **argv)
 		}
 		flush_held();
 	}
-	logline("totals conns=%u open=%u in=%llu out=%llu", nconns, nopen, total_in, total_out);
+	prog_logline("totals conns=%u open=%u in=%llu out=%llu", nconns, nopen, total_in, total_out);
 	return 0;
 }

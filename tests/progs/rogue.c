@@ -115,6 +115,7 @@
 
 #include "core/wire.h"
 #include "rogue.h"
+#include "progutil.h"
 
 #define MAX_CONNS        256
 #define CTRL_SLOTS       8u
@@ -1003,12 +1004,9 @@ static void usage(void)
 
 static long number(const char *s, long min, long max)
 {
-	char *end;
 	long v;
 
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < min || v > max) {
+	if (!prog_parse_long(s, min, max, &v)) {
 		fprintf(stderr, "rogue: %s: not a number in %ld..%ld\n", s, min, max);
 		exit(2);
 	}
