@@ -186,22 +186,33 @@ static int test_no_window_after_abort(void)
 	return ok;
 }
 
+/* Runs call k against a peer that stays silent after our offer: the call
+ * must send one cancel (cancel_mid), return within the model's bound, and
+ * leave no window the peer can reach.  Stores its result in *r; the caller
+ * checks it, then no_findings(), and closes the model. */
+static int silent_peer_call(struct zcm_call k, uint8_t cancel_mid, ssize_t *r)
+{
+	const char *what = k.kind == ZCM_RECV ? "recv" : "send";
+	int ok = 1;
+
+	zcm_open(&opts);
+	zcm_app_start(&k);
+	*r = zcm_app_finish();            /* the network runs; the peer stays silent */
+	ok &= check(zcm_peer_msgs(cancel_mid, NULL) == 1, "%s did not cancel its offer once", what);
+	ok &= check(!zcm_app_busy(), "%s() still blocked after %llu ms", what,
+		    (unsigned long long)zcm_now_ms());
+	ok &= check(!zcm_peer_probe_windows(), "the peer can still reach the buffer");
+	return ok;
+}
+
 /* (3) The peer never answers our SrcAvailCancel: a send() with a timeout
  * returns within a bound, and its window is unreachable after. */
 static int test_unanswered_src_cancel(void)
 {
-	int ok = 1;
-	struct zcm_call k = send_call(BIG, 100);
 	ssize_t r;
+	int ok = silent_peer_call(send_call(BIG, 100), SDP_MID_SRC_CANCEL, &r);
 
-	zcm_open(&opts);
-	zcm_app_start(&k);
-	r = zcm_app_finish();             /* the network runs; the peer stays silent */
-	ok &= check(zcm_peer_msgs(SDP_MID_SRC_CANCEL, NULL) == 1, "send cancelled its SrcAvail");
-	ok &= check(!zcm_app_busy(), "send() still blocked after %llu ms",
-		    (unsigned long long)zcm_now_ms());
 	ok &= check(r < 0, "send returned %zd, want an error", r);
-	ok &= check(!zcm_peer_probe_windows(), "the peer can still reach the buffer");
 	ok &= no_findings();
 	zcm_close();
 	return ok;
@@ -210,19 +221,13 @@ static int test_unanswered_src_cancel(void)
 /* (3) The same for a non-blocking send (SDPSHIM_ZCOPY_NB_WAIT_MS). */
 static int test_unanswered_src_cancel_nonblocking(void)
 {
-	int ok = 1;
 	struct zcm_call k = send_call(BIG, -1);
 	ssize_t r;
+	int ok;
 
 	k.nonblock = true;
-	zcm_open(&opts);
-	zcm_app_start(&k);
-	r = zcm_app_finish();
-	ok &= check(zcm_peer_msgs(SDP_MID_SRC_CANCEL, NULL) == 1, "send cancelled its SrcAvail");
-	ok &= check(!zcm_app_busy(), "send() still blocked after %llu ms",
-		    (unsigned long long)zcm_now_ms());
+	ok = silent_peer_call(k, SDP_MID_SRC_CANCEL, &r);
 	ok &= check(r != 0, "send returned 0");
-	ok &= check(!zcm_peer_probe_windows(), "the peer can still reach the buffer");
 	ok &= no_findings();
 	zcm_close();
 	return ok;
@@ -232,18 +237,10 @@ static int test_unanswered_src_cancel_nonblocking(void)
  * returns within a bound, and the sink is unreachable after. */
 static int test_unanswered_sink_cancel(void)
 {
-	int ok = 1;
-	struct zcm_call k = recv_call(BIG, 100);
 	ssize_t r;
+	int ok = silent_peer_call(recv_call(BIG, 100), SDP_MID_SINK_CANCEL, &r);
 
-	zcm_open(&opts);
-	zcm_app_start(&k);
-	r = zcm_app_finish();
-	ok &= check(zcm_peer_msgs(SDP_MID_SINK_CANCEL, NULL) == 1, "recv cancelled its sink");
-	ok &= check(!zcm_app_busy(), "recv() still blocked after %llu ms",
-		    (unsigned long long)zcm_now_ms());
 	ok &= check(r < 0, "recv returned %zd, want an error", r);
-	ok &= check(!zcm_peer_probe_windows(), "the peer can still reach the buffer");
 	ok &= no_findings();
 	zcm_close();
 	return ok;
