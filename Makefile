@@ -25,15 +25,18 @@ endif
 RDMA_LIBS := -lrdmacm -libverbs
 SANFLAGS  := -fsanitize=address,undefined
 
-# The library: every .c in the three layers.  Files ending in _cli.c belong
-# to the launcher instead.
-LIB_SRCS  := $(filter-out %_cli.c,$(wildcard preload/*.c core/*.c ipoib_fallback/*.c))
-CLI_SRCS  := $(wildcard preload/*_cli.c core/*_cli.c ipoib_fallback/*_cli.c)
+# The library: every .c in its four layers, from the bottom: base/ (libc
+# table, guard, fd table, log, config, reasons, stats segment), core/ (the
+# RDMA channel) and ipoib_fallback/ (the path choice), preload/ (the hooks).
+# The launcher, `sdpshim run|stat|doctor`, is tools/ (docs/design.md).
+LIB_SRCS  := $(wildcard base/*.c core/*.c ipoib_fallback/*.c preload/*.c)
+CLI_SRCS  := $(wildcard tools/*.c)
 # Pure modules: no interposition, no global state that needs the preload.
 # Unit tests and the launcher link these.
-PURE_SRCS := core/wire.c core/switch_reader.c core/log.c core/stats_shm.c core/stats_read.c core/config.c \
+PURE_SRCS := base/log.c base/policy.c base/stats_shm.c base/stats_read.c base/config.c base/reason.c base/fdtable.c \
+             core/wire.c core/switch_reader.c \
              ipoib_fallback/rules.c ipoib_fallback/rules_match.c ipoib_fallback/negcache.c \
-             ipoib_fallback/reason.c ipoib_fallback/path.c preload/fdtable.c
+             ipoib_fallback/path.c
 PURE_SRCS := $(wildcard $(PURE_SRCS))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -97,15 +100,15 @@ $(BUILD)/tests/progs/rogue_peer: tests/progs/rogue_peer.c
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  $(if $(SANPROGS),$(SANFLAGS)) -c -o $@ $<
 
-$(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard ipoib_fallback/tcp_diag.*)
+$(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard core/tcp_diag.*)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
 	  -o $@ $< $(PURE_SRCS) $(TLIB_SRCS) $(UNIT_EXTRA_$*) -lpthread
 
-# A unit test of a module that calls libc through preload/real.h fills that
+# A unit test of a module that calls libc through base/real.h fills that
 # table itself.
-UNIT_EXTRA_test_tcp_diag := ipoib_fallback/tcp_diag.c
+UNIT_EXTRA_test_tcp_diag := core/tcp_diag.c
 
 # The zero-copy model (tests/model/, issue 13): the real data-path files of
 # core/ with verbs, the peer, the app and time modelled, for test_zcopy and
@@ -113,8 +116,8 @@ UNIT_EXTRA_test_tcp_diag := ipoib_fallback/tcp_diag.c
 ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
 ZCM_CORE := core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
-            core/notify.c core/timers.c core/switch.c core/wire.c core/config.c core/log.c \
-            ipoib_fallback/reason.c $(wildcard core/switch_reader.c)
+            core/notify.c core/timers.c core/switch.c core/wire.c base/config.c base/log.c base/policy.c \
+            base/reason.c $(wildcard core/switch_reader.c)
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
             -Wl,--wrap=pthread_cond_wait -Wl,--wrap=pthread_cond_broadcast \
             -Wl,--wrap=pthread_cond_signal
@@ -155,13 +158,13 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(PURE_SRCS)
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(PURE_SRCS) $(FUZZ_EXTRA_$*)
 
 # A harness of a module outside PURE_SRCS (it calls libc through
-# preload/real.h) links that module too, and fills the table if it must.
-FUZZ_EXTRA_fuzz_tcp_diag := ipoib_fallback/tcp_diag.c
+# base/real.h) links that module too, and fills the table if it must.
+FUZZ_EXTRA_fuzz_tcp_diag := core/tcp_diag.c
 $(BUILD)/fuzz/fuzz_tcp_diag: $(FUZZ_EXTRA_fuzz_tcp_diag)
 
 check:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
-	  --suppress=missingIncludeSystem -D_GNU_SOURCE -I. preload core ipoib_fallback
+	  --suppress=missingIncludeSystem -D_GNU_SOURCE -I. base core ipoib_fallback preload tools
 
 install: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)

@@ -11,15 +11,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
-#include "preload/real.h"
 
 /* How long the server waits for a PROOF, the client for its answer. */
-static unsigned bind_step_ms(void)
+static unsigned bind_step_ms(const struct sdp_conn *c)
 {
-	return sdp_tun.connect_timeout_ms;
+	return c->policy.connect_timeout_ms;
 }
 
 #ifndef GRND_INSECURE
@@ -149,7 +149,7 @@ static void server_signal(struct sdp_conn *c)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms());
+	bind_arm(c, progress_now_ms() + bind_step_ms(c));
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
 }
 
@@ -178,7 +178,7 @@ static void server_start_on_progress(void *arg)
 void bind_server_begin(struct sdp_conn *c)
 {
 	c->bind = BIND_IDLE;
-	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
+	bind_arm(c, progress_now_ms() + bind_step_ms(c)); /* the bound, even if the deferral fails */
 	conn_get(c);
 	if (progress_defer(server_start_on_progress, c) != 0) {
 		sdp_error("cannot queue a channel binding: out of memory (it times out to TCP)");
@@ -345,7 +345,7 @@ static void client_send_proof(struct sdp_conn *c, bool inline_oob)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms());
+	bind_arm(c, progress_now_ms() + bind_step_ms(c));
 	sdp_debug("bind: signal seen, proof sent (port %u)", c->tuple.src_port);
 }
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
 
 struct source_count {
 	uint8_t addr[16];

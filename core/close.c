@@ -3,8 +3,8 @@
  * direction after the data; abort and carrier failure end both. */
 #include <errno.h>
 
+#include "base/log.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
 
 static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 {

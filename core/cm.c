@@ -5,15 +5,15 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
-#include "core/mrcache.h"
 #include "core/listener.h"
-#include "core/log.h"
+#include "core/mrcache.h"
 #include "core/progress.h"
-#include "preload/init.h"
-#include "preload/real.h"
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *cm_channel;

@@ -7,12 +7,12 @@
 #include <netinet/in.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
 #include "core/progress.h"
-#include "preload/init.h"
-#include "preload/real.h"
 
 /* IPv4 as IPv4-mapped IPv6, so tuples compare the same either way. */
 void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port)
@@ -81,7 +81,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 		*reason = SDP_REASON_RDMA_CM_ERROR;
 		return NULL;
 	}
-	c = conn_alloc(false);
+	c = conn_alloc(false, p->policy);
 	if (!c) {
 		*reason = SDP_REASON_RESOURCES;
 		*err = -ENOMEM;
@@ -96,7 +96,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	/* Before the first rdma_cm call: the progress thread may run the whole
 	 * attempt (a non-blocking connect's kernel connect included) before
 	 * this thread continues. */
-	c->connect_deadline_ms = progress_now_ms() + p->timeout_ms; /* binding included */
+	c->connect_deadline_ms = progress_now_ms() + p->policy->connect_timeout_ms; /* binding included */
 	sockaddr_to_tuple_addr(p->dst, c->tuple.dst_addr, &c->tuple.dst_port);
 	*err = ensure_bound(p->app_fd, p->dst->sa_family, &c->tuple.src_port);
 	c->tcp_fd = *err ? -1 : progress_hide_fd(real.dup(p->app_fd));
@@ -104,12 +104,12 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 		*err = -EMFILE;
 	conn_get(c); /* the caller's, before the progress thread can end the attempt */
 	if (!*err) {
-		conn_arm_timer(c, p->timeout_ms); /* RESOLVING's bound */
+		conn_arm_timer(c, p->policy->connect_timeout_ms); /* RESOLVING's bound */
 		SDP_GUARD_ENTER();
 		rc = rdma_create_id(ch, &c->cm_id, c, RDMA_PS_TCP);
 		if (rc == 0)
 			rc = rdma_resolve_addr(c->cm_id, NULL, (struct sockaddr *)p->dst,
-					       (int)p->timeout_ms);
+					       (int)p->policy->connect_timeout_ms);
 		*err = rc ? -errno : 0;
 		SDP_GUARD_LEAVE();
 	}
@@ -283,7 +283,7 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (c->phase == CONN_RESOLVING &&
-		    rdma_resolve_route(c->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
+		    rdma_resolve_route(c->cm_id, (int)c->policy.connect_timeout_ms) != 0)
 			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/listener.h"
-#include "core/log.h"
-#include "ipoib_fallback/tcp_diag.h"
-#include "preload/init.h"
-#include "preload/real.h"
+#include "core/tcp_diag.h"
 
 #define PENDING_FIRST_CHECK_MS 10
 #define PENDING_MAX_CHECK_MS   200
@@ -27,7 +27,7 @@ static void listener_put(struct sdp_listener *l)
 }
 
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
-				     const struct rule_net *client_nets, unsigned client_net_count,
+				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason)
 {
 	struct rdma_event_channel *ch;
@@ -49,9 +49,9 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	atomic_init(&l->refs, 1);
 	sockaddr_to_tuple_addr(local, addr, &l->port);
 	l->pending_max = backlog > 0 ? (unsigned)backlog * 2 + 16 : 144;
-	l->client_net_count = client_net_count < RULE_CLIENT_NETS_MAX ? client_net_count
-								      : RULE_CLIENT_NETS_MAX;
-	memcpy(l->client_nets, client_nets, l->client_net_count * sizeof(*client_nets));
+	l->policy = *policy;
+	if (l->policy.client_net_count > SDP_CLIENT_NETS_MAX)
+		l->policy.client_net_count = SDP_CLIENT_NETS_MAX;
 	SDP_GUARD_ENTER();
 	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
 	if (rc == 0)
@@ -184,7 +184,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	struct sdp_hello_ack_wire ack_wire;
 	struct sdp_hello_ack ack;
 	struct rdma_conn_param param;
-	struct sdp_conn *c = conn_alloc(true);
+	struct sdp_conn *c = conn_alloc(true, &l->policy);
 
 	if (!c) {
 		reject_request(ev->id, SDP_REJECT_RESOURCES);
@@ -267,7 +267,7 @@ void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
 		reject_request(ev->id, code);
 		return;
 	}
-	if (!rule_nets_match(l->client_nets, l->client_net_count, h.tuple.src_addr)) {
+	if (!sdp_nets_match(l->policy.client_nets, l->policy.client_net_count, h.tuple.src_addr)) {
 		sdp_info("refusing an RDMA channel for port %u: the client's network is not in the "
 			 "rule's clients= list; it uses TCP", l->port);
 		reject_request(ev->id, SDP_REJECT_RULE);

@@ -12,11 +12,12 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "base/policy.h"
+#include "base/reason.h"
+#include "base/stats_shm.h"
 #include "core/progress.h"
-#include "core/stats_shm.h"
 #include "core/switch_reader.h"
 #include "core/wire.h"
-#include "ipoib_fallback/reason.h"
 
 struct sdp_conn;
 struct rdma_cm_id;
@@ -157,6 +158,7 @@ struct sdp_conn {
 	enum conn_phase phase;
 	enum conn_close_state close_state;
 	bool is_server;
+	struct sdp_policy policy; /* the path decision's: zero-copy threshold, connect bound */
 	bool async_connect;     /* the progress thread issues the kernel connect */
 	bool app_closed;        /* no fd names it any more: linger, then free */
 	bool destroy_queued;
@@ -246,7 +248,6 @@ struct sdp_conn {
 
 	/* Zero-copy (core/zcopy.c, zc_*.c).  Two windows, one per direction (our
 	 * SrcAvail, our SinkAvail), each bound to one range per transfer. */
-	int64_t zcopy_thresh;      /* 0: off */
 	uint64_t tx_stream_off;    /* bytes the app handed to the stream */
 	uint64_t rx_stream_off;    /* bytes the peer put in the stream, as queued here */
 	struct zc_window win[ZC_WINDOWS];
@@ -325,7 +326,7 @@ struct conn_connect_params {
 	const struct sockaddr *dst;
 	socklen_t dst_len;
 	int app_fd;                /* the app's socket; conn keeps its own dup */
-	unsigned timeout_ms;
+	const struct sdp_policy *policy; /* copied */
 	bool async;                /* non-blocking connect: the kernel connect is ours */
 	void *owner;
 	const struct conn_owner_ops *owner_ops;
@@ -378,8 +379,6 @@ int conn_shutdown(struct sdp_conn *c, int how);
  * (bounded by SDPSHIM_LINGER_MS).  abort: SO_LINGER with l_linger 0.
  * Drops the owner's reference. */
 void conn_app_close(struct sdp_conn *c, bool abort);
-/* Zero-copy threshold of this connection (0: buffer copy only). */
-void conn_set_zcopy_thresh(struct sdp_conn *c, int64_t bytes);
 enum conn_phase conn_get_phase(struct sdp_conn *c);
 enum sdp_reason conn_get_fail_reason(struct sdp_conn *c);
 bool conn_is_server(const struct sdp_conn *c);

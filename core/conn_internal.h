@@ -32,7 +32,7 @@ static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 }
 
 /* setup.c: allocation, QP and buffers, teardown */
-struct sdp_conn *conn_alloc(bool is_server);
+struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy);
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
 		  uint16_t peer_buf_count, enum sdp_reason *reason);
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count);

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
 #include "core/zcopy.h"
-#include "preload/real.h"
 
 const char *conn_phase_name(enum conn_phase phase)
 {
@@ -530,9 +530,3 @@ const struct sockaddr *conn_peer_addr(const struct sdp_conn *c)
 	return (const struct sockaddr *)&c->peer_addr;
 }
 
-void conn_set_zcopy_thresh(struct sdp_conn *c, int64_t bytes)
-{
-	conn_lock(c);
-	c->zcopy_thresh = bytes;
-	conn_unlock(c);
-}

@@ -3,12 +3,12 @@
 #include <errno.h>
 #include <stddef.h>
 
+#include "base/guard.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/cq.h"
 #include "core/dev.h"
-#include "core/log.h"
 #include "core/zcopy.h"
-#include "preload/init.h"
 
 /* After a switch started, a completion only settles bookkeeping: the
  * stream's position was fixed when the QP stopped. */

@@ -8,12 +8,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/cq.h" /* cq_on_channel_ready() */
 #include "core/dev.h"
-#include "core/log.h"
 #include "core/mrcache.h"
-#include "preload/init.h"
-#include "preload/real.h"
 
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sdp_dev *dev_list;

@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
-#include "ipoib_fallback/reason.h"
-#include "ipoib_fallback/rules.h"
+#include "base/policy.h"
+#include "base/reason.h"
 
 struct rdma_cm_id;
 struct sdp_conn;
@@ -23,17 +23,16 @@ struct sdp_listener {
 	unsigned pending_count, pending_max;
 	uint16_t port;
 	bool closing;
-	/* Rule option clients=: the client networks that may open channels
-	 * (none: any). */
-	unsigned client_net_count;
-	struct rule_net client_nets[RULE_CLIENT_NETS_MAX];
+	/* The path decision's, handed to each channel that arrives; its
+	 * client_nets (rule option clients=) may open channels (none: any). */
+	struct sdp_policy policy;
 };
 
 /* Starts listening with rdma_cm on the address and port of a listening TCP
  * socket.  NULL with *reason set when it cannot (no RDMA address there,
  * port taken in the RDMA port space...). */
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
-				     const struct rule_net *client_nets, unsigned client_net_count,
+				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason);
 /* The TCP listener closed: stop accepting channels, drop the pending ones. */
 void listener_close(struct sdp_listener *l);

@@ -8,9 +8,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "base/guard.h"
 #include "core/dev.h"
 #include "core/mrcache.h"
-#include "preload/init.h"
 
 #define MRC_MAX_ENTRIES 64
 #define MRC_MAX_BYTES   (512ull << 20)

@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/zcopy.h"
-#include "preload/real.h"
 
 void conn_lock(struct sdp_conn *c)
 {

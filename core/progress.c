@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/fdtable.h" /* fdt_set(): hidden fds */
+#include "base/guard.h"    /* SDP_GUARD_*: our own libc calls bypass the hooks */
+#include "base/log.h"
+#include "base/real.h"
 #include "core/progress.h"
-#include "preload/fdtable.h" /* fdt_set(): hidden fds */
-#include "preload/init.h"    /* SDP_GUARD_*: our own libc calls bypass the hooks */
-#include "preload/real.h"
 
 struct deferred {
 	void (*fn)(void *arg);

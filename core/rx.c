@@ -5,9 +5,9 @@
 #include <sys/epoll.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
-#include "core/log.h"
 #include "core/zcopy.h"
 
 static struct rx_entry *entry_at(struct sdp_conn *c, uint32_t pos)

@@ -7,20 +7,20 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
-#include "core/log.h"
-#include "core/zcopy.h"
 #include "core/progress.h"
-#include "preload/init.h"
-#include "preload/real.h"
+#include "core/zcopy.h"
 
 #define REQ_MAX_INLINE 256u
 
 static void conn_timer_fired(void *arg);
 
-struct sdp_conn *conn_alloc(bool is_server)
+struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 {
 	struct sdp_conn *c = calloc(1, sizeof(*c));
 
@@ -31,13 +31,13 @@ struct sdp_conn *conn_alloc(bool is_server)
 	pthread_cond_init(&c->cond, NULL);
 	atomic_init(&c->refs, 1);
 	c->is_server = is_server;
+	c->policy = *policy;
 	c->phase = is_server ? CONN_PENDING : CONN_RESOLVING;
 	c->close_state = CLOSE_ACTIVE;
 	c->tcp_fd = -1;
 	c->buf_size = sdp_tun.buf_size;
 	c->buf_count = (uint16_t)sdp_tun.buf_count;
 	c->timer.fn = conn_timer_fired;
-	c->zcopy_thresh = sdp_tun.zcopy_thresh;
 	c->timer.arg = c;
 	c->stall_timer.fn = conn_stall_timer_fired;
 	c->stall_timer.arg = c;

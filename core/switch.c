@@ -14,13 +14,13 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
-#include "core/log.h"
 #include "core/switch_reader.h"
-#include "preload/init.h"
-#include "preload/real.h"
 
 /* Past the peer's kept slots (our receive buffers), a peer resends at most
  * one zero-copy WRITE it took back. */

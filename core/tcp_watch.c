@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
-#include "preload/real.h"
 
 static void on_tcp_ready(struct progress_source *src, uint32_t events);
 

@@ -4,9 +4,9 @@
  * send-queue watchdog. */
 #include <errno.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
-#include "core/log.h"
 
 /* SDPSHIM_DEBUG_ATTACH_DELAY_MS: the held ATTACH goes now. */
 static void release_held_attach(struct sdp_conn *c)

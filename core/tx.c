@@ -5,12 +5,12 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
-#include "core/log.h"
 #include "core/zcopy.h"
-#include "preload/init.h"
 
 /* Control messages that may overtake queued data (they carry no stream
  * position; DETACH comes from a pending server, which has no data); the

@@ -4,13 +4,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
-#include "core/log.h"
 #include "core/mrcache.h"
 #include "core/zc_internal.h"
-#include "preload/init.h"
 
 bool zc_mw_ready(struct sdp_conn *c, struct zc_window *w)
 {
@@ -24,7 +24,7 @@ bool zc_mw_ready(struct sdp_conn *c, struct zc_window *w)
 	if (!w->mw) {
 		sdp_info("cannot allocate a memory window (%s): zero-copy off for this connection",
 			 strerror(errno));
-		c->zcopy_thresh = 0;
+		c->policy.zcopy_thresh = 0;
 		return false;
 	}
 	w->rkey = w->mw->rkey;

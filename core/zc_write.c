@@ -98,7 +98,7 @@ void zc_note_bcopy(struct sdp_conn *c, size_t bytes)
 
 bool zc_sink_eligible(struct sdp_conn *c, size_t room, int flags)
 {
-	return c->zcopy_thresh > 0 && room >= (size_t)c->zcopy_thresh && zc_channel_sound(c) &&
+	return c->policy.zcopy_thresh > 0 && room >= (size_t)c->policy.zcopy_thresh && zc_channel_sound(c) &&
 	       !(flags & (MSG_PEEK | MSG_TRUNC)) && !c->sink.active && !c->win[ZC_WIN_SINK].busy &&
 	       c->rx_bytes_ready == 0 && !zc_head_source(c) && !c->rx_eof && c->dev &&
 	       c->dev->mw_type2 && tx_credits(c) >= 2;

@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
-#include "core/log.h"
 #include "core/zc_internal.h"
 #include "core/zcopy.h"
-#include "preload/init.h"
 
 void zc_count_cache(struct sdp_conn *c, bool hit)
 {
@@ -55,7 +55,7 @@ bool zc_channel_sound(const struct sdp_conn *c)
 
 bool zc_send_eligible(struct sdp_conn *c, size_t len)
 {
-	return c->zcopy_thresh > 0 && len >= (size_t)c->zcopy_thresh && zc_channel_sound(c) &&
+	return c->policy.zcopy_thresh > 0 && len >= (size_t)c->policy.zcopy_thresh && zc_channel_sound(c) &&
 	       c->dev && c->dev->mw_type2;
 }
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "ipoib_fallback/reason.h"
+#include "base/reason.h"
 
 struct negcache;
 

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "ipoib_fallback/negcache.h"
 #include "ipoib_fallback/path.h"
 
@@ -143,7 +143,7 @@ bool path_rdma_device_present(void)
 	return present;
 }
 
-static bool has_cap_ipc_lock(void)
+bool path_has_cap_ipc_lock(void)
 {
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
 	struct __user_cap_data_struct data[2];
@@ -161,15 +161,14 @@ bool path_memlock_allows(uint64_t bytes)
 		return true;
 	if (rl.rlim_cur >= bytes)
 		return true;
-	return has_cap_ipc_lock();
+	return path_has_cap_ipc_lock();
 }
 
 static void decision_init(struct path_decision *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->reason = SDP_REASON_NONE;
-	out->zcopy_thresh = sdp_tun.zcopy_thresh;
-	out->connect_timeout_ms = sdp_tun.connect_timeout_ms;
+	policy_default(&out->policy);
 }
 
 static bool decide_by_rules(enum rule_role role, const struct sockaddr *sa,
@@ -180,11 +179,11 @@ static bool decide_by_rules(enum rule_role role, const struct sockaddr *sa,
 
 	if (rule) {
 		if (rule->zcopy_thresh >= 0)
-			out->zcopy_thresh = rule->zcopy_thresh;
+			out->policy.zcopy_thresh = rule->zcopy_thresh;
 		if (rule->connect_timeout_ms > 0)
-			out->connect_timeout_ms = (unsigned)rule->connect_timeout_ms;
-		out->client_net_count = rule->client_net_count; /* server rules only */
-		memcpy(out->client_nets, rule->client_nets, sizeof(out->client_nets));
+			out->policy.connect_timeout_ms = (unsigned)rule->connect_timeout_ms;
+		out->policy.client_net_count = rule->client_net_count; /* server rules only */
+		memcpy(out->policy.client_nets, rule->client_nets, sizeof(out->policy.client_nets));
 		if (path_mode == RULE_USE_BOTH)
 			use = rule->use;
 	}

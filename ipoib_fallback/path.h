@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "ipoib_fallback/reason.h"
+#include "base/policy.h"
+#include "base/reason.h"
 #include "ipoib_fallback/rules.h"
 
 struct path_decision {
@@ -16,14 +17,9 @@ struct path_decision {
 	bool require_rdma;          /* rule "use rdma": no TCP fallback */
 	bool negcached;             /* reason came from the negative cache */
 	enum sdp_reason reason;     /* SDP_REASON_NONE when try_rdma */
-	int64_t zcopy_thresh;       /* from a rule, else the tunable */
-	unsigned connect_timeout_ms;
-	/* Server: the matching rule's clients= networks, the only client subnets
-	 * that may open RDMA channels (check with rule_nets_match()); 0 when no
-	 * rule matched or it has no clients= (no restriction).  Plain TCP is
-	 * never restricted by them. */
-	unsigned client_net_count;
-	struct rule_net client_nets[RULE_CLIENT_NETS_MAX];
+	/* The matching rule's options over policy_default(); a server's
+	 * client_nets are its rule's clients= (none when no rule matched). */
+	struct sdp_policy policy;
 };
 
 /* Reads SDPSHIM_MODE and the rules file (SDPSHIM_CONFIG, else
@@ -43,6 +39,8 @@ void path_remember_failure(const struct sockaddr *dst, enum sdp_reason reason);
 bool path_rdma_device_present(void);
 /* True if RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows pinning `bytes` more. */
 bool path_memlock_allows(uint64_t bytes);
+/* True if this process has CAP_IPC_LOCK in its effective set. */
+bool path_has_cap_ipc_lock(void);
 
 bool sockaddr_is_loopback(const struct sockaddr *sa);
 bool sockaddr_is_inet(const struct sockaddr *sa, socklen_t len);

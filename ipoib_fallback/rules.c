@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/policy.h"
 #include "ipoib_fallback/rules.h"
-#include "ipoib_fallback/rules_internal.h"
 
 #define RULES_LINE_MAX       4096                 /* bytes per line, without '\n' */
 #define RULES_MAX            10000                /* rules per file */
@@ -294,7 +294,7 @@ static int parse_option_value(const char *key, const char *value, uint64_t min,
 
 /* One clients= entry, "a.b.c.d[/n]", "ipv6[/n]" or "[ipv6][/n]"; IPv4 is
  * stored IPv4-mapped with prefix + 96. */
-static int parse_client_net(const char *entry, size_t len, struct rule_net *net, char *err)
+static int parse_client_net(const char *entry, size_t len, struct sdp_net *net, char *err)
 {
 	char buf[RULES_NET_MAX + 1];
 	uint8_t bytes[16] = { 0 };
@@ -311,7 +311,7 @@ static int parse_client_net(const char *entry, size_t len, struct rule_net *net,
 		return LINE_BAD;
 	memset(net, 0, sizeof(*net));
 	if (family == AF_INET) {
-		memcpy(net->addr, rules_v4_mapped_prefix, sizeof(rules_v4_mapped_prefix));
+		memcpy(net->addr, sdp_v4_mapped_prefix, sizeof(sdp_v4_mapped_prefix));
 		memcpy(net->addr + 12, bytes, 4);
 		net->prefix = (uint8_t)(prefix + 96);
 	} else {
@@ -321,7 +321,7 @@ static int parse_client_net(const char *entry, size_t len, struct rule_net *net,
 	return LINE_RULE;
 }
 
-/* "clients=NET[,NET...]": 1..RULE_CLIENT_NETS_MAX networks, server rules only. */
+/* "clients=NET[,NET...]": 1..SDP_CLIENT_NETS_MAX networks, server rules only. */
 static int parse_client_nets(const char *value, struct sdp_rule *r, char *err)
 {
 	static const char expected[] = "clients=addr[/n][,addr[/n]...]";
@@ -339,7 +339,7 @@ static int parse_client_nets(const char *value, struct sdp_rule *r, char *err)
 		if (len == 0)
 			return fail_token(err, "empty network in clients", value,
 					  "addr[/n] between commas, none empty");
-		if (count == RULE_CLIENT_NETS_MAX)
+		if (count == SDP_CLIENT_NETS_MAX)
 			return fail_token(err, "too many networks in clients", value,
 					  "at most 8 networks");
 		if (parse_client_net(entry, len, &r->client_nets[count], err) == LINE_BAD)

@@ -14,18 +14,12 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "base/policy.h" /* struct sdp_net, SDP_CLIENT_NETS_MAX */
+
 enum rule_use  { RULE_USE_BOTH = 0, RULE_USE_RDMA = 1, RULE_USE_TCP = 2 };
 enum rule_role { RULE_ROLE_SERVER = 1, RULE_ROLE_CLIENT = 2 };
 
 #define RULE_PROG_MAX 128
-#define RULE_CLIENT_NETS_MAX 8
-
-/* A network for option clients=.  IPv4 is stored as IPv4-mapped IPv6
- * (::ffff:a.b.c.d) with prefix + 96, so one comparison serves both families. */
-struct rule_net {
-	uint8_t addr[16];                  /* network order, as written (host bits kept) */
-	uint8_t prefix;                    /* 0..128 */
-};
 
 struct sdp_rule {
 	enum rule_use  use;
@@ -38,7 +32,7 @@ struct sdp_rule {
 	int64_t  zcopy_thresh;             /* option zcopy_thresh=N; -1 when absent */
 	int64_t  connect_timeout_ms;       /* option connect_timeout_ms=N; -1 when absent */
 	unsigned client_net_count;         /* option clients=; 0 when absent (server rules only) */
-	struct rule_net client_nets[RULE_CLIENT_NETS_MAX];
+	struct sdp_net client_nets[SDP_CLIENT_NETS_MAX];
 	unsigned line;                     /* source line number, for diagnostics */
 };
 
@@ -79,12 +73,5 @@ enum rule_use rules_decide(const struct sdp_rules *rules, enum rule_role role,
 
 /* Frees the rules and leaves an empty set (not fail_closed). */
 void rules_free(struct sdp_rules *rules);
-
-/* True if addr (16 bytes, IPv4-mapped for IPv4) lies in one of the nets;
- * count 0 means no restriction (true).  Families stay apart as in rules_match(): an IPv4 net (a mapped address with
- * prefix >= 96) matches only IPv4-mapped addresses, and any other IPv6 net,
- * even ::/0, matches only non-mapped IPv6 addresses.  At most
- * RULE_CLIENT_NETS_MAX nets are read; NULL nets or addr with count > 0 is false. */
-bool rule_nets_match(const struct rule_net *nets, unsigned count, const uint8_t addr[16]);
 
 #endif

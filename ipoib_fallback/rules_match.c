@@ -1,12 +1,11 @@
-/* Finding the first path-choice rule for a connection (rules_match), and
- * whether a client's address is in a server rule's clients= networks. */
+/* Finding the first path-choice rule for a connection (rules_match). */
 #include <arpa/inet.h>
 #include <fnmatch.h>
 #include <netinet/in.h>
 #include <string.h>
 
+#include "base/policy.h"
 #include "ipoib_fallback/rules.h"
-#include "ipoib_fallback/rules_internal.h"
 
 /* An address network to compare against: family, bytes, prefix bits. */
 struct net {
@@ -14,8 +13,6 @@ struct net {
 	const uint8_t *addr;
 	unsigned prefix;
 };
-
-const uint8_t rules_v4_mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 
 /* The peer as a /32 or /128 network; IPv4-mapped IPv6 becomes IPv4. */
 static bool peer_net(const struct sockaddr *sa, struct net *peer, uint16_t *port)
@@ -31,7 +28,7 @@ static bool peer_net(const struct sockaddr *sa, struct net *peer, uint16_t *port
 	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 	const uint8_t *a = in6->sin6_addr.s6_addr;
 	*port = ntohs(in6->sin6_port);
-	if (memcmp(a, rules_v4_mapped_prefix, sizeof(rules_v4_mapped_prefix)) == 0)
+	if (memcmp(a, sdp_v4_mapped_prefix, sizeof(sdp_v4_mapped_prefix)) == 0)
 		*peer = (struct net){ AF_INET, a + 12, 32 };
 	else
 		*peer = (struct net){ AF_INET6, a, 128 };
@@ -46,21 +43,9 @@ static struct net rule_address_net(const struct sdp_rule *r)
 	unsigned prefix = r->prefix > max ? max : r->prefix;
 
 	if (r->family == AF_INET6 && prefix >= 96 &&
-	    memcmp(r->addr, rules_v4_mapped_prefix, sizeof(rules_v4_mapped_prefix)) == 0)
+	    memcmp(r->addr, sdp_v4_mapped_prefix, sizeof(sdp_v4_mapped_prefix)) == 0)
 		return (struct net){ AF_INET, r->addr + 12, prefix - 96 };
 	return (struct net){ r->family, r->addr, prefix };
-}
-
-static bool prefix_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
-{
-	unsigned whole = bits / 8, rest = bits % 8;
-
-	if (memcmp(a, b, whole) != 0)
-		return false;
-	if (rest == 0)
-		return true;
-	uint8_t mask = (uint8_t)(0xff << (8 - rest));
-	return (a[whole] & mask) == (b[whole] & mask);
 }
 
 static bool address_matches(const struct sdp_rule *r, const struct net *peer)
@@ -68,7 +53,7 @@ static bool address_matches(const struct sdp_rule *r, const struct net *peer)
 	if (r->family == AF_UNSPEC)
 		return true;
 	struct net rn = rule_address_net(r);
-	return rn.family == peer->family && prefix_equal(rn.addr, peer->addr, rn.prefix);
+	return rn.family == peer->family && sdp_prefix_equal(rn.addr, peer->addr, rn.prefix);
 }
 
 static bool program_matches(const struct sdp_rule *r, const char *progname)
@@ -119,28 +104,4 @@ enum rule_use rules_decide(const struct sdp_rules *rules, enum rule_role role,
 	const struct sdp_rule *r = rules_match(rules, role, progname, addr);
 
 	return r != NULL ? r->use : RULE_USE_BOTH;
-}
-
-/* Inside ::ffff:0:0/96: an IPv4 address written as IPv6. */
-static bool is_v4_mapped(const uint8_t addr[16])
-{
-	return memcmp(addr, rules_v4_mapped_prefix, sizeof(rules_v4_mapped_prefix)) == 0;
-}
-
-bool rule_nets_match(const struct rule_net *nets, unsigned count, const uint8_t addr[16])
-{
-	if (count == 0)
-		return true;
-	if (nets == NULL || addr == NULL)
-		return false;
-	if (count > RULE_CLIENT_NETS_MAX)
-		count = RULE_CLIENT_NETS_MAX;
-	bool addr_v4 = is_v4_mapped(addr);
-	for (unsigned i = 0; i < count; i++) {
-		unsigned prefix = nets[i].prefix > 128 ? 128 : nets[i].prefix;
-		bool net_v4 = prefix >= 96 && is_v4_mapped(nets[i].addr);
-		if (net_v4 == addr_v4 && prefix_equal(nets[i].addr, addr, prefix))
-			return true;
-	}
-	return false;
 }

@@ -6,12 +6,12 @@
 #include <netinet/in.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn.h"
 #include "core/listener.h"
-#include "core/log.h"
 #include "ipoib_fallback/path.h"
 #include "preload/connect.h"
-#include "preload/real.h"
 #include "preload/sock_rdma.h"
 
 static void note_remote(struct sdp_sock *s, int fd, const struct sockaddr *addr)
@@ -80,7 +80,7 @@ static int connect_rdma(struct sdp_sock *s, int fd, const struct sockaddr *addr,
 			const struct path_decision *d)
 {
 	struct conn_connect_params p = {
-		.dst = addr, .dst_len = len, .app_fd = fd, .timeout_ms = d->connect_timeout_ms,
+		.dst = addr, .dst_len = len, .app_fd = fd, .policy = &d->policy,
 		.async = s->nonblock, .owner = s, .owner_ops = &sock_conn_ops, .st = s->st,
 	};
 	enum sdp_reason reason = SDP_REASON_RDMA_CM_ERROR;
@@ -131,7 +131,6 @@ int sock_connect(struct sdp_sock *s, int fd, const struct sockaddr *addr, sockle
 	sock_set_role(s, STATS_ROLE_CLIENT);
 	path_decide_client(addr, &d);
 	s->require_rdma = d.require_rdma;
-	s->zcopy_thresh = d.zcopy_thresh;
 	if (!d.try_rdma && d.require_rdma && d.reason != SDP_REASON_RULE_TCP)
 		return refuse_without_rdma(s, fd, d.reason, d.negcached);
 	if (!d.try_rdma)
@@ -160,8 +159,7 @@ int sock_listen(struct sdp_sock *s, int fd, int backlog)
 	reason = d.reason;
 	pthread_mutex_lock(&s->lock);
 	if (d.try_rdma) {
-		s->lsn = listener_create((struct sockaddr *)&local, backlog, d.client_nets,
-					 d.client_net_count, &reason);
+		s->lsn = listener_create((struct sockaddr *)&local, backlog, &d.policy, &reason);
 		if (s->lsn)
 			reason = SDP_REASON_NONE;
 	}
@@ -170,7 +168,6 @@ int sock_listen(struct sdp_sock *s, int fd, int backlog)
 	s->st->reason = (uint16_t)reason;
 	stats_slot_end(s->st);
 	s->require_rdma = d.require_rdma;
-	s->zcopy_thresh = d.zcopy_thresh;
 	s->owner_pid = getpid();
 	sock_set_mode(s, SOCK_MODE_LISTEN);
 	pthread_mutex_unlock(&s->lock);
@@ -240,7 +237,6 @@ int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *l
 			break;
 		sock_set_role(ns, STATS_ROLE_SERVER);
 		sock_note_addresses(ns, nfd);
-		ns->zcopy_thresh = ls->zcopy_thresh;
 		if (attach_channel(ls, ns, nfd))
 			break;
 		sock_set_tcp(ns, accepted_tcp_reason(ls, ns), false);

@@ -7,9 +7,9 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "base/real.h"
 #include "core/conn.h"
 #include "preload/ctl.h"
-#include "preload/real.h"
 #include "preload/sock_rdma.h"
 
 static int int_opt(int fd, int level, int name)

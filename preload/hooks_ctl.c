@@ -7,9 +7,9 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "base/real.h"
 #include "preload/ctl.h" /* ctl_*() for RDMA-backed sockets */
 #include "preload/init.h"
-#include "preload/real.h"
 #include "preload/sock.h"
 
 static int timeval_to_ms(const void *val, socklen_t len)

@@ -9,12 +9,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/real.h"
 #include "preload/init.h"
 #include "preload/rdma_io.h" /* rdma_io_recv(), rdma_io_send(), rdma_io_sendfile() */
-#include "preload/real.h"
 #include "preload/sock.h"
 
-#include "preload/fortify.h"
+#include "base/fortify.h"
 
 /* libc's function, for an fd the table does not hold.  Before
  * initialisation the table is empty, so a process's first calls come here

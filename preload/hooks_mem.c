@@ -10,9 +10,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/real.h"
 #include "core/mrcache.h"
 #include "preload/init.h"
-#include "preload/real.h"
 
 void __libc_free(void *ptr);
 void *__libc_realloc(void *ptr, size_t size);

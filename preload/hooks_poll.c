@@ -8,12 +8,12 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
+#include "base/real.h"
 #include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/readiness.h" /* rdy_*() */
-#include "preload/real.h"
 
-#include "preload/fortify.h"
+#include "base/fortify.h"
 
 #define SLOW __attribute__((noinline, cold))
 

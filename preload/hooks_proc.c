@@ -6,11 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/real.h"
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
 #include "preload/init.h"
 #include "preload/procs.h"
-#include "preload/real.h"
 #include "preload/sock.h"
 #include "preload/sock_rdma.h"
 

@@ -6,12 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "ipoib_fallback/path.h"
 #include "preload/connect.h" /* sock_connect(), sock_accept(), sock_listen() */
 #include "preload/init.h"
 #include "preload/readiness.h" /* rdy_epoll_forget() */
-#include "preload/real.h"
 #include "preload/sock.h"
 
 static bool is_tcp_candidate(int domain, int type, int protocol)

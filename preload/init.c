@@ -12,19 +12,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/fdtable.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
-#include "preload/fdtable.h"
 #include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/procs.h" /* proc_atfork_*() */
-#include "preload/real.h"
 #include "preload/sock.h"
 
 volatile bool sdp_ready;
-__thread int sdp_in_lib;
 /* Closed until initialisation has finished (preload/gate.h). */
 _Atomic int sdp_gates[GATE_COUNT] = { [0 ... GATE_COUNT - 1] = 1 };
 

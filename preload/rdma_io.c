@@ -8,11 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/real.h"
 #include "core/conn.h"
-#include "core/log.h"
 #include "preload/init.h"
 #include "preload/rdma_io.h"
-#include "preload/real.h"
 #include "preload/sock_rdma.h"
 
 static ssize_t set_errno(ssize_t rc)

@@ -12,7 +12,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
-#include "preload/fdtable.h"
+#include "base/fdtable.h"
 
 /* True when any socket of this process is RDMA-backed (or connecting).
  * Meaningful once initialised (before, it says true). */

@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 
+#include "base/real.h"
 #include "core/conn.h"
 #include "core/progress.h"
 #include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/readiness.h"
 #include "preload/readiness_internal.h"
-#include "preload/real.h"
 #include "preload/sock.h"
 
 struct sdp_epoll {

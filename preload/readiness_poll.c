@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/real.h"
 #include "core/conn.h"
 #include "preload/gate.h"
 #include "preload/readiness.h"
 #include "preload/readiness_internal.h"
-#include "preload/real.h"
 #include "preload/sock.h"
 
 /* GATE_POLL counts the RDMA-backed sockets (once initialised). */

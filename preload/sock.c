@@ -9,10 +9,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "preload/gate.h"
-#include "preload/real.h"
 #include "preload/sock.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
 
@@ -35,7 +35,7 @@ void sock_table_unlock(void)
 
 /* Called with table_lock held.  The segment is named and owned by the
  * effective uid: `sdpshim stat` reads only a file owned by the uid in its
- * name (core/stats_shm.h). */
+ * name (base/stats_shm.h). */
 static struct stats_seg *seg_locked(void)
 {
 	pid_t pid = getpid();
@@ -116,7 +116,6 @@ struct sdp_sock *sock_track(int fd, int family, bool nonblock)
 	s->rcvtimeo_ms = -1;
 	s->sndtimeo_ms = -1;
 	s->primary_fd = fd;
-	s->zcopy_thresh = sdp_tun.zcopy_thresh;
 	atomic_init(&s->mode, SOCK_MODE_FRESH);
 	atomic_init(&s->fd_refs, 1);
 	atomic_init(&s->obj_refs, 1);

@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "core/stats_shm.h"
+#include "base/fdtable.h"
+#include "base/reason.h"
+#include "base/stats_shm.h"
 #include "ipoib_fallback/path.h"
-#include "ipoib_fallback/reason.h"
-#include "preload/fdtable.h"
 
 /* Explicit states; transitions are listed next to each state. */
 enum sock_mode {
@@ -25,7 +25,7 @@ enum sock_mode {
 
 struct sdp_conn;     /* core/conn.h: the RDMA channel */
 struct sdp_listener; /* core/listener.h: the rdma_cm listener */
-struct ep_reg;       /* preload/epoll_shadow.c: epoll registrations */
+struct ep_reg;       /* preload/readiness_epoll.c: epoll registrations */
 
 struct sdp_sock {
 	pthread_mutex_t lock;       /* mode, conn, lsn, regs */
@@ -39,7 +39,6 @@ struct sdp_sock {
 	bool shared_with_child;     /* a fork gave a child a copy of this socket */
 	bool from_parent;           /* this process got it from its parent by fork */
 	uint32_t fork_gen;          /* last fork handled (one visit per socket) */
-	int64_t zcopy_thresh;
 	int rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO/SO_SNDTIMEO, -1 = none */
 	struct linger linger;
 	pid_t owner_pid;            /* process that created the RDMA state */

@@ -7,20 +7,19 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/fdtable.h"
+#include "base/log.h"
+#include "base/real.h"
 #include "core/progress.h"
-#include "preload/fdtable.h"
 #include "ipoib_fallback/path.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
-#include "preload/real.h"
 #include "preload/sock_rdma.h"
 
 void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c)
 {
 	s->conn = c;
 	s->owner_pid = getpid();
-	conn_set_zcopy_thresh(c, s->zcopy_thresh);
 	sock_set_mode(s, SOCK_MODE_RDMA);
 	rdy_sock_to_rdma(s);
 }

@@ -38,7 +38,7 @@ static void check_rule(const struct sdp_rule *r)
 	    (r->family != AF_UNSPEC && r->family != AF_INET && r->family != AF_INET6) ||
 	    r->zcopy_thresh < -1 || r->zcopy_thresh > ((int64_t)1 << 40) ||
 	    r->connect_timeout_ms < -1 || r->connect_timeout_ms == 0 ||
-	    r->connect_timeout_ms > 600000 || r->client_net_count > RULE_CLIENT_NETS_MAX ||
+	    r->connect_timeout_ms > 600000 || r->client_net_count > SDP_CLIENT_NETS_MAX ||
 	    (r->client_net_count > 0 && r->role != RULE_ROLE_SERVER))
 		__builtin_trap();
 	for (unsigned i = 0; i < r->client_net_count; i++)
@@ -66,7 +66,7 @@ static void set_v6(struct sockaddr_storage *ss, const char *ip, uint16_t port)
 	inet_pton(AF_INET6, ip, &in6->sin6_addr);
 }
 
-/* The peer's address as rule_nets_match() takes it: IPv4 mapped. */
+/* The peer's address as sdp_nets_match() takes it: IPv4 mapped. */
 static void addr16_of(const struct sockaddr_storage *ss, uint8_t out[16])
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
@@ -111,7 +111,7 @@ static void match_some_peers(const struct sdp_rules *rules)
 		const struct sdp_rule *r = &rules->rule[i];
 		for (size_t a = 0; a < sizeof(peers) / sizeof(peers[0]); a++) {
 			addr16_of(&peers[a], addr);
-			if (!rule_nets_match(r->client_nets, r->client_net_count, addr) &&
+			if (!sdp_nets_match(r->client_nets, r->client_net_count, addr) &&
 			    r->client_net_count == 0)
 				__builtin_trap();
 		}

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the stats segment reader (core/stats_read.c): the
+/* libFuzzer harness for the stats segment reader (base/stats_read.c): the
  * parsers `sdpshim stat` runs on a segment it copied out of /dev/shm, where
  * any local user may have written anything.
  *
@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
+#include "base/stats_shm.h"
 #include "tests/fuzz/fuzz.h"
-#include "core/stats_shm.h"
 
 #define HDR_SIZE sizeof(struct sdp_proc_stats)
 #define SLOT_SIZE sizeof(struct sdp_conn_stats)

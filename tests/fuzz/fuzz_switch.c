@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "base/reason.h"
 #include "tests/fuzz/fuzz.h"
-#include "ipoib_fallback/reason.h"
 
 _Static_assert(offsetof(struct sdp_switch_wire, version) == 4, "layout");
 _Static_assert(offsetof(struct sdp_switch_wire, reason) == 5, "layout");

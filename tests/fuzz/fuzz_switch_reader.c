@@ -17,9 +17,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "tests/fuzz/fuzz.h"
+#include "base/reason.h"
 #include "core/switch_reader.h"
-#include "ipoib_fallback/reason.h"
+#include "tests/fuzz/fuzz.h"
 
 struct expect {
 	bool bad;

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the sock_diag reply parser of ipoib_fallback/tcp_diag.c:
+/* libFuzzer harness for the sock_diag reply parser of core/tcp_diag.c:
  * tcp_diag_parse_reply, the verdict on the kernel's answer to the exact
  * lookup of a connection's server end (accepted by some process, still
  * queued, or sock_diag unusable).
@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "base/real.h"
+#include "core/tcp_diag.h"
 #include "tests/fuzz/fuzz.h"
-#include "ipoib_fallback/tcp_diag.h"
-#include "preload/real.h"
 
 struct real_libc real; /* tcp_diag.c's socket calls; the parser makes none */
 

@@ -3,7 +3,7 @@
 tests/fuzz/corpus/<harness>/, from the layouts of core/wire.h: a few valid
 inputs per harness and a few that break exactly one rule (near-valid).  Each
 corpus directory is rewritten whole, so the output depends on this file (and
-the reason list of ipoib_fallback/reason.h) only.  Also makes sure every
+the reason list of base/reason.h) only.  Also makes sure every
 harness has tests/fuzz/regressions/<harness>/ (with a .gitkeep); it never
 touches the inputs kept there.
 
@@ -37,12 +37,12 @@ NONCE_B = bytes(range(0xf0, 0x100))
 
 
 def reasons():
-    """The sdp_reason names in enum order (ipoib_fallback/reason.h)."""
+    """The sdp_reason names in enum order (base/reason.h)."""
     with open(os.path.join(REPO, "ipoib_fallback", "reason.h")) as f:
         text = f.read()
     names = re.findall(r"^\s*X\((\w+),", text, re.M)
     if not names or names[0] != "NONE":
-        sys.exit("make_seeds.py: cannot read the reason list of ipoib_fallback/reason.h")
+        sys.exit("make_seeds.py: cannot read the reason list of base/reason.h")
     return names
 
 
@@ -321,7 +321,7 @@ def tcp_diag_seeds():
     }
 
 
-# The stats segment (core/stats_shm.h), little-endian as the writer lays it out
+# The stats segment (base/stats_shm.h), little-endian as the writer lays it out
 # on the hosts sdpshim runs on: a 408-byte header, then 184-byte slots.
 STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
 STATS_VERSION = 1

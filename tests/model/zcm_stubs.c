@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "preload/real.h"
+#include "base/config.h"
+#include "base/real.h"
 #include "zcm_internal.h"
 
 #define WEAK __attribute__((weak))

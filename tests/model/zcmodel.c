@@ -10,8 +10,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "zcm_internal.h"
 
 struct zcm_state zcm;
@@ -284,7 +284,7 @@ static struct sdp_conn *make_conn(void)
 	c->close_state = CLOSE_ACTIVE;
 	c->established = true;
 	c->tcp_fd = -1;
-	c->zcopy_thresh = sdp_tun.zcopy_thresh;
+	policy_default(&c->policy);
 	c->timer.fn = conn_timer_cb;
 	c->timer.arg = c;
 	c->stall_timer.fn = conn_stall_timer_fired;

@@ -1,38 +1,52 @@
 #!/usr/bin/env bats
-# Native suite, part 05: the library's include layers (issue 14).  No include
-# may go up a layer (core/ or ipoib_fallback/ into preload/) or across to the
-# sibling folder unless tests/layers.allow still lists it; the list may only
-# shrink (tests/check-layers.sh).
+# Native suite, part 05: the library's include layers (issue 14).  From the
+# bottom: base/; core/ and ipoib_fallback/ (siblings); preload/; tools/.  No
+# include may go up a layer or across to the sibling folder unless
+# tests/layers.allow names it, and that list is empty
+# (tests/check-layers.sh).
 
 load ../helpers
 
-@test "layers: every include that goes up or across is one the allow list still names" {
+@test "layers: no include goes up a layer or across, and the allow list is empty" {
   run "$BATS_TEST_DIRNAME/../check-layers.sh"
   echo "$output"
   [ "$status" -eq 0 ]
+  [[ "$output" == *"0 crossings left"* ]]
+  run grep -cv '^#' "$BATS_TEST_DIRNAME/../layers.allow"
+  [ "$output" = 0 ]
 }
 
-# The check must be able to fail: on a copy of the tree, plant an upward
-# include, then drop a listed crossing's include.
-@test "layers: a new upward include, and a listed crossing that is gone, both fail the check" {
-  local copy="$BATS_TEST_TMPDIR/tree"
+# The check must be able to fail: on a copy of the tree, plant an include of
+# each kind of crossing, then list a crossing that does not exist.
+@test "layers: an upward or sideways include, and a listed crossing that is gone, fail the check" {
+  local copy="$BATS_TEST_TMPDIR/tree" top="$BATS_TEST_DIRNAME/../.."
   mkdir -p "$copy/tests"
-  cp -r "$BATS_TEST_DIRNAME/../../core" "$BATS_TEST_DIRNAME/../../ipoib_fallback" \
-        "$BATS_TEST_DIRNAME/../../preload" "$copy/"
+  cp -r "$top/base" "$top/core" "$top/ipoib_fallback" "$top/preload" "$top/tools" "$copy/"
   cp "$BATS_TEST_DIRNAME/../check-layers.sh" "$BATS_TEST_DIRNAME/../layers.allow" "$copy/tests/"
   run "$copy/tests/check-layers.sh"
   [ "$status" -eq 0 ]
 
-  echo '#include "preload/sock.h"' >> "$copy/core/wire.h"
-  run "$copy/tests/check-layers.sh"
-  echo "$output"
-  [ "$status" -eq 1 ]
-  [[ "$output" == *"new crossing"*"core/wire.h -> preload/sock.h"* ]]
+  local planted
+  for planted in "core/wire.h:preload/sock.h" "base/log.h:core/wire.h" \
+                 "ipoib_fallback/path.h:core/conn.h" "core/conn.h:ipoib_fallback/path.h" \
+                 "preload/sock.h:tools/cli.h"; do
+    local file=${planted%%:*} hdr=${planted#*:}
+    echo "#include \"$hdr\"" >> "$copy/$file"
+    run "$copy/tests/check-layers.sh"
+    echo "$output"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"new crossing"*"$file -> $hdr"* ]]
+    sed -i "\\|#include \"$hdr\"|d" "$copy/$file"
+  done
 
-  sed -i '/#include "preload\/sock.h"/d' "$copy/core/wire.h"
-  sed -i '/#include "preload\/fdtable.h"/d' "$copy/core/progress.c"
+  # A downward include is no crossing.
+  echo '#include "base/log.h"' >> "$copy/tools/cli.h"
+  run "$copy/tests/check-layers.sh"
+  [ "$status" -eq 0 ]
+
+  echo "core/progress.c -> preload/sock.h" >> "$copy/tests/layers.allow"
   run "$copy/tests/check-layers.sh"
   echo "$output"
   [ "$status" -eq 1 ]
-  [[ "$output" == *"gone"*"core/progress.c -> preload/fdtable.h"* ]]
+  [[ "$output" == *"gone"*"core/progress.c -> preload/sock.h"* ]]
 }

@@ -135,7 +135,7 @@ for path in sys.argv[2:]:
         print("%s: %s refused: %s" % (path, mode, e.strerror))
 EOF
   # mkseg.py PATH PID UID [SLOT_COUNT [TRUNCATE_TO]]: a segment image (layout
-  # of core/stats_shm.h) with 8 slots, one live connection to 6.6.6.6:666.
+  # of base/stats_shm.h) with 8 slots, one live connection to 6.6.6.6:666.
   cat >"$d/mkseg.py" <<'EOF'
 import struct, sys
 

@@ -114,8 +114,8 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/wire.h"
-#include "rogue.h"
 #include "progutil.h"
+#include "rogue.h"
 
 #define MAX_CONNS        256
 #define CTRL_SLOTS       8u

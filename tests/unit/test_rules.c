@@ -1046,7 +1046,7 @@ static const struct special_case special_cases[] = {
 	  test_file_unreadable_fails_closed },
 };
 
-/* ---- 6. option clients=: stored networks and rule_nets_match() --------------- */
+/* ---- 6. option clients=: stored networks and sdp_nets_match() --------------- */
 
 /* Parses "use rdma server * *:* clients=<value>" (or no option for NULL). */
 static int parse_clients(const char *value, struct sdp_rules *r, struct diag_capture *d)
@@ -1081,7 +1081,7 @@ struct client_net_case {
 	const char *desc;
 	const char *text;      /* a whole rule line */
 	unsigned count;
-	struct want_net nets[RULE_CLIENT_NETS_MAX];
+	struct want_net nets[SDP_CLIENT_NETS_MAX];
 };
 
 static const struct client_net_case client_net_cases[] = {
@@ -1129,7 +1129,7 @@ static void run_client_net_case(const struct client_net_case *c)
 		ok = check(r.rule[0].client_net_count == c->count, "count %u, want %u",
 			   r.rule[0].client_net_count, c->count);
 	for (unsigned i = 0; ok && i < c->count; i++) {
-		const struct rule_net *n = &r.rule[0].client_nets[i];
+		const struct sdp_net *n = &r.rule[0].client_nets[i];
 		ok &= check(addr16(c->nets[i].addr, want), "bad test address %s", c->nets[i].addr);
 		ok &= check(memcmp(n->addr, want, 16) == 0, "net %u: bytes differ from %s", i,
 			    c->nets[i].addr);
@@ -1198,7 +1198,7 @@ static void run_nets_match_case(const struct nets_match_case *c)
 	ok &= check(addr16(c->ip, addr), "bad test address %s", c->ip);
 	if (ok) {
 		const struct sdp_rule *rule = &r.rule[0];
-		bool got = rule_nets_match(rule->client_nets, rule->client_net_count, addr);
+		bool got = sdp_nets_match(rule->client_nets, rule->client_net_count, addr);
 		ok = check(got == c->want, "%s in {%s}: %d, want %d", c->ip,
 			   c->clients ? c->clients : "", got, c->want);
 	}
@@ -1208,31 +1208,31 @@ static void run_nets_match_case(const struct nets_match_case *c)
 
 static int test_nets_match_degenerate(void)
 {
-	struct rule_net nets[RULE_CLIENT_NETS_MAX + 1];
+	struct sdp_net nets[SDP_CLIENT_NETS_MAX + 1];
 	uint8_t addr[16], other[16];
 	int ok = check(addr16("10.1.2.3", addr) && addr16("10.9.9.9", other), "addresses");
 
 	memset(nets, 0, sizeof(nets));
-	ok &= check(rule_nets_match(NULL, 0, addr), "NULL nets, count 0: no restriction");
-	ok &= check(rule_nets_match(NULL, 0, NULL), "count 0 with NULL addr: no restriction");
-	ok &= check(!rule_nets_match(NULL, 1, addr), "NULL nets, count 1: refused");
+	ok &= check(sdp_nets_match(NULL, 0, addr), "NULL nets, count 0: no restriction");
+	ok &= check(sdp_nets_match(NULL, 0, NULL), "count 0 with NULL addr: no restriction");
+	ok &= check(!sdp_nets_match(NULL, 1, addr), "NULL nets, count 1: refused");
 	/* Every zero net is "::/0": IPv6 only. */
-	ok &= check(!rule_nets_match(nets, 1, addr), "::/0 does not admit IPv4");
-	ok &= check(!rule_nets_match(nets, 1, NULL), "NULL addr, count 1: refused");
-	/* Only the 9th admits: it is beyond RULE_CLIENT_NETS_MAX and not read. */
-	for (unsigned i = 0; i < RULE_CLIENT_NETS_MAX; i++) {
+	ok &= check(!sdp_nets_match(nets, 1, addr), "::/0 does not admit IPv4");
+	ok &= check(!sdp_nets_match(nets, 1, NULL), "NULL addr, count 1: refused");
+	/* Only the 9th admits: it is beyond SDP_CLIENT_NETS_MAX and not read. */
+	for (unsigned i = 0; i < SDP_CLIENT_NETS_MAX; i++) {
 		addr16("192.0.2.1", nets[i].addr);
 		nets[i].prefix = 128;
 	}
-	memcpy(nets[RULE_CLIENT_NETS_MAX].addr, addr, 16);
-	nets[RULE_CLIENT_NETS_MAX].prefix = 128;
-	ok &= check(!rule_nets_match(nets, RULE_CLIENT_NETS_MAX + 1, addr), "count above 8 is capped");
-	ok &= check(rule_nets_match(nets + 1, RULE_CLIENT_NETS_MAX, addr), "8th net read");
+	memcpy(nets[SDP_CLIENT_NETS_MAX].addr, addr, 16);
+	nets[SDP_CLIENT_NETS_MAX].prefix = 128;
+	ok &= check(!sdp_nets_match(nets, SDP_CLIENT_NETS_MAX + 1, addr), "count above 8 is capped");
+	ok &= check(sdp_nets_match(nets + 1, SDP_CLIENT_NETS_MAX, addr), "8th net read");
 	/* A prefix above 128 (never parsed) is an exact match. */
 	memcpy(nets[0].addr, addr, 16);
 	nets[0].prefix = 200;
-	ok &= check(rule_nets_match(nets, 1, addr), "prefix 200 as 128: same address");
-	ok &= check(!rule_nets_match(nets, 1, other), "prefix 200 as 128: other address");
+	ok &= check(sdp_nets_match(nets, 1, addr), "prefix 200 as 128: same address");
+	ok &= check(!sdp_nets_match(nets, 1, other), "prefix 200 as 128: other address");
 	return ok;
 }
 
@@ -1259,40 +1259,40 @@ static int test_path_decision_carries_nets(void)
 
 	ss = make_addr("10.0.0.1", 7000);
 	path_decide_server((struct sockaddr *)&ss, &dec);
-	ok = check(dec.client_net_count == 2, "7000: count %u, want 2", dec.client_net_count);
-	ok &= check(addr16("::ffff:10.1.0.0", a) && memcmp(dec.client_nets[0].addr, a, 16) == 0 &&
-		    dec.client_nets[0].prefix == 112, "7000: first net");
-	ok &= check(addr16("fd00::", a) && memcmp(dec.client_nets[1].addr, a, 16) == 0 &&
-		    dec.client_nets[1].prefix == 8, "7000: second net");
-	ok &= check(addr16("10.1.7.7", a) && rule_nets_match(dec.client_nets, dec.client_net_count, a),
+	ok = check(dec.policy.client_net_count == 2, "7000: count %u, want 2", dec.policy.client_net_count);
+	ok &= check(addr16("::ffff:10.1.0.0", a) && memcmp(dec.policy.client_nets[0].addr, a, 16) == 0 &&
+		    dec.policy.client_nets[0].prefix == 112, "7000: first net");
+	ok &= check(addr16("fd00::", a) && memcmp(dec.policy.client_nets[1].addr, a, 16) == 0 &&
+		    dec.policy.client_nets[1].prefix == 8, "7000: second net");
+	ok &= check(addr16("10.1.7.7", a) && sdp_nets_match(dec.policy.client_nets, dec.policy.client_net_count, a),
 		    "7000: 10.1.7.7 admitted");
-	ok &= check(addr16("10.2.7.7", a) && !rule_nets_match(dec.client_nets, dec.client_net_count, a),
+	ok &= check(addr16("10.2.7.7", a) && !sdp_nets_match(dec.policy.client_nets, dec.policy.client_net_count, a),
 		    "7000: 10.2.7.7 refused");
 
 	ss = make_addr("fd00::1", 7001);
 	path_decide_server((struct sockaddr *)&ss, &dec);
-	ok &= check(dec.client_net_count == 0 && dec.zcopy_thresh == 4096,
-		    "7001 (no clients=): count %u, zcopy %lld", dec.client_net_count,
-		    (long long)dec.zcopy_thresh);
+	ok &= check(dec.policy.client_net_count == 0 && dec.policy.zcopy_thresh == 4096,
+		    "7001 (no clients=): count %u, zcopy %lld", dec.policy.client_net_count,
+		    (long long)dec.policy.zcopy_thresh);
 
 	ss = make_addr("10.0.0.1", 7002);
 	path_decide_server((struct sockaddr *)&ss, &dec);
-	ok &= check(dec.client_net_count == 1 && dec.reason == SDP_REASON_RULE_TCP,
-		    "7002 (use tcp): count %u, reason %d", dec.client_net_count, dec.reason);
+	ok &= check(dec.policy.client_net_count == 1 && dec.reason == SDP_REASON_RULE_TCP,
+		    "7002 (use tcp): count %u, reason %d", dec.policy.client_net_count, dec.reason);
 
 	ss = make_addr("10.0.0.1", 7003);
 	path_decide_server((struct sockaddr *)&ss, &dec);
-	ok &= check(dec.client_net_count == 0, "7003 (no rule): count %u", dec.client_net_count);
+	ok &= check(dec.policy.client_net_count == 0, "7003 (no rule): count %u", dec.policy.client_net_count);
 
 	ss = make_addr("10.0.0.1", 7000);
 	path_decide_client((struct sockaddr *)&ss, &dec);
-	ok &= check(dec.client_net_count == 0, "client decision: count %u", dec.client_net_count);
+	ok &= check(dec.policy.client_net_count == 0, "client decision: count %u", dec.policy.client_net_count);
 	unsetenv("SDPSHIM_CONFIG");
 	return ok;
 }
 
 static const struct special_case nets_special_cases[] = {
-	{ "rule_nets_match: NULL, zero nets, count cap, prefix cap", test_nets_match_degenerate },
+	{ "sdp_nets_match: NULL, zero nets, count cap, prefix cap", test_nets_match_degenerate },
 	{ "path_decide_server carries the rule's clients= networks", test_path_decision_carries_nets },
 };
 

@@ -1,5 +1,5 @@
-/* Unit tests (TAP) for the stats segment's trust rules (core/stats_shm.c,
- * core/stats_read.c): the writer creates its file exclusively and never
+/* Unit tests (TAP) for the stats segment's trust rules (base/stats_shm.c,
+ * base/stats_read.c): the writer creates its file exclusively and never
  * opens one someone else put under its name (another user's file, a
  * symlink, a file with two links), reuses only a stale file of its own, and
  * allocates slots from private geometry whatever the shared header says; the
@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/stats_shm.h"
+#include "base/stats_shm.h"
 #include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,4 +1,4 @@
-/* Unit tests (TAP) for ipoib_fallback/tcp_diag.c against this machine's
+/* Unit tests (TAP) for core/tcp_diag.c against this machine's
  * kernel: a connection waiting in the listen queue is not accepted, the
  * same connection after accept() is, a tuple of no connection (answered
  * with the listener) is not, over IPv4 and IPv6 loopback. */
@@ -8,8 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ipoib_fallback/tcp_diag.h"
-#include "preload/real.h"
+#include "base/real.h"
+#include "core/tcp_diag.h"
 #include "tap.h"
 
 struct real_libc real; /* the module calls libc through this table */

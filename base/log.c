@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 int sdp_log_level = SDP_LOG_WARN;
 

@@ -19,12 +19,12 @@
 
 #include <infiniband/verbs.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/reason.h"
 #include "ipoib_fallback/path.h"
-#include "ipoib_fallback/reason.h"
 #include "ipoib_fallback/rules.h"
-#include "preload/cli.h"
+#include "tools/cli.h"
 
 #define SYS_IB "/sys/class/infiniband"
 #define SYS_NET "/sys/class/net"
@@ -280,16 +280,6 @@ static void report_devices(void)
 
 /* ---- memory locking ------------------------------------------------------- */
 
-static bool has_cap_ipc_lock(void)
-{
-	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct data[2];
-
-	if (syscall(SYS_capget, &hdr, data) != 0)
-		return false;
-	return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
-}
-
 static const char *rlim_text(rlim_t v, char *buf, size_t len)
 {
 	char human[32];
@@ -312,7 +302,7 @@ static void print_memlock_advice(void)
 static void report_memlock(void)
 {
 	uint64_t per_conn = 2ull * sdp_tun.buf_size * sdp_tun.buf_count;
-	bool cap = has_cap_ipc_lock();
+	bool cap = path_has_cap_ipc_lock();
 	char soft[64], hard[64], human[32];
 	struct rlimit rl;
 
@@ -654,7 +644,7 @@ static void report_verdict(const union any_addr *dst)
 	path_decide_client(&dst->sa, &d);
 	if (d.try_rdma) {
 		printf("  verdict: try RDMA first (connect timeout %u ms, zero-copy from %" PRId64
-		       " bytes)%s\n", d.connect_timeout_ms, d.zcopy_thresh,
+		       " bytes)%s\n", d.policy.connect_timeout_ms, d.policy.zcopy_thresh,
 		       d.require_rdma ? "; a rule requires RDMA, so there is no TCP fallback"
 				      : "; kernel TCP if the peer does not run sdpshim");
 		return;

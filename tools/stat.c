@@ -1,6 +1,6 @@
 /* `sdpshim stat`: reads the shared-memory stats segments of preloaded
  * processes and prints their connections as a table or as one JSON document.
- * Each segment is read once into private copies (core/stats_read.c checks
+ * Each segment is read once into private copies (base/stats_read.c checks
  * the file's type and owner and every field); a file it refuses is named on
  * stderr and skipped, and the others are still shown. */
 #include <dirent.h>
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/stats_shm.h"
-#include "preload/cli.h"
+#include "base/stats_shm.h"
+#include "tools/cli.h"
 
 #define CELL_MAX 64
 #define CONN_JSON_MAX 2048

@@ -9,10 +9,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "preload/real.h"
-#include "preload/fortify.h" /* prototypes for dlsym of the _chk variants */
+#include "base/fortify.h" /* prototypes for dlsym of the _chk variants */
+#include "base/guard.h"
+#include "base/real.h"
 
 struct real_libc real;
+/* The recursion guard of base/guard.h. */
+__thread int sdp_in_lib;
 
 static void die_unresolved(const char *name, const char *why)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "preload/fdtable.h"
+#include "base/fdtable.h"
 
 struct fdt_root fdt_root;
 _Atomic uintptr_t fdt_zero_chunk[FDT_CHUNK_SIZE];

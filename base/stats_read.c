@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/stats_shm.h"
+#include "base/stats_shm.h"
 
 #define SLOT_SIZE sizeof(struct sdp_conn_stats)
 #define READ_CHUNK_SLOTS 256u /* slots per pread() of the scan */

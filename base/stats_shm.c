@@ -1,7 +1,7 @@
 /* The writer's side of the per-process shared-memory stats segment:
  * exclusive creation with its checks, the fallback name, slot allocation from
  * private geometry; and the text helpers and the one JSON serializer that
- * every printer shares.  The reader is core/stats_read.c. */
+ * every printer shares.  The reader is base/stats_read.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/stats_shm.h"
+#include "base/stats_shm.h"
 
 const char *stats_dir(void)
 {

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "ipoib_fallback/tcp_diag.h"
-#include "preload/real.h"
+#include "base/real.h"
+#include "core/tcp_diag.h"
 
 #define TCP_LISTEN_STATE 10 /* TCP_LISTEN in the kernel's numbering */
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "preload/cli.h"
+#include "tools/cli.h"
 
 static void usage(FILE *out)
 {

@@ -41,12 +41,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "ipoib_fallback/reason.h"
+#include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
 #define STATS_VERSION 1
 #define STATS_REASON_SLOTS 32
-#define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (core/config.c) */
+#define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
 
 enum stats_role { STATS_ROLE_NONE = 0, STATS_ROLE_CLIENT = 1, STATS_ROLE_SERVER = 2,
 		  STATS_ROLE_LISTENER = 3 };

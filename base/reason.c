@@ -1,7 +1,7 @@
 /* Names and explanations of the path/fallback reason codes. */
 #include <string.h>
 
-#include "ipoib_fallback/reason.h"
+#include "base/reason.h"
 
 static const char *const reason_names[SDP_REASON_COUNT] = {
 #define SDP_REASON_NAME(sym, name, text) [SDP_REASON_##sym] = name,
