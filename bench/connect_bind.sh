@@ -48,35 +48,17 @@ grep -q 'first_ms=' "$AFTER/tests/progs/connects" ||
 	{ echo "connect_bind: $AFTER/tests/progs/connects prints no first_ms: run make" >&2; exit 2; }
 
 # --- the baseline build, cached -------------------------------------------------
-rev=$(git -C "$REPO" rev-parse --verify --quiet "$BASE_REV^{commit}") ||
-	{ echo "connect_bind: BASE_REV=$BASE_REV is not a commit" >&2; exit 2; }
-BASE_DIR=$REPO/.cache/bench-base/$(git -C "$REPO" rev-parse --short=12 "$rev")
-BEFORE=$BASE_DIR/build
-mkdir -p "$REPO/.cache/bench-base"
-(
-	flock 9
-	if [ ! -f "$BEFORE/.bench-built" ]; then
-		echo "connect_bind: building $BASE_REV ($rev) into $BASE_DIR" >&2
-		rm -rf "$BASE_DIR"
-		mkdir -p "$BASE_DIR"
-		git -C "$REPO" archive "$rev" | tar -x -C "$BASE_DIR"
-		# BUILD and SAN on the command line: an exported BUILD must not redirect it.
-		if ! make -C "$BASE_DIR" -j"$(nproc)" BUILD=build SAN=0 build/libsdpshim.so build/sdpshim \
-			>"$BASE_DIR/make.log" 2>&1; then
-			tail -20 "$BASE_DIR/make.log" >&2
-			echo "connect_bind: the baseline build failed (log: $BASE_DIR/make.log)" >&2
-			exit 2
-		fi
-		echo "$rev" >"$BEFORE/.bench-built"
-	fi
-) 9>"$REPO/.cache/bench-base/.lock"
+. "$REPO/bench/base_build.bash"
+base_build connect_bind "$BASE_REV"
+BEFORE=$BASE_BUILD_DIR
+rev=$(cat "$BEFORE/.bench-built")
 
 [ -n "$OUTDIR" ] || OUTDIR=$(mktemp -d /tmp/sdpshim-connect-bind.XXXXXX)
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 export BENCH_OUT=$OUTDIR CB_N=$N CB_BEFORE=$BEFORE CB_AFTER=$AFTER CB_PROGS=$AFTER/tests/progs
 export CB_ROUNDS=${CB_ROUNDS:-4} CB_BYTES=${CB_BYTES:-64} CB_LOG=${CB_LOG:-info} CB_LAT=${CB_LAT:-1}
-dirty=$( [ -n "$(git -C "$REPO" status --porcelain -- core preload ipoib_fallback 2>/dev/null)" ] &&
+dirty=$( [ -n "$(git -C "$REPO" status --porcelain -- base core preload ipoib_fallback 2>/dev/null)" ] &&
 	echo ' + working tree changes' || true)
 {
 	echo "host: $(hostname), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"

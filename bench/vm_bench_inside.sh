@@ -29,7 +29,10 @@
 # (requests for -P 16, default 2*REDIS_N), IPERF_T (5), RS_BIG_C (2000),
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
 # even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
-# hung).  Under TCG rxe is slower than kernel TCP: the ratios compare setups
+# hung), BENCH_PARTS (default "redis iperf rstream strace": the groups to run),
+# BASE_BUILD (a build directory of another revision, see vm_bench.sh -b: its
+# library runs as a fourth setup, "base", beside sdpshim, and the table gains
+# a base column and the sdpshim/base ratio).  Under TCG rxe is slower than kernel TCP: the ratios compare setups
 # on this test bed, not on real hardware.
 set -uo pipefail
 
@@ -61,6 +64,18 @@ mkdir -p "$OUT"
 LIB=$WORK/libsdpshim.so
 cp "$BUILD/libsdpshim.so" "$LIB"
 LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
+PARTS=${BENCH_PARTS:-redis iperf rstream strace}
+SETUPS="tcp sdpshim rsocket" SHIMS=sdpshim LIBBASE= BASE_SHA=
+if [ -n "${BASE_BUILD:-}" ]; then
+	[ -f "$BASE_BUILD/libsdpshim.so" ] || { echo "vm_bench: $BASE_BUILD/libsdpshim.so missing" >&2; exit 2; }
+	LIBBASE=$WORK/libbase.so
+	cp "$BASE_BUILD/libsdpshim.so" "$LIBBASE"
+	BASE_SHA=$(sha256sum "$LIBBASE" | cut -c1-16)
+	SETUPS="tcp sdpshim base rsocket" SHIMS="sdpshim base"
+fi
+# is_shim SETUP: one of the sdpshim builds (the working tree's or the base)
+is_shim() { [ "$1" = sdpshim ] || [ "$1" = base ]; }
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19 SDPSHIM_RUN_DIR=$WORK SDPSHIM_NEGCACHE_TTL_MS=0
 unset LD_PRELOAD SDPSHIM_STATS_FILE SDPSHIM_MODE SDPSHIM_CONFIG
@@ -158,6 +173,7 @@ prefix() {
 	case $1 in
 		tcp) echo "env" ;;
 		sdpshim) echo "env LD_PRELOAD=$LIB SDPSHIM_STATS_FILE=$2" ;;
+		base) echo "env LD_PRELOAD=$LIBBASE SDPSHIM_STATS_FILE=$2" ;;
 		rsocket) echo "env LD_PRELOAD=$RSPRE" ;;
 	esac
 }
@@ -205,7 +221,7 @@ redis_group() {   # redis_group LAYOUT SETUP SERVER_IP
 	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
 		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
 	spid=$!; PIDS+=("$spid")
-	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20; rc=$?
+	wait_up "$port" "$spid" "$(is_shim "$setup" && echo tcprdma || echo any)" 20; rc=$?
 	if [ "$rc" = 2 ]; then
 		wait "$spid"; st=$?
 		for m in redis.get.rps redis.get.p50 redis.set.rps redis.set.p50 redis16.get.rps \
@@ -244,12 +260,12 @@ redis_group() {   # redis_group LAYOUT SETUP SERVER_IP
 	done
 	[ $hung = 1 ] && HUNG[$lay.$setup]=1
 	stop "$spid" "$lay redis-server ($setup)"
-	if [ "$setup" = sdpshim ]; then
+	if is_shim "$setup"; then
 		v=$(check_rdma "$d")
 		case $v in
-			FALLBACK*) mark_fallback "$lay" sdpshim "redis: $v" redis.get.rps redis.get.p50 redis.set.rps \
+			FALLBACK*) mark_fallback "$lay" "$setup" "redis: $v" redis.get.rps redis.get.p50 redis.set.rps \
 				redis.set.p50 redis16.get.rps redis16.get.p50 redis16.set.rps redis16.set.p50 ;;
-			*) NOTES+=("$lay redis sdpshim: all $v connections (server + client lines) on path rdma") ;;
+			*) NOTES+=("$lay redis $setup: all $v connections (server + client lines) on path rdma") ;;
 		esac
 	fi
 }
@@ -261,7 +277,7 @@ iperf_run() {   # iperf_run LAYOUT SETUP SERVER_IP STREAMS
 	say "$lay iperf3 -P $P $setup (port $port)"
 	$(prefix "$setup" "$d/stats.srv.jsonl") iperf3 -s -1 -B "$ip" -p "$port" >"$d/server.log" 2>&1 &
 	spid=$!; PIDS+=("$spid")
-	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20
+	wait_up "$port" "$spid" "$(is_shim "$setup" && echo tcprdma || echo any)" 20
 	local cap=$((IPERF_T + 45))
 	[ "$setup" = rsocket ] && cap=$((IPERF_T + 15))   # known to stall with 0 bytes received
 	timeout -k 5 "$cap" $(prefix "$setup" "$d/stats.cli.jsonl") iperf3 -c "$ip" -p "$port" \
@@ -287,11 +303,11 @@ print("%.3f" % (b / 1e9) if b > 0 else "fails:0 bytes received")' "$d/client.jso
 		*) set_val "$lay" "iperf.$P" "$setup" "$v" ;;
 	esac
 	say "  $v Gbit/s"
-	if [ "$setup" = sdpshim ]; then
+	if is_shim "$setup"; then
 		v=$(check_rdma "$d")
 		case $v in
-			FALLBACK*) mark_fallback "$lay" sdpshim "iperf3 -P $P: $v" "iperf.$P" ;;
-			*) NOTES+=("$lay iperf3 -P $P sdpshim: all $v connections on path rdma") ;;
+			FALLBACK*) mark_fallback "$lay" "$setup" "iperf3 -P $P: $v" "iperf.$P" ;;
+			*) NOTES+=("$lay iperf3 -P $P $setup: all $v connections on path rdma") ;;
 		esac
 	fi
 }
@@ -305,11 +321,11 @@ rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
 	[ "$setup" = rsocket ] && opt=()
 	say "$lay rstream -S $size -C $count $setup (port $port)"
 	local pre=env
-	[ "$setup" = sdpshim ] && pre=$(prefix sdpshim "$d/stats.srv.jsonl")
+	is_shim "$setup" && pre=$(prefix "$setup" "$d/stats.srv.jsonl")
 	$pre rstream "${opt[@]}" -b "$ip" -p "$port" -S "$size" -C "$count" >"$d/server.log" 2>&1 &
 	spid=$!; PIDS+=("$spid")
-	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo any)" 20
-	[ "$setup" = sdpshim ] && pre=$(prefix sdpshim "$d/stats.cli.jsonl")
+	wait_up "$port" "$spid" "$(is_shim "$setup" && echo tcprdma || echo any)" 20
+	is_shim "$setup" && pre=$(prefix "$setup" "$d/stats.cli.jsonl")
 	timeout -k 5 180 $pre rstream "${opt[@]}" -s "$ip" -p "$port" -S "$size" -C "$count" \
 		>"$d/client.log" 2>&1; rc=$?
 	stop "$spid" "$lay rstream server ($setup, $key)"
@@ -327,12 +343,12 @@ rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
 		note "$lay rstream $key $setup fails (rc $rc): $(tail -2 "$d/client.log" | tr '\n' ' ' | cut -c1-160)"
 	fi
 	say "  $line"
-	if [ "$setup" = sdpshim ]; then
+	if is_shim "$setup"; then
 		local v; v=$(check_rdma "$d")
 		case $v in
-			FALLBACK*) mark_fallback "$lay" sdpshim "rstream $key: $v" "rs.$key.gbps" \
+			FALLBACK*) mark_fallback "$lay" "$setup" "rstream $key: $v" "rs.$key.gbps" \
 				$([ "$key" = small ] && echo rs.small.us) ;;
-			*) NOTES+=("$lay rstream $key sdpshim: all $v connections on path rdma") ;;
+			*) NOTES+=("$lay rstream $key $setup: all $v connections on path rdma") ;;
 		esac
 	fi
 }
@@ -354,7 +370,7 @@ strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
 	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
 		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
 	spid=$!; PIDS+=("$spid")
-	wait_up "$port" "$spid" "$([ "$setup" = sdpshim ] && echo tcprdma || echo tcp)" 20
+	wait_up "$port" "$spid" "$(is_shim "$setup" && echo tcprdma || echo tcp)" 20
 	strace -f -qq -y -x -s 4 -o "$d/strace.log" -p "$spid" 2>"$d/strace.err" &
 	tpid=$!; PIDS+=("$tpid")
 	for _ in $(seq 100); do   # every thread traced?
@@ -403,11 +419,11 @@ strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
 		set_val "$lay" "sc.sys.${s#sys.}" "$setup" "$(per "$c")"
 	done < <(grep '^sys\.' "$d/counts")
 	say "  total $tot syscalls, $uv uverbs writes: $(grep '^sys\.' "$d/counts" | sort -k2,2nr | head -6 | tr '\n' ' ')"
-	if [ "$setup" = sdpshim ]; then
+	if is_shim "$setup"; then
 		local v; v=$(check_rdma "$d")
 		case $v in
-			FALLBACK*) mark_fallback "$lay" sdpshim "strace: $v" sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm ;;
-			*) NOTES+=("$lay strace sdpshim: all $v connections on path rdma") ;;
+			FALLBACK*) mark_fallback "$lay" "$setup" "strace: $v" sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm ;;
+			*) NOTES+=("$lay strace $setup: all $v connections on path rdma") ;;
 		esac
 	fi
 }
@@ -440,16 +456,24 @@ run_layout() {   # run_layout LAYOUT
 	LAYS+=("$lay")
 	t0=$(ms); c0=$(counters)
 	say "=== layout $lay: server $srv; $(ip route get "$srv" | head -1)"
-	for setup in tcp sdpshim rsocket; do redis_group "$lay" $setup "$srv"; done
-	for P in 1 4; do
-		for setup in tcp sdpshim rsocket; do
-			[ $P = 4 ] && [ $setup = rsocket ] && continue   # the brief: -P 4 for TCP and sdpshim only
-			iperf_run "$lay" $setup "$srv" $P
+	if has_part redis; then
+		for setup in $SETUPS; do redis_group "$lay" $setup "$srv"; done
+	fi
+	if has_part iperf; then
+		for P in 1 4; do
+			for setup in $SETUPS; do
+				[ $P = 4 ] && [ $setup = rsocket ] && continue   # the brief: -P 4 for TCP and sdpshim only
+				iperf_run "$lay" $setup "$srv" $P
+			done
 		done
-	done
-	for setup in tcp sdpshim rsocket; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
-	for setup in tcp sdpshim rsocket; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
-	for setup in tcp sdpshim; do strace_run "$lay" $setup "$srv"; done
+	fi
+	if has_part rstream; then
+		for setup in $SETUPS; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
+		for setup in $SETUPS; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
+	fi
+	if has_part strace; then
+		for setup in tcp $SHIMS; do strace_run "$lay" $setup "$srv"; done
+	fi
 	c1=$(counters)
 	NOTES+=("$lay counters before: $c0")
 	NOTES+=("$lay counters after:  $c1")
@@ -467,11 +491,13 @@ fmt() {   # numbers: 3 significant decimals at most
 }
 
 print_table() {
-	local lay m t s r tsv=$OUT/results.tsv extra
+	local lay m t s b r tsv=$OUT/results.tsv extra
 	local W='%-36s %11s %11s %11s %12s %15s\n'
+	[ -n "$LIBBASE" ] && W='%-36s %11s %11s %11s %11s %12s %15s %13s\n'
 	: >"$tsv"
 	echo
 	echo "sdpshim VM bench: $(date -u +%Y-%m-%dT%H:%MZ), guest $(uname -r), $(nproc) vCPU (TCG), lib sha256 $LIB_SHA"
+	[ -n "$LIBBASE" ] && echo "base column: the library of ${BASE_REV:-another build} (sha256 $BASE_SHA), run in the same boot"
 	echo "Soft-RoCE under software emulation: ratios compare the setups on this bed, not on real hardware."
 	echo "rsocket column: librspreload.so on both ends; rstream rows: native rsocket (no preload)."
 	echo "TCP/sdpshim rstream rows: rstream -T s (plain sockets), sdpshim preloaded on both ends."
@@ -482,7 +508,11 @@ print_table() {
 			single) echo "== one device: $IP1 -> $IP1 (rxe0 loopback; kernel TCP over lo)" ;;
 			pair) echo "== pair: $IP1 (rxe0) -> $IP2 (rxe1) across the veth" ;;
 		esac
-		printf "$W" "metric" "TCP" "sdpshim" "rsocket" "sdpshim/TCP" "sdpshim/rsocket"
+		if [ -n "$LIBBASE" ]; then
+			printf "$W" "metric" "TCP" "sdpshim" "base" "rsocket" "sdpshim/TCP" "sdpshim/rsocket" "sdpshim/base"
+		else
+			printf "$W" "metric" "TCP" "sdpshim" "rsocket" "sdpshim/TCP" "sdpshim/rsocket"
+		fi
 		extra=()
 		# the syscalls with the most calls per GET, in either setup
 		mapfile -t extra < <(for k in "${!VAL[@]}"; do
@@ -490,10 +520,16 @@ print_table() {
 			sort -k1,1gr | awk '!seen[$2]++ { print $2 }' | head -6)
 		for m in "${ROWS[@]}" "${extra[@]}"; do
 			t=${VAL[$lay|$m|tcp]:-}; s=${VAL[$lay|$m|sdpshim]:-}; r=${VAL[$lay|$m|rsocket]:-}
-			[ -z "$t$s$r" ] && continue
+			b=${VAL[$lay|$m|base]:-}
+			[ -z "$t$s$b$r" ] && continue
 			local name=${ROWNAME[$m]:-"  ${m#sc.sys.}/GET"}
-			printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$r")" "$(ratio "$s" "$t")" "$(ratio "$s" "$r")"
-			printf '%s\t%s\t%s\t%s\t%s\n' "$lay" "$m" "${t:--}" "${s:--}" "${r:--}" >>"$tsv"
+			if [ -n "$LIBBASE" ]; then
+				printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$b")" "$(fmt "$r")" "$(ratio "$s" "$t")" \
+					"$(ratio "$s" "$r")" "$(ratio "$s" "$b")"
+			else
+				printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$r")" "$(ratio "$s" "$t")" "$(ratio "$s" "$r")"
+			fi
+			printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$lay" "$m" "${t:--}" "${s:--}" "${r:--}" "${b:--}" >>"$tsv"
 		done
 	done
 	echo
@@ -510,5 +546,5 @@ for lay in $LAYOUTS; do run_layout "$lay"; done
 print_table | tee "$OUT/table.txt"
 say "vm_bench: done in $(( $(ms) / 1000 )) s"
 # exit 1 when an sdpshim figure could not be taken (rsocket failures are expected)
-bad=$(awk -F '\t' '$4 ~ /^(FALLBACK|fails|hangs|skipped)$/' "$OUT/results.tsv" | wc -l)
+bad=$(awk -F '\t' '$4 ~ /^(FALLBACK|fails|hangs|skipped)$/ || $6 ~ /^(FALLBACK|fails|hangs|skipped)$/' "$OUT/results.tsv" | wc -l)
 [ "$bad" -eq 0 ] || { echo "vm_bench: $bad sdpshim cells have no figure (see notes)" >&2; exit 1; }
