@@ -17,7 +17,8 @@
 #             same boot: the table gains a base column and sdpshim/base
 #   -p PARTS  the groups to run, of "redis iperf rstream strace" (default all)
 #   -o DIR    keep the raw results there (default: a new /tmp/sdpshim-vm-bench.*)
-# Env (forwarded): REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N BUILD;
+# Env (forwarded): REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N BUILD
+# BENCH_ROUNDS (with -b: rounds of the two libraries, alternating order);
 # VM_BENCH_MEM (guest RAM, default 1536M).  Run `make` first.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,7 +52,7 @@ if [ -n "$BASE_REV" ]; then
 fi
 export BENCH_LAYOUTS BUILD BENCH_OUT=$OUTDIR BENCH_PARTS BASE_BUILD BASE_REV
 FWD=()
-for v in REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N; do
+for v in REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N BENCH_ROUNDS; do
 	[ -n "${!v+x}" ] && FWD+=(-e "$v")
 done
 

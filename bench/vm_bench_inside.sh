@@ -30,7 +30,8 @@
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
 # even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
 # hung), BENCH_PARTS (default "redis iperf rstream strace": the groups to run),
-# BASE_BUILD (a build directory of another revision, see vm_bench.sh -b: its
+# BENCH_ROUNDS (with BASE_BUILD: rounds of the two sdpshim libraries, default
+# 1; TCP, rsocket and strace run in the first only), BASE_BUILD (a build directory of another revision, see vm_bench.sh -b: its
 # library runs as a fourth setup, "base", beside sdpshim, and the table gains
 # a base column and the sdpshim/base ratio).  Under TCG rxe is slower than kernel TCP: the ratios compare setups
 # on this test bed, not on real hardware.
@@ -65,6 +66,7 @@ LIB=$WORK/libsdpshim.so
 cp "$BUILD/libsdpshim.so" "$LIB"
 LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
 PARTS=${BENCH_PARTS:-redis iperf rstream strace}
+ROUNDS=${BENCH_ROUNDS:-1}
 SETUPS="tcp sdpshim rsocket" SHIMS=sdpshim LIBBASE= BASE_SHA=
 if [ -n "${BASE_BUILD:-}" ]; then
 	[ -f "$BASE_BUILD/libsdpshim.so" ] || { echo "vm_bench: $BASE_BUILD/libsdpshim.so missing" >&2; exit 2; }
@@ -72,6 +74,8 @@ if [ -n "${BASE_BUILD:-}" ]; then
 	cp "$BASE_BUILD/libsdpshim.so" "$LIBBASE"
 	BASE_SHA=$(sha256sum "$LIBBASE" | cut -c1-16)
 	SETUPS="tcp sdpshim base rsocket" SHIMS="sdpshim base"
+else
+	ROUNDS=1
 fi
 # is_shim SETUP: one of the sdpshim builds (the working tree's or the base)
 is_shim() { [ "$1" = sdpshim ] || [ "$1" = base ]; }
@@ -124,7 +128,22 @@ row sc.uverbs       "  uverbs writes/GET (rxe only)"
 row sc.postsend     "    of which post_send doorbell"
 row sc.arm          "    of which CQ arm (notify)"
 
-set_val() { VAL["$1|$2|$3"]=$4; }
+# set_val LAYOUT METRIC SETUP VALUE: a number joins the numbers of earlier
+# rounds (the table shows their median); a word ("fails", "FALLBACK"...)
+# replaces them, and a number never replaces a word.
+set_val() {
+	local k="$1|$2|$3" old=${VAL["$1|$2|$3"]:-}
+	if [[ $4 =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ -n "$old" ]; then
+		[[ $old =~ ^[0-9.\ ]+$ ]] && VAL[$k]="$old $4"
+	else
+		VAL[$k]=$4
+	fi
+}
+# med VALUES: the median of a list of numbers; anything else as it is
+med() {
+	[[ $1 =~ ^[0-9.]+(\ [0-9.]+)+$ ]] || { echo "$1"; return; }
+	tr ' ' '\n' <<<"$1" | sort -g | awk '{ v[++n] = $1 } END { printf "%g\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
+}
 note() { NOTES+=("$*"); say "note: $*"; }
 
 PORT=21000   # every server gets a fresh port (call as `next_port; port=$PORT`, not in $(...))
@@ -456,28 +475,39 @@ run_layout() {   # run_layout LAYOUT
 	LAYS+=("$lay")
 	t0=$(ms); c0=$(counters)
 	say "=== layout $lay: server $srv; $(ip route get "$srv" | head -1)"
+	run_parts "$lay" "$srv" "$SETUPS" 1
+	local r order
+	for r in $(seq 2 "$ROUNDS"); do   # more rounds of the two libraries, in alternating order
+		order="sdpshim base"; [ $((r % 2)) = 0 ] && order="base sdpshim"
+		say "=== layout $lay: round $r of $ROUNDS ($order)"
+		run_parts "$lay" "$srv" "$order" "$r"
+	done
+	c1=$(counters)
+	NOTES+=("$lay counters before: $c0")
+	NOTES+=("$lay counters after:  $c1")
+	NOTES+=("$lay took $(( ($(ms) - t0) / 1000 )) s")
+}
+
+run_parts() {   # run_parts LAYOUT SERVER_IP SETUPS ROUND
+	local lay=$1 srv=$2 setups=$3 round=$4 setup P
 	if has_part redis; then
-		for setup in $SETUPS; do redis_group "$lay" $setup "$srv"; done
+		for setup in $setups; do redis_group "$lay" $setup "$srv"; done
 	fi
 	if has_part iperf; then
 		for P in 1 4; do
-			for setup in $SETUPS; do
+			for setup in $setups; do
 				[ $P = 4 ] && [ $setup = rsocket ] && continue   # the brief: -P 4 for TCP and sdpshim only
 				iperf_run "$lay" $setup "$srv" $P
 			done
 		done
 	fi
 	if has_part rstream; then
-		for setup in $SETUPS; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
-		for setup in $SETUPS; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
+		for setup in $setups; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
+		for setup in $setups; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
 	fi
-	if has_part strace; then
+	if has_part strace && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do strace_run "$lay" $setup "$srv"; done
 	fi
-	c1=$(counters)
-	NOTES+=("$lay counters before: $c0")
-	NOTES+=("$lay counters after:  $c1")
-	NOTES+=("$lay took $(( ($(ms) - t0) / 1000 )) s")
 }
 
 # ---------------------------------------------------------------- table
@@ -494,10 +524,11 @@ print_table() {
 	local lay m t s b r tsv=$OUT/results.tsv extra
 	local W='%-36s %11s %11s %11s %12s %15s\n'
 	[ -n "$LIBBASE" ] && W='%-36s %11s %11s %11s %11s %12s %15s %13s\n'
-	: >"$tsv"
+	: >"$tsv"; : >"$OUT/rounds.tsv"
 	echo
 	echo "sdpshim VM bench: $(date -u +%Y-%m-%dT%H:%MZ), guest $(uname -r), $(nproc) vCPU (TCG), lib sha256 $LIB_SHA"
-	[ -n "$LIBBASE" ] && echo "base column: the library of ${BASE_REV:-another build} (sha256 $BASE_SHA), run in the same boot"
+	[ -n "$LIBBASE" ] && echo "base column: the library of ${BASE_REV:-another build} (sha256 $BASE_SHA), run in the same boot;" \
+		"sdpshim and base: median of $ROUNDS rounds, alternating which goes first (each round's figures: rounds.tsv)"
 	echo "Soft-RoCE under software emulation: ratios compare the setups on this bed, not on real hardware."
 	echo "rsocket column: librspreload.so on both ends; rstream rows: native rsocket (no preload)."
 	echo "TCP/sdpshim rstream rows: rstream -T s (plain sockets), sdpshim preloaded on both ends."
@@ -519,8 +550,10 @@ print_table() {
 			case $k in "$lay|sc.sys."*) echo "${VAL[$k]} ${k#*|}" ;; esac; done |
 			sort -k1,1gr | awk '!seen[$2]++ { print $2 }' | head -6)
 		for m in "${ROWS[@]}" "${extra[@]}"; do
-			t=${VAL[$lay|$m|tcp]:-}; s=${VAL[$lay|$m|sdpshim]:-}; r=${VAL[$lay|$m|rsocket]:-}
-			b=${VAL[$lay|$m|base]:-}
+			t=$(med "${VAL[$lay|$m|tcp]:-}"); s=$(med "${VAL[$lay|$m|sdpshim]:-}")
+			r=$(med "${VAL[$lay|$m|rsocket]:-}"); b=$(med "${VAL[$lay|$m|base]:-}")
+			[ "$ROUNDS" -gt 1 ] && printf '%s\t%s\tsdpshim\t%s\n%s\t%s\tbase\t%s\n' "$lay" "$m" \
+				"${VAL[$lay|$m|sdpshim]:-}" "$lay" "$m" "${VAL[$lay|$m|base]:-}" >>"$OUT/rounds.tsv"
 			[ -z "$t$s$b$r" ] && continue
 			local name=${ROWNAME[$m]:-"  ${m#sc.sys.}/GET"}
 			if [ -n "$LIBBASE" ]; then
