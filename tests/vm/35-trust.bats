@@ -71,6 +71,15 @@ timed_set() {
   SET_ERR=$(cat "$T/set.err")
 }
 
+# client_life_ms: how long the preloaded redis-cli's connection lived, from
+# its socket() to its close (its stats line), or "none".  This, not the
+# process's wall time, is what a connect bound holds: under TCG on a busy
+# host, starting redis-cli and the library took up to 1.9 s before socket().
+client_life_ms() {
+  stats_lines "$STATS" comm=redis-cli role=client |
+    awk 'NR == 1 && $NF ~ /^[0-9]+$/ { print $NF - $(NF - 1); f = 1 } END { if (!f) print "none" }'
+}
+
 @test "rogue rdma_cm listener beside a plain redis-server: the preloaded SET reaches the real redis, not the rogue" {
   local port want got
   port=$(free_port)
@@ -98,7 +107,7 @@ timed_set() {
 }
 
 @test "rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
-  local port want got bound=$((3000 + 1000))
+  local port want got life bound=$((3000 + 1000))
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   plain_redis "$port"
@@ -109,20 +118,22 @@ timed_set() {
   timed_set "$port" trust:k2 "$T/value"
   got=$(redis_get_sha "$port" trust:k2) || true
   rogue_stop rogue || true
-  show "preloaded redis-cli (SDPSHIM_CONNECT_TIMEOUT_MS=3000): rc=$SET_RC in $SET_MS ms (bound $bound ms): $SET_OUT" "  stderr: $SET_ERR" \
+  life=$(client_life_ms)
+  show "preloaded redis-cli (SDPSHIM_CONNECT_TIMEOUT_MS=3000): rc=$SET_RC in $SET_MS ms, its connection lived $life ms (bound $bound ms): $SET_OUT" \
+       "  stderr: $SET_ERR" \
        "value sha256 $want, real redis has ${got:-nothing}" \
        "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
   [ "$(rogue_field rogue hellos)" -ge 1 ]
   [ "$SET_RC" -eq 0 ]
   [ "$SET_OUT" = OK ]
-  [ "$SET_MS" -lt "$bound" ]
+  [ "$life" -lt "$bound" ]
   [ "$got" = "$want" ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
   [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
 }
 
 @test "rogue binds the rdma_cm port before a preloaded redis-server starts: the server serves TCP, its clients reach it" {
-  local port want got bound=$((3000 + 1000))
+  local port want got life bound=$((3000 + 1000))
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   # Every address: the server's own rdma_cm bind on $RXE_IP:PORT then fails.
@@ -135,13 +146,15 @@ timed_set() {
   got=$(redis_get_sha "$port" trust:k3) || true
   redis_stop || true
   rogue_stop rogue || true
-  show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms (bound $bound ms): $SET_OUT" "  stderr: $SET_ERR" \
+  life=$(client_life_ms)
+  show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms, its connection lived $life ms (bound $bound ms): $SET_OUT" \
+       "  stderr: $SET_ERR" \
        "value sha256 $want, redis has ${got:-nothing}" \
        "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
   [ "$(rogue_field rogue hellos)" -ge 1 ]
   [ "$SET_RC" -eq 0 ]
   [ "$SET_OUT" = OK ]
-  [ "$SET_MS" -lt "$bound" ]
+  [ "$life" -lt "$bound" ]
   [ "$got" = "$want" ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
   [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
