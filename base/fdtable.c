@@ -1,6 +1,7 @@
 /* The fd table: two-level array of tagged pointers indexed by kernel fd.
  * Chunks are allocated on first use and never freed, so lookups need no lock;
- * until then a chunk pointer names the shared zero chunk. */
+ * until then a chunk pointer names the shared zero chunk.  The first chunk
+ * is static (fdt_chunk0), so the common lookup is one load. */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 
 struct fdt_root fdt_root;
 _Atomic uintptr_t fdt_zero_chunk[FDT_CHUNK_SIZE];
+_Atomic uintptr_t fdt_chunk0[FDT_CHUNK_SIZE];
 
 #define FDT_MAX_FDS_CAP (1u << 24) /* 16M descriptors: 128 KiB of chunk pointers */
 
@@ -35,7 +37,8 @@ int fdt_init(size_t max_fds)
 	chunks = calloc(count, sizeof(*chunks));
 	if (!chunks)
 		return -ENOMEM;
-	for (size_t ci = 0; ci < count; ci++)
+	atomic_init(&chunks[0], fdt_chunk0);
+	for (size_t ci = 1; ci < count; ci++)
 		atomic_init(&chunks[ci], fdt_zero_chunk);
 	fdt_root.chunk = chunks;
 	fdt_root.max_fds = count * FDT_CHUNK_SIZE;

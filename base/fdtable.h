@@ -29,6 +29,11 @@ extern struct fdt_root fdt_root __attribute__((visibility("hidden")));
 /* Where every chunk not allocated yet points: all zero (FDT_NONE), never
  * written, so a lookup needs no NULL test. */
 extern _Atomic uintptr_t fdt_zero_chunk[FDT_CHUNK_SIZE] __attribute__((visibility("hidden")));
+/* The first chunk (fds 0..1023, where nearly every process keeps its fds) is
+ * static: a lookup there needs no bound and no chunk pointer.  All zero
+ * until fdt_init() has put it in the table, so before initialisation every
+ * lookup still finds nothing. */
+extern _Atomic uintptr_t fdt_chunk0[FDT_CHUNK_SIZE] __attribute__((visibility("hidden")));
 
 /* Sizes the table for max_fds descriptors (0: from RLIMIT_NOFILE).
  * Returns 0 or -ENOMEM. */
@@ -39,6 +44,8 @@ static inline uintptr_t fdt_raw(int fd)
 	size_t ci = (size_t)(unsigned)fd >> FDT_CHUNK_SHIFT;
 	_Atomic uintptr_t *chunk;
 
+	if (__builtin_expect((unsigned)fd < FDT_CHUNK_SIZE, 1))
+		return atomic_load_explicit(&fdt_chunk0[(unsigned)fd], memory_order_acquire);
 	if (ci >= atomic_load_explicit(&fdt_root.chunk_count, memory_order_acquire))
 		return 0;
 	chunk = atomic_load_explicit(&fdt_root.chunk[ci], memory_order_acquire);
