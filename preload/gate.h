@@ -1,12 +1,15 @@
 /* Fast-path gates of the hooks that must look closer only while some socket
  * of the process is, or may still become, RDMA-backed.  A gate is a counter:
  * zero ("open") means every call of its hooks goes straight to libc, for
- * every fd, at the cost of one load.  Each gate also holds one count from
- * process start until initialisation has finished, so an open gate implies
- * that `real` is resolved.  Owners hold a count before the state it stands
- * for becomes visible to other threads and release it after that state is
- * gone (release/acquire), so a hook that finds its gate open cannot miss a
- * socket that needs it. */
+ * every fd.  Each gate also holds one count from process start until
+ * initialisation has finished, so an open gate implies that `real` is
+ * resolved.  Owners hold a count before the state it stands for becomes
+ * visible to other threads and release it after that state is gone, so a
+ * hook that finds its gate open cannot miss a socket that needs it.
+ * The hooks do not read the counter: each jumps through a route (one load,
+ * fused into the jump) that gate_route() points at libc's function or at
+ * the hook's slow path whenever the count moves between zero and one.  The
+ * counts change under one lock, so a route never lags its count. */
 #ifndef SDPSHIM_GATE_H
 #define SDPSHIM_GATE_H
 
@@ -34,17 +37,17 @@ static inline bool gate_open(enum sdp_gate g)
 	return atomic_load_explicit(&sdp_gates[g], memory_order_acquire) == 0;
 }
 
-static inline void gate_hold(enum sdp_gate g)
-{
-	atomic_fetch_add_explicit(&sdp_gates[g], 1, memory_order_acq_rel);
-}
-
-static inline void gate_release(enum sdp_gate g)
-{
-	atomic_fetch_sub_explicit(&sdp_gates[g], 1, memory_order_acq_rel);
-}
+void gate_hold(enum sdp_gate g);
+void gate_release(enum sdp_gate g);
 
 /* Initialisation has finished: drops its count on every gate. */
 void gate_init_done(void);
+/* fork: the gates' lock is held across it (taken last, released first). */
+void gate_atfork_prepare(void);
+void gate_atfork_after(void);
+
+/* Points the routes of g's hooks at libc (open) or at their slow paths
+ * (preload/hooks_poll.c).  Called with the gates' lock held. */
+void gate_route(enum sdp_gate g, bool open);
 
 #endif

@@ -1,8 +1,8 @@
 /* Readiness hooks: poll, ppoll, select, pselect and the epoll family.
- * While no socket needs them (their gate is open, preload/gate.h) they cost
- * one load and go to libc; otherwise readiness_poll.c and
- * readiness_epoll.c answer for the RDMA-backed fds.  The slow paths are out
- * of line, so the fast path needs no stack frame. */
+ * Each gated hook is one jump through its route: libc's function while no
+ * socket needs the hook (its gate is open, preload/gate.h), else the hook's
+ * slow path, where readiness_poll.c and readiness_epoll.c answer for the
+ * RDMA-backed fds. */
 #include <errno.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -16,6 +16,57 @@
 #include "base/fortify.h"
 
 #define SLOW __attribute__((noinline, cold))
+
+static SLOW int poll_slow(struct pollfd *fds, nfds_t nfds, const struct timespec *ts,
+			  const sigset_t *sigmask);
+static SLOW int poll_slow_ms(struct pollfd *fds, nfds_t nfds, int timeout);
+static SLOW int select_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv);
+static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+			     const struct timespec *ts, const sigset_t *sigmask);
+static SLOW int epoll_wait_closed(int epfd, struct epoll_event *events, int maxevents,
+				  int timeout);
+static SLOW int epoll_pwait_closed(int epfd, struct epoll_event *events, int maxevents,
+				   int timeout, const sigset_t *sigmask);
+
+/* The routes.  Until initialisation has finished every gate is closed, so
+ * they start on the slow paths (which initialise).  gate_route() switches
+ * them, under the gates' lock, whenever a gate opens or closes; a gate is
+ * closed, and its routes on the slow paths, before the state that closes
+ * it becomes visible.  So the route is the whole decision: a hook loads it
+ * (relaxed, fused into the jump) and reads nothing else. */
+#define ROUTE(name, slow) static __typeof__(real.name) _Atomic name##_route = slow
+ROUTE(poll, poll_slow_ms);
+ROUTE(ppoll, poll_slow);
+ROUTE(select, select_slow);
+ROUTE(pselect, pselect_slow);
+ROUTE(epoll_ctl, rdy_epoll_ctl);
+ROUTE(epoll_wait, epoll_wait_closed);
+ROUTE(epoll_pwait, epoll_pwait_closed);
+#undef ROUTE
+#define SET_ROUTE(name, open, slow) \
+	atomic_store_explicit(&name##_route, (open) ? real.name : (slow), memory_order_release)
+#define GO(name) atomic_load_explicit(&name##_route, memory_order_relaxed)
+
+void gate_route(enum sdp_gate g, bool open)
+{
+	switch (g) {
+	case GATE_POLL:
+		SET_ROUTE(poll, open, poll_slow_ms);
+		SET_ROUTE(ppoll, open, poll_slow);
+		SET_ROUTE(select, open, select_slow);
+		SET_ROUTE(pselect, open, pselect_slow);
+		break;
+	case GATE_EPOLL_CTL:
+		SET_ROUTE(epoll_ctl, open, rdy_epoll_ctl);
+		break;
+	case GATE_EPOLL_WAIT:
+		SET_ROUTE(epoll_wait, open, epoll_wait_closed);
+		SET_ROUTE(epoll_pwait, open, epoll_pwait_closed);
+		break;
+	case GATE_COUNT:
+		break;
+	}
+}
 
 static long long timespec_ns(const struct timespec *ts)
 {
@@ -51,17 +102,13 @@ static SLOW int poll_slow_ms(struct pollfd *fds, nfds_t nfds, int timeout)
 
 SDP_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	if (likely(gate_open(GATE_POLL)))
-		return real.poll(fds, nfds, timeout);
-	return poll_slow_ms(fds, nfds, timeout);
+	return GO(poll)(fds, nfds, timeout);
 }
 
 SDP_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *ts,
 		     const sigset_t *sigmask)
 {
-	if (likely(gate_open(GATE_POLL)))
-		return real.ppoll(fds, nfds, ts, sigmask);
-	return poll_slow(fds, nfds, ts, sigmask);
+	return GO(ppoll)(fds, nfds, ts, sigmask);
 }
 
 SDP_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
@@ -92,9 +139,7 @@ static SLOW int select_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct
 
 SDP_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 {
-	if (likely(gate_open(GATE_POLL)))
-		return real.select(nfds, rd, wr, ex, tv);
-	return select_slow(nfds, rd, wr, ex, tv);
+	return GO(select)(nfds, rd, wr, ex, tv);
 }
 
 static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
@@ -109,9 +154,7 @@ static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 SDP_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
 		       const sigset_t *sigmask)
 {
-	if (likely(gate_open(GATE_POLL)))
-		return real.pselect(nfds, rd, wr, ex, ts, sigmask);
-	return pselect_slow(nfds, rd, wr, ex, ts, sigmask);
+	return GO(pselect)(nfds, rd, wr, ex, ts, sigmask);
 }
 
 SDP_EXPORT int epoll_create(int size)
@@ -131,9 +174,7 @@ SDP_EXPORT int epoll_create1(int flags)
  * rdy_epoll_ctl() and in preload/gate.h). */
 SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (likely(gate_open(GATE_EPOLL_CTL)))
-		return real.epoll_ctl(epfd, op, fd, ev);
-	return rdy_epoll_ctl(epfd, op, fd, ev);
+	return GO(epoll_ctl)(epfd, op, fd, ev);
 }
 
 /* Gate open: no shadow set exists, so no event needs translating.  A shadow
@@ -149,19 +190,27 @@ static SLOW int epoll_wait_slow(int epfd, struct epoll_event *events, int maxeve
 	return rdy_epoll_wait(epfd, events, maxevents, timeout_ms_ns(timeout), sigmask);
 }
 
+static SLOW int epoll_wait_closed(int epfd, struct epoll_event *events, int maxevents,
+				  int timeout)
+{
+	return epoll_wait_slow(epfd, events, maxevents, timeout, NULL, false);
+}
+
+static SLOW int epoll_pwait_closed(int epfd, struct epoll_event *events, int maxevents,
+				   int timeout, const sigset_t *sigmask)
+{
+	return epoll_wait_slow(epfd, events, maxevents, timeout, sigmask, true);
+}
+
 SDP_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	if (likely(gate_open(GATE_EPOLL_WAIT)))
-		return real.epoll_wait(epfd, events, maxevents, timeout);
-	return epoll_wait_slow(epfd, events, maxevents, timeout, NULL, false);
+	return GO(epoll_wait)(epfd, events, maxevents, timeout);
 }
 
 SDP_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			   const sigset_t *sigmask)
 {
-	if (likely(gate_open(GATE_EPOLL_WAIT)))
-		return real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
-	return epoll_wait_slow(epfd, events, maxevents, timeout, sigmask, true);
+	return GO(epoll_pwait)(epfd, events, maxevents, timeout, sigmask);
 }
 
 SDP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,

@@ -9,6 +9,7 @@
 #include "base/real.h"
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
+#include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/procs.h"
 #include "preload/sock.h"
@@ -29,15 +30,18 @@ void proc_atfork_prepare(void)
 	if (!fork_keeps_rdma())
 		sock_switch_all_to_tcp(false);
 	sock_atfork_prepare();
+	gate_atfork_prepare();
 }
 
 void proc_atfork_parent(void)
 {
+	gate_atfork_after();
 	sock_atfork_parent();
 }
 
 void proc_atfork_child(void)
 {
+	gate_atfork_after();
 	sock_atfork_child();
 	path_atfork_child();
 	conn_layer_atfork_child();

@@ -26,11 +26,40 @@
 volatile bool sdp_ready;
 /* Closed until initialisation has finished (preload/gate.h). */
 _Atomic int sdp_gates[GATE_COUNT] = { [0 ... GATE_COUNT - 1] = 1 };
+/* Every change of a gate's count, with its route when the gate opens or
+ * closes: the innermost lock of the library. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void gate_hold(enum sdp_gate g)
+{
+	pthread_mutex_lock(&gate_lock);
+	if (atomic_fetch_add_explicit(&sdp_gates[g], 1, memory_order_acq_rel) == 0)
+		gate_route(g, false);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void gate_release(enum sdp_gate g)
+{
+	pthread_mutex_lock(&gate_lock);
+	if (atomic_fetch_sub_explicit(&sdp_gates[g], 1, memory_order_acq_rel) == 1)
+		gate_route(g, true);
+	pthread_mutex_unlock(&gate_lock);
+}
 
 void gate_init_done(void)
 {
 	for (int g = 0; g < GATE_COUNT; g++)
 		gate_release((enum sdp_gate)g);
+}
+
+void gate_atfork_prepare(void)
+{
+	pthread_mutex_lock(&gate_lock);
+}
+
+void gate_atfork_after(void)
+{
+	pthread_mutex_unlock(&gate_lock);
 }
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
