@@ -16,6 +16,7 @@
 #define MRC_MAX_BYTES   (512ull << 20)
 
 _Atomic int mrcache_live;
+static void (*live_changed)(bool live); /* mrcache_watch() */
 
 static pthread_mutex_t mrc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mrc_entry *mrc_list;  /* valid entries, most recent first */
@@ -29,7 +30,8 @@ static void entry_free(struct mrc_entry *e)
 	ibv_dereg_mr(e->mr);
 	free(e); /* inside the guard: our free hook must not re-enter the cache */
 	SDP_GUARD_LEAVE();
-	atomic_fetch_sub(&mrcache_live, 1);
+	if (atomic_fetch_sub(&mrcache_live, 1) == 1 && live_changed)
+		live_changed(false);
 }
 
 /* Unlinks e from the valid list; frees it now or when unused. Locked. */
@@ -128,7 +130,8 @@ int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool need_wri
 		e->next = mrc_list;
 		mrc_list = e;
 		mrc_bytes += end - start;
-		atomic_fetch_add(&mrcache_live, 1);
+		if (atomic_fetch_add(&mrcache_live, 1) == 0 && live_changed)
+			live_changed(true); /* before the entry is handed out */
 	}
 	e->users++;
 	e->last_use = ++mrc_clock;
@@ -187,4 +190,11 @@ void mrcache_atfork_child(void)
 	mrc_list = mrc_stale = NULL;
 	mrc_bytes = 0;
 	atomic_store(&mrcache_live, 0);
+	if (live_changed)
+		live_changed(false);
+}
+
+void mrcache_watch(void (*changed)(bool live))
+{
+	live_changed = changed;
 }

@@ -29,6 +29,12 @@ struct mrc_entry {
 /* Nonzero while any entry exists: the memory hooks' fast path. */
 extern _Atomic int mrcache_live __attribute__((visibility("hidden")));
 
+/* Sets the function told, with the cache's lock held, when the cache goes
+ * from empty to holding an entry (live: before that entry is handed out)
+ * and back: the free and realloc hooks follow it instead of testing
+ * mrcache_live.  Set once, at initialisation, before any entry can exist. */
+void mrcache_watch(void (*changed)(bool live));
+
 /* An entry of dev covering [addr, addr+len), registered on a miss.  need_write:
  * the range will be written locally (an RDMA READ target or a sink).
  * Returns 0 or -errno; *hit tells whether it came from the cache. */

@@ -1,7 +1,8 @@
 /* Memory hooks for the zero-copy registration cache: every call that can
  * change which pages back an address range (free, realloc, munmap, mremap,
  * madvise, mmap with MAP_FIXED) first drops cached registrations that
- * overlap it.  With an empty cache each hook is one load and a call. */
+ * overlap it.  With an empty cache free and realloc are one jump (through
+ * their route) and the page-level hooks one load and a syscall. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
@@ -28,9 +29,17 @@ static void *realloc_first(void *ptr, size_t size);
 static void (*_Atomic real_free)(void *) = free_first;
 static void *(*_Atomic real_realloc)(void *, size_t) = realloc_first;
 static __thread bool resolving;
+/* The routes: where the free and realloc hooks jump.  real_free and
+ * real_realloc (or the *_first functions until resolved) while the cache is
+ * empty; the invalidating paths while it holds entries (route_for_cache(),
+ * switched under the cache's lock before an entry is handed out). */
+static void (*_Atomic free_route)(void *) = free_first;
+static void *(*_Atomic realloc_route)(void *, size_t) = realloc_first;
 
 static void resolve_alloc(void)
 {
+	void (*ff)(void *) = free_first;
+	void *(*rf)(void *, size_t) = realloc_first;
 	void *f, *r;
 
 	resolving = true;
@@ -42,6 +51,12 @@ static void resolve_alloc(void)
 	if (r)
 		atomic_store_explicit(&real_realloc, (void *(*)(void *, size_t))r,
 				      memory_order_relaxed);
+	/* A route still on *_first goes to libc; one the cache has switched
+	 * to its invalidating path stays there. */
+	if (f)
+		atomic_compare_exchange_strong(&free_route, &ff, (void (*)(void *))f);
+	if (r)
+		atomic_compare_exchange_strong(&realloc_route, &rf, (void *(*)(void *, size_t))r);
 }
 
 static __attribute__((noinline)) void free_first(void *ptr)
@@ -73,26 +88,50 @@ static inline bool cache_live(void)
 	return atomic_load_explicit(&mrcache_live, memory_order_relaxed) != 0 && !sdp_in_lib;
 }
 
-/* Out of line, so that the hooks' fast path (the cache is empty: one load
- * and a jump) needs no stack frame. */
-static __attribute__((noinline, cold)) void invalidate_block(void *ptr)
+static void invalidate_block(void *ptr)
 {
 	if (ptr && cache_live())
 		mrcache_invalidate(ptr, malloc_usable_size(ptr));
 }
 
+static __attribute__((noinline, cold)) void free_invalidating(void *ptr)
+{
+	invalidate_block(ptr);
+	atomic_load_explicit(&real_free, memory_order_relaxed)(ptr);
+}
+
+static __attribute__((noinline, cold)) void *realloc_invalidating(void *ptr, size_t size)
+{
+	invalidate_block(ptr);
+	return atomic_load_explicit(&real_realloc, memory_order_relaxed)(ptr, size);
+}
+
+static void route_for_cache(bool live)
+{
+	atomic_store_explicit(&free_route,
+			      live ? free_invalidating
+					 : atomic_load_explicit(&real_free, memory_order_relaxed),
+			      memory_order_release);
+	atomic_store_explicit(&realloc_route,
+			      live ? realloc_invalidating
+					 : atomic_load_explicit(&real_realloc, memory_order_relaxed),
+			      memory_order_release);
+}
+
+void mem_hooks_init(void)
+{
+	mrcache_watch(route_for_cache);
+}
+
+/* The route is the decision (one load, fused into the jump). */
 SDP_EXPORT void free(void *ptr)
 {
-	if (unlikely(atomic_load_explicit(&mrcache_live, memory_order_relaxed)))
-		invalidate_block(ptr);
-	atomic_load_explicit(&real_free, memory_order_relaxed)(ptr);
+	atomic_load_explicit(&free_route, memory_order_relaxed)(ptr);
 }
 
 SDP_EXPORT void *realloc(void *ptr, size_t size)
 {
-	if (unlikely(atomic_load_explicit(&mrcache_live, memory_order_relaxed)))
-		invalidate_block(ptr);
-	return atomic_load_explicit(&real_realloc, memory_order_relaxed)(ptr, size);
+	return atomic_load_explicit(&realloc_route, memory_order_relaxed)(ptr, size);
 }
 
 /* The page-level calls go straight to the kernel: they must not depend on

@@ -175,6 +175,7 @@ static void init_once_fn(void)
 {
 	initialising = true;
 	real_resolve();
+	mem_hooks_init();
 	sdp_log_init_from_env();
 	tunables_load_env();
 	if (fdt_init(0) != 0)

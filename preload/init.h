@@ -11,6 +11,9 @@
 extern volatile bool sdp_ready SDP_HIDDEN;
 
 void sdp_init_slow(void);
+/* preload/hooks_mem.c: the free and realloc hooks start following the
+ * registration cache (before any socket can use it). */
+void mem_hooks_init(void);
 
 static inline void sdp_ensure_init(void)
 {
