@@ -26,24 +26,59 @@
 volatile bool sdp_ready;
 /* Closed until initialisation has finished (preload/gate.h). */
 _Atomic int sdp_gates[GATE_COUNT] = { [0 ... GATE_COUNT - 1] = 1 };
-/* Every change of a gate's count, with its route when the gate opens or
- * closes: the innermost lock of the library. */
+/* A gate's count moves between zero and one, with its route, only under
+ * this lock (the innermost of the library); other changes are one
+ * compare-and-swap, so sockets coming and going while others live never
+ * meet the lock. */
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Adds delta to g's count without the lock unless that would move it
+ * between zero and one.  Returns false if the lock is needed. */
+static bool gate_add_unlocked(enum sdp_gate g, int delta)
+{
+	int n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
+
+	while (n + (delta > 0 ? 0 : delta) > 0)
+		if (atomic_compare_exchange_weak_explicit(&sdp_gates[g], &n, n + delta,
+							  memory_order_acq_rel, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* The same under the lock, switching the route when the count leaves or
+ * reaches zero.  A compare-and-swap that raced an unlocked change retries;
+ * a count found beyond the transition takes the unlocked step. */
+static void gate_add_locked(enum sdp_gate g, int delta)
+{
+	pthread_mutex_lock(&gate_lock);
+	int n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
+
+	for (;;) {
+		bool crosses = delta > 0 ? n == 0 : n == 1;
+
+		if (!crosses && gate_add_unlocked(g, delta))
+			break;
+		if (crosses && atomic_compare_exchange_weak_explicit(&sdp_gates[g], &n, n + delta,
+								     memory_order_acq_rel,
+								     memory_order_relaxed)) {
+			gate_route(g, delta < 0); /* closing: before the holder's state is visible */
+			break;
+		}
+		n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&gate_lock);
+}
 
 void gate_hold(enum sdp_gate g)
 {
-	pthread_mutex_lock(&gate_lock);
-	if (atomic_fetch_add_explicit(&sdp_gates[g], 1, memory_order_acq_rel) == 0)
-		gate_route(g, false);
-	pthread_mutex_unlock(&gate_lock);
+	if (!gate_add_unlocked(g, 1))
+		gate_add_locked(g, 1);
 }
 
 void gate_release(enum sdp_gate g)
 {
-	pthread_mutex_lock(&gate_lock);
-	if (atomic_fetch_sub_explicit(&sdp_gates[g], 1, memory_order_acq_rel) == 1)
-		gate_route(g, true);
-	pthread_mutex_unlock(&gate_lock);
+	if (!gate_add_unlocked(g, -1))
+		gate_add_locked(g, -1);
 }
 
 void gate_init_done(void)
