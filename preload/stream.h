@@ -17,6 +17,8 @@
 
 #include "preload/sock.h"
 
+struct sdp_conn;
+
 /* Every op takes the libc call's arguments first, in libc's order, and the
  * socket last: a hook hands them on in the registers they came in (only
  * recvfrom and sendto, with six, pass the socket on the stack). */
@@ -45,6 +47,21 @@ struct sock_stream_ops {
 	ssize_t (*sendfile)(int out_fd, int in_fd, off_t *offset, size_t count, struct sdp_sock *s);
 	ssize_t (*sendfile64)(int out_fd, int in_fd, off64_t *offset, size_t count,
 			      struct sdp_sock *s);
+
+	/* Control: shutdown(2), ioctl FIONREAD (SIOCINQ) and TIOCOUTQ
+	 * (SIOCOUTQ) into the int at arg, getsockopt, and an option the kernel
+	 * has just accepted (the carrier applies what it honours). */
+	int (*shutdown)(int fd, int how, struct sdp_sock *s);
+	int (*readable_bytes)(int fd, void *arg, struct sdp_sock *s);
+	int (*unsent_bytes)(int fd, void *arg, struct sdp_sock *s);
+	int (*getsockopt)(int fd, int level, int name, void *val, socklen_t *len,
+			  struct sdp_sock *s);
+	void (*option_set)(int fd, int level, int name, const void *val, socklen_t len,
+			   struct sdp_sock *s);
+
+	/* The channel whose indicators poll and select wait on, with a
+	 * reference, or NULL when the kernel socket itself is waited on. */
+	struct sdp_conn *(*channel_get)(struct sdp_sock *s);
 };
 
 /* The ops table of a carrier whose functions are named PREFIX_<op>: a
@@ -59,6 +76,11 @@ struct sock_stream_ops {
 		.send_buf = prefix##_send_buf, .sendto = prefix##_sendto,            \
 		.sendmsg = prefix##_sendmsg, .sendmmsg = prefix##_sendmmsg,          \
 		.sendfile = prefix##_sendfile, .sendfile64 = prefix##_sendfile64,    \
+		.shutdown = prefix##_shutdown,                                       \
+		.readable_bytes = prefix##_readable_bytes,                           \
+		.unsent_bytes = prefix##_unsent_bytes,                               \
+		.getsockopt = prefix##_getsockopt, .option_set = prefix##_option_set, \
+		.channel_get = prefix##_channel_get,                                 \
 	}
 
 extern const struct sock_stream_ops sock_stream_tcp;

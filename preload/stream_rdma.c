@@ -7,11 +7,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/log.h"
 #include "core/conn.h"
+#include "preload/ctl.h" /* socket options and queue sizes of the channel */
 #include "preload/init.h"
 #include "preload/sock_rdma.h"
 #include "preload/stream.h"
@@ -43,7 +45,7 @@ static bool inherited_channel(struct sdp_sock *s)
 
 /* ---- the one road to core, and off it ---- */
 
-enum channel_step { STEP_RECV, STEP_SEND };
+enum channel_step { STEP_RECV, STEP_SEND, STEP_SHUTDOWN };
 
 /* One call of the stream's own steps, as the channel and the TCP stream
  * both take it. */
@@ -52,10 +54,16 @@ struct channel_call {
 	int fd;
 	const struct iovec *iov;
 	int iovcnt;
-	int flags;
+	int flags; /* recv and send */
+	int how;   /* shutdown */
 };
 
-/* core's answer: bytes, -errno, or CONN_USE_TCP. */
+static bool shutdown_how_valid(int how)
+{
+	return how == SHUT_RD || how == SHUT_WR || how == SHUT_RDWR;
+}
+
+/* core's answer: bytes or 0, -errno, or CONN_USE_TCP. */
 static ssize_t call_on_channel(struct sdp_sock *s, struct sdp_conn *c,
 			       const struct channel_call *k)
 {
@@ -64,6 +72,8 @@ static ssize_t call_on_channel(struct sdp_sock *s, struct sdp_conn *c,
 		return conn_recv(c, k->iov, k->iovcnt, k->flags, s->nonblock, s->rcvtimeo_ms);
 	case STEP_SEND:
 		return conn_send(c, k->iov, k->iovcnt, k->flags, s->nonblock, s->sndtimeo_ms);
+	case STEP_SHUTDOWN:
+		return shutdown_how_valid(k->how) ? conn_shutdown(c, k->how) : -EINVAL;
 	}
 	return -EINVAL;
 }
@@ -75,6 +85,8 @@ static ssize_t call_on_tcp(struct sdp_sock *s, const struct channel_call *k)
 		return sock_stream_tcp.recv(k->fd, k->iov, k->iovcnt, k->flags, s);
 	case STEP_SEND:
 		return sock_stream_tcp.send(k->fd, k->iov, k->iovcnt, k->flags, s);
+	case STEP_SHUTDOWN:
+		return sock_stream_tcp.shutdown(k->fd, k->how, s);
 	}
 	errno = EINVAL;
 	return -1;
@@ -294,6 +306,42 @@ static ssize_t rdma_sendfile64(int out_fd, int in_fd, off64_t *offset, size_t co
 			       struct sdp_sock *s)
 {
 	return rdma_sendfile(out_fd, in_fd, (off_t *)offset, count, s);
+}
+
+/* ---- control ---- */
+
+static int rdma_shutdown(int fd, int how, struct sdp_sock *s)
+{
+	struct channel_call k = { .step = STEP_SHUTDOWN, .fd = fd, .how = how };
+
+	return (int)channel_call(s, &k);
+}
+
+static int rdma_readable_bytes(int fd, void *arg, struct sdp_sock *s)
+{
+	return ctl_ioctl_queue(s, fd, FIONREAD, arg);
+}
+
+static int rdma_unsent_bytes(int fd, void *arg, struct sdp_sock *s)
+{
+	return ctl_ioctl_queue(s, fd, TIOCOUTQ, arg);
+}
+
+static int rdma_getsockopt(int fd, int level, int name, void *val, socklen_t *len,
+			   struct sdp_sock *s)
+{
+	return ctl_getsockopt(s, fd, level, name, val, len); /* SO_ERROR from the channel */
+}
+
+static void rdma_option_set(int fd, int level, int name, const void *val, socklen_t len,
+			    struct sdp_sock *s)
+{
+	ctl_setsockopt(s, fd, level, name, val, len); /* keepalive */
+}
+
+static struct sdp_conn *rdma_channel_get(struct sdp_sock *s)
+{
+	return sock_conn_get(s); /* NULL once the stream is on kernel TCP */
 }
 
 const struct sock_stream_ops sock_stream_rdma = SOCK_STREAM_OPS(rdma);

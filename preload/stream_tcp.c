@@ -4,6 +4,7 @@
  * are really read).  Each call is libc's own, so a socket on TCP makes the
  * same syscalls as without the shim.  FRESH, LISTEN and TCP sockets use it,
  * and the RDMA stream hands it the calls of a stream that moved to TCP. */
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -148,6 +149,45 @@ static ssize_t tcp_sendfile64(int out_fd, int in_fd, off64_t *offset, size_t cou
 			      struct sdp_sock *s)
 {
 	return counted_out(s, real.sendfile64(out_fd, in_fd, offset, count));
+}
+
+/* ---- control: the kernel socket answers ---- */
+
+static int tcp_shutdown(int fd, int how, struct sdp_sock *s)
+{
+	(void)s;
+	return real.shutdown(fd, how);
+}
+
+static int tcp_readable_bytes(int fd, void *arg, struct sdp_sock *s)
+{
+	(void)s;
+	return real.ioctl(fd, FIONREAD, arg);
+}
+
+static int tcp_unsent_bytes(int fd, void *arg, struct sdp_sock *s)
+{
+	(void)s;
+	return real.ioctl(fd, TIOCOUTQ, arg);
+}
+
+static int tcp_getsockopt(int fd, int level, int name, void *val, socklen_t *len,
+			  struct sdp_sock *s)
+{
+	(void)s;
+	return real.getsockopt(fd, level, name, val, len);
+}
+
+static void tcp_option_set(int fd, int level, int name, const void *val, socklen_t len,
+			   struct sdp_sock *s)
+{
+	/* the kernel has it, and nothing else carries the stream */
+}
+
+static struct sdp_conn *tcp_channel_get(struct sdp_sock *s)
+{
+	(void)s;
+	return NULL; /* poll and select wait on the kernel socket */
 }
 
 const struct sock_stream_ops sock_stream_tcp = SOCK_STREAM_OPS(tcp);
