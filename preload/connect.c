@@ -250,22 +250,3 @@ int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *l
 	errno = saved;
 	return nfd;
 }
-
-int sock_shutdown(struct sdp_sock *s, int fd, int how)
-{
-	struct sdp_conn *c = sock_conn_get(s);
-	int rc;
-
-	if (!c)
-		return real.shutdown(fd, how);
-	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
-		conn_put(c);
-		errno = EINVAL;
-		return -1;
-	}
-	rc = conn_shutdown(c, how);
-	conn_put(c);
-	if (rc == CONN_USE_TCP)
-		return real.shutdown(fd, how); /* the stream is on TCP now */
-	return rc;
-}

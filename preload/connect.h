@@ -1,5 +1,5 @@
 /* Path choice at the moments a socket becomes a connection or a listener:
- * connect(), listen(), accept() and shutdown() of tracked sockets. */
+ * connect(), listen() and accept() of tracked sockets. */
 #ifndef SDPSHIM_CONNECT_H
 #define SDPSHIM_CONNECT_H
 
@@ -10,6 +10,5 @@
 int sock_connect(struct sdp_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
 int sock_listen(struct sdp_sock *s, int fd, int backlog);
 int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *len, int flags);
-int sock_shutdown(struct sdp_sock *s, int fd, int how);
 
 #endif

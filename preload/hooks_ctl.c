@@ -1,6 +1,7 @@
 /* Control hooks: fcntl, ioctl, socket options and names.  They keep the
  * socket's tracked flags (O_NONBLOCK, timeouts, linger) in step with the
- * kernel, which always receives the call too. */
+ * kernel, which always receives the call too; the socket's stream answers
+ * the queue sizes and getsockopt, and hears of the options set. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -8,9 +9,9 @@
 #include <sys/socket.h>
 
 #include "base/real.h"
-#include "preload/ctl.h" /* ctl_*() for RDMA-backed sockets */
 #include "preload/init.h"
 #include "preload/sock.h"
+#include "preload/stream.h"
 
 static int timeval_to_ms(const void *val, socklen_t len)
 {
@@ -48,8 +49,7 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 	s = sock_of(fd);
 	if (rc == 0 && s && !sdp_in_lib) {
 		note_sockopt(s, level, name, val, len);
-		if (sock_is_rdma(s))
-			ctl_setsockopt(s, fd, level, name, val, len);
+		sock_stream(s)->option_set(fd, level, name, val, len, s);
 	}
 	return rc;
 }
@@ -60,8 +60,8 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 
 	sdp_ensure_init();
 	s = sock_of(fd);
-	if (s && !sdp_in_lib && sock_is_rdma(s))
-		return ctl_getsockopt(s, fd, level, name, val, len);
+	if (s && !sdp_in_lib)
+		return sock_stream(s)->getsockopt(fd, level, name, val, len, s);
 	return real.getsockopt(fd, level, name, val, len);
 }
 
@@ -148,8 +148,10 @@ SDP_EXPORT int ioctl(int fd, unsigned long request, ...)
 	s = sock_of(fd);
 	if (likely(!s) || sdp_in_lib)
 		return real.ioctl(fd, request, arg);
-	if (sock_is_rdma(s) && (request == FIONREAD || request == TIOCOUTQ))
-		return ctl_ioctl_queue(s, fd, request, arg);
+	if (request == FIONREAD)
+		return sock_stream(s)->readable_bytes(fd, arg, s);
+	if (request == TIOCOUTQ)
+		return sock_stream(s)->unsent_bytes(fd, arg, s);
 	rc = real.ioctl(fd, request, arg);
 	if (rc == 0 && request == FIONBIO && arg)
 		s->nonblock = *(const int *)arg != 0;

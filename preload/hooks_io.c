@@ -1,8 +1,9 @@
 /* Data hooks: read/write, the recv and send families, sendfile and the
- * _FORTIFY_SOURCE variants.  Untracked fds go straight to libc; tracked
- * sockets on kernel TCP are counted; RDMA-backed sockets use the channel.
- * A socket not on RDMA costs one table load and one atomic read of its mode
- * (and the byte count): no lock, no extra syscall. */
+ * _FORTIFY_SOURCE variants.  Untracked fds go straight to libc; a tracked
+ * socket's call goes to its stream (preload/stream.h), kernel TCP or the
+ * RDMA channel, in one dispatch.  A socket not on RDMA costs one table load,
+ * one atomic read of its stream and an indirect call (and the byte count):
+ * no lock, no extra syscall. */
 #include <errno.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -11,8 +12,8 @@
 
 #include "base/real.h"
 #include "preload/init.h"
-#include "preload/rdma_io.h" /* rdma_io_recv(), rdma_io_send(), rdma_io_sendfile() */
 #include "preload/sock.h"
+#include "preload/stream.h"
 
 #include "base/fortify.h"
 
@@ -48,18 +49,6 @@ FIRST(int, sendmmsg, (int fd, struct mmsghdr *v, unsigned int n, int fl), (fd, v
 FIRST(ssize_t, sendfile, (int o, int i, off_t *off, size_t n), (o, i, off, n))
 FIRST(ssize_t, sendfile64, (int o, int i, off64_t *off, size_t n), (o, i, off, n))
 
-static inline ssize_t counted_in(struct sdp_sock *s, ssize_t n)
-{
-	sock_count_received(s, n);
-	return n;
-}
-
-static inline ssize_t counted_out(struct sdp_sock *s, ssize_t n)
-{
-	sock_count_sent(s, n);
-	return n;
-}
-
 /* ---- receive side ---- */
 
 SDP_EXPORT ssize_t read(int fd, void *buf, size_t len)
@@ -68,9 +57,7 @@ SDP_EXPORT ssize_t read(int fd, void *buf, size_t len)
 
 	if (likely(!s))
 		return LIBC(read, fd, buf, len);
-	if (sock_is_rdma(s))
-		return rdma_io_recv_buf(s, fd, buf, len, 0, NULL, NULL);
-	return counted_in(s, real.read(fd, buf, len));
+	return sock_stream(s)->read(fd, buf, len, s);
 }
 
 SDP_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
@@ -79,9 +66,7 @@ SDP_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 	if (likely(!s))
 		return LIBC(readv, fd, iov, iovcnt);
-	if (sock_is_rdma(s))
-		return rdma_io_recv(s, fd, iov, iovcnt, 0);
-	return counted_in(s, real.readv(fd, iov, iovcnt));
+	return sock_stream(s)->readv(fd, iov, iovcnt, s);
 }
 
 SDP_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -90,11 +75,7 @@ SDP_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 
 	if (likely(!s))
 		return LIBC(recv, fd, buf, len, flags);
-	if (sock_is_rdma(s))
-		return rdma_io_recv_buf(s, fd, buf, len, flags, NULL, NULL);
-	if (unlikely(flags & MSG_PEEK)) /* counted when they are really read */
-		return real.recv(fd, buf, len, flags);
-	return counted_in(s, real.recv(fd, buf, len, flags));
+	return sock_stream(s)->recv_buf(fd, buf, len, flags, s);
 }
 
 SDP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *src,
@@ -104,11 +85,7 @@ SDP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct soc
 
 	if (likely(!s))
 		return LIBC(recvfrom, fd, buf, len, flags, src, srclen);
-	if (sock_is_rdma(s))
-		return rdma_io_recv_buf(s, fd, buf, len, flags, src, srclen);
-	if (unlikely(flags & MSG_PEEK)) /* counted when they are really read */
-		return real.recvfrom(fd, buf, len, flags, src, srclen);
-	return counted_in(s, real.recvfrom(fd, buf, len, flags, src, srclen));
+	return sock_stream(s)->recvfrom(fd, buf, len, flags, src, srclen, s);
 }
 
 SDP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -117,27 +94,17 @@ SDP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 
 	if (likely(!s))
 		return LIBC(recvmsg, fd, msg, flags);
-	if (sock_is_rdma(s))
-		return rdma_io_recvmsg(s, fd, msg, flags);
-	if (unlikely(flags & MSG_PEEK)) /* counted when they are really read */
-		return real.recvmsg(fd, msg, flags);
-	return counted_in(s, real.recvmsg(fd, msg, flags));
+	return sock_stream(s)->recvmsg(fd, msg, flags, s);
 }
 
 SDP_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 			struct timespec *timeout)
 {
 	struct sdp_sock *s = sock_of(fd);
-	int n;
 
 	if (likely(!s))
 		return LIBC(recvmmsg, fd, vec, vlen, flags, timeout);
-	if (sock_is_rdma(s))
-		return rdma_io_recvmmsg(s, fd, vec, vlen, flags, timeout);
-	n = real.recvmmsg(fd, vec, vlen, flags, timeout);
-	for (int i = 0; i < n && !(flags & MSG_PEEK); i++)
-		sock_count_received(s, vec[i].msg_len);
-	return n;
+	return sock_stream(s)->recvmmsg(fd, vec, vlen, flags, timeout, s);
 }
 
 SDP_EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
@@ -170,9 +137,7 @@ SDP_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 
 	if (likely(!s))
 		return LIBC(write, fd, buf, len);
-	if (sock_is_rdma(s))
-		return rdma_io_send_buf(s, fd, buf, len, 0);
-	return counted_out(s, real.write(fd, buf, len));
+	return sock_stream(s)->write(fd, buf, len, s);
 }
 
 SDP_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
@@ -181,9 +146,7 @@ SDP_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 
 	if (likely(!s))
 		return LIBC(writev, fd, iov, iovcnt);
-	if (sock_is_rdma(s))
-		return rdma_io_send(s, fd, iov, iovcnt, 0);
-	return counted_out(s, real.writev(fd, iov, iovcnt));
+	return sock_stream(s)->writev(fd, iov, iovcnt, s);
 }
 
 SDP_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
@@ -192,9 +155,7 @@ SDP_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 
 	if (likely(!s))
 		return LIBC(send, fd, buf, len, flags);
-	if (sock_is_rdma(s))
-		return rdma_io_send_buf(s, fd, buf, len, flags);
-	return counted_out(s, real.send(fd, buf, len, flags));
+	return sock_stream(s)->send_buf(fd, buf, len, flags, s);
 }
 
 SDP_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
@@ -204,9 +165,7 @@ SDP_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 
 	if (likely(!s))
 		return LIBC(sendto, fd, buf, len, flags, dst, dstlen);
-	if (sock_is_rdma(s))
-		return rdma_io_sendto(s, fd, buf, len, flags, dst, dstlen);
-	return counted_out(s, real.sendto(fd, buf, len, flags, dst, dstlen));
+	return sock_stream(s)->sendto(fd, buf, len, flags, dst, dstlen, s);
 }
 
 SDP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -215,24 +174,16 @@ SDP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 	if (likely(!s))
 		return LIBC(sendmsg, fd, msg, flags);
-	if (sock_is_rdma(s))
-		return rdma_io_sendmsg(s, fd, msg, flags);
-	return counted_out(s, real.sendmsg(fd, msg, flags));
+	return sock_stream(s)->sendmsg(fd, msg, flags, s);
 }
 
 SDP_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
 	struct sdp_sock *s = sock_of(fd);
-	int n;
 
 	if (likely(!s))
 		return LIBC(sendmmsg, fd, vec, vlen, flags);
-	if (sock_is_rdma(s))
-		return rdma_io_sendmmsg(s, fd, vec, vlen, flags);
-	n = real.sendmmsg(fd, vec, vlen, flags);
-	for (int i = 0; i < n; i++)
-		sock_count_sent(s, vec[i].msg_len);
-	return n;
+	return sock_stream(s)->sendmmsg(fd, vec, vlen, flags, s);
 }
 
 SDP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
@@ -241,9 +192,7 @@ SDP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 
 	if (likely(!s))
 		return LIBC(sendfile, out_fd, in_fd, offset, count);
-	if (sock_is_rdma(s))
-		return rdma_io_sendfile(s, out_fd, in_fd, offset, count);
-	return counted_out(s, real.sendfile(out_fd, in_fd, offset, count));
+	return sock_stream(s)->sendfile(out_fd, in_fd, offset, count, s);
 }
 
 SDP_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
@@ -252,7 +201,5 @@ SDP_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t cou
 
 	if (likely(!s))
 		return LIBC(sendfile64, out_fd, in_fd, offset, count);
-	if (sock_is_rdma(s))
-		return rdma_io_sendfile(s, out_fd, in_fd, (off_t *)offset, count);
-	return counted_out(s, real.sendfile64(out_fd, in_fd, offset, count));
+	return sock_stream(s)->sendfile64(out_fd, in_fd, offset, count, s);
 }

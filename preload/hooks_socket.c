@@ -13,6 +13,7 @@
 #include "preload/init.h"
 #include "preload/readiness.h" /* rdy_epoll_forget() */
 #include "preload/sock.h"
+#include "preload/stream.h"
 
 static bool is_tcp_candidate(int domain, int type, int protocol)
 {
@@ -92,7 +93,7 @@ SDP_EXPORT int shutdown(int fd, int how)
 	s = sock_of(fd);
 	if (!s || sdp_in_lib)
 		return real.shutdown(fd, how);
-	return sock_shutdown(s, fd, how);
+	return sock_stream(s)->shutdown(fd, how, s);
 }
 
 /* Forgets whatever the table says about fd, just before the kernel closes it. */

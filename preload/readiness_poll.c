@@ -12,6 +12,7 @@
 #include "preload/readiness.h"
 #include "preload/readiness_internal.h"
 #include "preload/sock.h"
+#include "preload/stream.h"
 
 /* GATE_POLL counts the RDMA-backed sockets (once initialised). */
 bool rdy_any_rdma(void)
@@ -24,20 +25,12 @@ struct poll_map {
 	int rd, wr;            /* indices in the kernel array, -1 if absent */
 };
 
+/* The channel to wait on for fd, with a reference; NULL: the fd itself. */
 static struct sdp_conn *rdma_conn_of(int fd)
 {
 	struct sdp_sock *s = fd >= 0 ? sock_of(fd) : NULL;
-	struct sdp_conn *c = NULL;
 
-	if (!s || !sock_is_rdma(s))
-		return NULL;
-	pthread_mutex_lock(&s->lock);
-	if (sock_is_rdma(s) && s->conn) {
-		c = s->conn;
-		conn_get(c);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return c;
+	return s ? sock_stream(s)->channel_get(s) : NULL;
 }
 
 /* Builds the kernel's array; returns its length. */

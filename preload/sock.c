@@ -15,6 +15,7 @@
 #include "preload/gate.h"
 #include "preload/sock.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
+#include "preload/stream.h"     /* sock_stream_tcp, sock_stream_rdma */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stats_seg proc_seg;
@@ -94,11 +95,20 @@ static bool mode_records_epoll(int mode)
 	return mode == SOCK_MODE_FRESH || mode == SOCK_MODE_RDMA;
 }
 
+static const struct sock_stream_ops *stream_of_mode(enum sock_mode mode)
+{
+	return mode == SOCK_MODE_RDMA ? &sock_stream_rdma : &sock_stream_tcp;
+}
+
 /* The transitions are FRESH -> TCP | LISTEN | RDMA and RDMA -> TCP, so a
- * socket only ever leaves the gate's count (it entered it in sock_track()). */
+ * socket only ever leaves the gate's count (it entered it in sock_track()).
+ * Whoever reads the new mode also finds its stream. */
 void sock_set_mode(struct sdp_sock *s, enum sock_mode mode)
 {
-	int old = atomic_exchange_explicit(&s->mode, (int)mode, memory_order_acq_rel);
+	int old;
+
+	atomic_store_explicit(&s->stream, stream_of_mode(mode), memory_order_release);
+	old = atomic_exchange_explicit(&s->mode, (int)mode, memory_order_acq_rel);
 
 	if (mode_records_epoll(old) && !mode_records_epoll((int)mode))
 		gate_release(GATE_EPOLL_CTL);
@@ -117,6 +127,7 @@ struct sdp_sock *sock_track(int fd, int family, bool nonblock)
 	s->sndtimeo_ms = -1;
 	s->primary_fd = fd;
 	atomic_init(&s->mode, SOCK_MODE_FRESH);
+	atomic_init(&s->stream, stream_of_mode(SOCK_MODE_FRESH));
 	atomic_init(&s->fd_refs, 1);
 	atomic_init(&s->obj_refs, 1);
 	gate_hold(GATE_EPOLL_CTL); /* FRESH, before any other thread can find it */

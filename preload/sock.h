@@ -26,12 +26,15 @@ enum sock_mode {
 struct sdp_conn;     /* core/conn.h: the RDMA channel */
 struct sdp_listener; /* core/listener.h: the rdma_cm listener */
 struct ep_reg;       /* preload/readiness_epoll.c: epoll registrations */
+struct sock_stream_ops; /* preload/stream.h: the carrier's calls */
 
 struct sdp_sock {
 	pthread_mutex_t lock;       /* mode, conn, lsn, regs */
 	_Atomic int fd_refs;        /* fds (dups) naming this socket */
 	_Atomic int obj_refs;       /* fd_refs > 0 counts as one; plus callbacks in flight */
 	_Atomic int mode;           /* enum sock_mode */
+	/* The carrier of the mode (preload/stream.h), set with it */
+	const struct sock_stream_ops *_Atomic stream;
 	int family;
 	bool nonblock;              /* O_NONBLOCK of the open file description */
 	bool require_rdma;          /* rule "use rdma" */
@@ -71,8 +74,9 @@ static inline bool sock_path_final_tcp(const struct sdp_sock *s)
 }
 
 /* Every change of mode goes through here, last, after the state the new
- * mode stands for is in place: it keeps GATE_EPOLL_CTL (preload/gate.h)
- * counting the sockets in FRESH or RDMA. */
+ * mode stands for is in place: it swaps the socket's stream ops (published
+ * before the mode) and keeps GATE_EPOLL_CTL (preload/gate.h) counting the
+ * sockets in FRESH or RDMA. */
 void sock_set_mode(struct sdp_sock *s, enum sock_mode mode);
 
 void sock_hold(struct sdp_sock *s);
@@ -106,19 +110,6 @@ void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);
 void sock_set_rdma(struct sdp_sock *s);
 void sock_set_role(struct sdp_sock *s, enum stats_role role);
 void sock_note_addresses(struct sdp_sock *s, int fd);
-
-/* Byte counters of the kernel-TCP path. */
-static inline void sock_count_sent(struct sdp_sock *s, ssize_t n)
-{
-	if (n > 0)
-		atomic_fetch_add_explicit(&s->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
-}
-
-static inline void sock_count_received(struct sdp_sock *s, ssize_t n)
-{
-	if (n > 0)
-		atomic_fetch_add_explicit(&s->st->bytes_received, (uint64_t)n, memory_order_relaxed);
-}
 
 /* Writes every open connection to SDPSHIM_STATS_FILE (at exit). */
 void sock_flush_all_stats(void);

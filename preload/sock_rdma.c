@@ -15,6 +15,7 @@
 #include "ipoib_fallback/path.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
 #include "preload/sock_rdma.h"
+#include "preload/stream.h"
 
 void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c)
 {
@@ -120,13 +121,15 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	struct sdp_sock *s = obj;
 	struct sdp_conn *c;
 
-	if (!sock_is_rdma(s) || s->owner_pid != getpid())
+	if (s->owner_pid != getpid())
 		return;
-	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC))
-		return;
-	c = sock_conn_get(s);
+	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */
 	if (!c)
 		return;
+	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC)) {
+		conn_put(c);
+		return;
+	}
 	for (size_t i = 0; i < b->n; i++) {
 		if (b->conns[i] == c) { /* another fd of the same socket */
 			conn_put(c);
