@@ -297,11 +297,13 @@ bad_peer_case() {
   [ "$who" = recv ] && renv=(SDPSHIM_DEBUG_ZC_CORRUPT="$n") || senv=(SDPSHIM_DEBUG_ZC_CORRUPT="$n")
   # SrcAvail cases: 32 KiB reads (no sink), so the sender announces a source.
   [ "$who" = send ] && renv+=(ZCTEST_READ_CHUNK=32768)
-  # SinkAvail case: the receiver's blocking 1 MiB read must offer its sink
-  # before the sender's first write (the channel opens for both at about the
-  # same moment since the binding handshake; before it, the server had a
-  # round trip's head start), so the sender waits a moment first.
-  [ "$who" = recv ] && senv+=(ZCTEST_SEND_DELAY_MS=500)
+  # The sender waits a moment before its first write.  SinkAvail case: the
+  # receiver's blocking 1 MiB read must offer its sink first (the channel
+  # opens for both at about the same moment since the binding handshake;
+  # before it, the server had a round trip's head start).  SrcAvail cases:
+  # blocks written before the channel is open go by copy, so under load all
+  # 8 could, and no SrcAvail would carry the lie (seen once: rc 0 both ends).
+  senv+=(ZCTEST_SEND_DELAY_MS=500)
   port=$(free_port)
   start_bg recv timeout -k 5 60 env "${renv[@]}" "${PRE[@]}" "$PROGS/zctest" recv "$port" 8 1048576
   wait_port "$RXE_IP" "$port"
