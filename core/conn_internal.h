@@ -6,7 +6,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "core/conn.h"
+#include "core/conn_struct.h"
 #include "core/wire.h"
 
 /* wr_id = kind << 32 | index */

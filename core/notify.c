@@ -175,6 +175,16 @@ void conn_prepare_wait(struct sdp_conn *c)
 	conn_unlock(c);
 }
 
+int conn_readable_eventfd(const struct sdp_conn *c)
+{
+	return c->rd_fd;
+}
+
+int conn_writable_eventfd(const struct sdp_conn *c)
+{
+	return c->wr_fd;
+}
+
 unsigned conn_poll_mask(struct sdp_conn *c)
 {
 	unsigned mask = 0;
