@@ -19,12 +19,14 @@
 struct sdp_conn;
 struct sdp_listener;
 
-/* Where the channel is in its life.  Transitions:
+/* Where the channel is in its life.  Transitions (core/phase.c checks them):
  *   client: RESOLVING -> TCP_CONNECTING -> AWAIT_ATTACH -> OPEN
  *   server: PENDING -> (accept matched) ATTACHING -> OPEN
- *   any   -> [DRAINING ->] FALLBACK (the stream continues on kernel TCP)
+ *   any phase up to OPEN -> FALLBACK (the stream continues on kernel TCP)
+ *   AWAIT_ATTACH, ATTACHING -> DRAINING -> FALLBACK (the app's buffered bytes go to TCP first)
  *   OPEN  -> SWITCHING -> FALLBACK (the stream moves to TCP mid-way: core/switch.c)
- *   OPEN  -> DEAD (both sides closed, or reset; resources released) */
+ *   any but FALLBACK -> DEAD (both sides closed, reset, given up, or torn down;
+ *                             resources released).  FALLBACK and DEAD are final. */
 enum conn_phase {
 	CONN_RESOLVING,      /* rdma_cm address/route/connect in flight */
 	CONN_TCP_CONNECTING, /* channel up; kernel TCP connect in flight */

@@ -31,6 +31,13 @@ static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 	return c->rx_mem + (size_t)c->buf_size * c->buf_count + (size_t)idx * CTRL_SLOT_SIZE;
 }
 
+/* phase.c: the one writer of c->phase.  conn_phase_start sets the first
+ * phase of a new channel; conn_set_phase makes a transition, and logs one
+ * the table does not hold (debug builds assert). */
+bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to);
+void conn_phase_start(struct sdp_conn *c, enum conn_phase phase);
+void conn_set_phase(struct sdp_conn *c, enum conn_phase to);
+
 /* setup.c: allocation, QP and buffers, teardown */
 struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy);
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,

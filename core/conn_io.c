@@ -14,23 +14,6 @@
 #include "core/conn_internal.h"
 #include "core/zcopy.h"
 
-const char *conn_phase_name(enum conn_phase phase)
-{
-	switch (phase) {
-	case CONN_RESOLVING:      return "resolving";
-	case CONN_TCP_CONNECTING: return "tcp_connecting";
-	case CONN_AWAIT_ATTACH:   return "await_attach";
-	case CONN_PENDING:        return "pending";
-	case CONN_ATTACHING:      return "attaching";
-	case CONN_OPEN:           return "open";
-	case CONN_DRAINING:       return "draining";
-	case CONN_SWITCHING:      return "switching";
-	case CONN_FALLBACK:       return "fallback";
-	case CONN_DEAD:           return "dead";
-	}
-	return "unknown";
-}
-
 static size_t iov_total(const struct iovec *iov, int iovcnt)
 {
 	size_t total = 0;
@@ -420,7 +403,7 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
 	case CONN_PENDING:
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		break;
 	case CONN_SWITCHING:

@@ -212,7 +212,7 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 		return true;
 	}
 	c->sw_shut_wr = app_shut_writing(c);
-	c->phase = CONN_SWITCHING;
+	conn_set_phase(c, CONN_SWITCHING);
 	if (c->rd_shut)
 		real.shutdown(c->tcp_fd, SHUT_RD);
 	if (c->st)
@@ -349,7 +349,7 @@ static void finish_if_done(struct sdp_conn *c)
 		return;
 	free(c->sw_local);
 	c->sw_local = NULL;
-	c->phase = CONN_FALLBACK;
+	conn_set_phase(c, CONN_FALLBACK);
 	c->fail_reason = c->sw_reason;
 	sdp_info("the stream now runs on TCP (%s)", sdp_reason_name(c->sw_reason));
 	conn_update_readiness(c, true);
