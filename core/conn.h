@@ -43,13 +43,20 @@ enum conn_phase {
 /* Why the owner is being called back. */
 enum conn_event {
 	CONN_EV_RDMA_READY,    /* client channel established: issue the kernel connect */
-	CONN_EV_FALLBACK,      /* channel abandoned before any byte moved: use TCP */
+	CONN_EV_FALLBACK,      /* the socket is plain TCP now: the channel was abandoned
+				* before any byte moved, or the stream moved (switch) */
 	CONN_EV_STATE,         /* readiness or error changed */
+};
+
+/* An event and what it carries, filled under the conn lock that raised it. */
+struct conn_event_info {
+	enum conn_event ev;
+	enum sdp_reason reason; /* CONN_EV_FALLBACK: why the socket is on TCP */
 };
 
 struct conn_owner_ops {
 	/* Called without the conn lock held, from whichever thread raised it. */
-	void (*event)(void *owner, struct sdp_conn *conn, enum conn_event ev);
+	void (*event)(void *owner, struct sdp_conn *conn, const struct conn_event_info *info);
 	/* Keep the owner alive across an event delivery. */
 	void (*hold)(void *owner);
 	void (*release)(void *owner);
@@ -118,6 +125,7 @@ int conn_shutdown(struct sdp_conn *c, int how);
  * Drops the owner's reference. */
 void conn_app_close(struct sdp_conn *c, bool abort);
 enum conn_phase conn_get_phase(struct sdp_conn *c);
+/* Why the socket is on TCP (CONN_EV_FALLBACK carries it too). */
 enum sdp_reason conn_get_fail_reason(struct sdp_conn *c);
 bool conn_is_server(const struct sdp_conn *c);
 /* The address a client connected to (fixed at conn_connect_start). */

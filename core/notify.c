@@ -17,6 +17,7 @@ void conn_lock(struct sdp_conn *c)
 void conn_unlock(struct sdp_conn *c)
 {
 	uint32_t events = c->owner_events;
+	struct conn_event_info info = { .reason = c->fail_reason };
 	void *owner = c->owner;
 	const struct conn_owner_ops *ops = c->owner_ops;
 
@@ -28,9 +29,12 @@ void conn_unlock(struct sdp_conn *c)
 	pthread_mutex_unlock(&c->lock);
 	if (!events || !owner || !ops)
 		return;
-	for (int ev = CONN_EV_RDMA_READY; ev <= CONN_EV_STATE; ev++)
-		if (events & (1u << ev))
-			ops->event(owner, c, (enum conn_event)ev);
+	for (int ev = CONN_EV_RDMA_READY; ev <= CONN_EV_STATE; ev++) {
+		if (!(events & (1u << ev)))
+			continue;
+		info.ev = (enum conn_event)ev;
+		ops->event(owner, c, &info);
+	}
 	ops->release(owner);
 	conn_put(c);
 }
