@@ -67,6 +67,14 @@ bool tx_has_unposted(const struct sdp_conn *c);
 void tx_free_acked(struct sdp_conn *c, uint32_t ack);
 uint32_t tx_free_space(const struct sdp_conn *c);
 size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
+/* The run of kept send slots that ends at stream offset end_off, back from
+ * the newest while each ends where the next begins: returns the offset of
+ * its first byte, with its first slot and its payload bytes. */
+uint64_t tx_kept_run(const struct sdp_conn *c, uint64_t end_off, uint32_t *first, size_t *payload);
+/* No send slot is kept: the peer consumed every byte we sent. */
+bool tx_all_consumed(const struct sdp_conn *c);
+/* Forgets every slot (their bytes went another way: core/switch.c). */
+void tx_drop_all(struct sdp_conn *c);
 
 /* rx.c */
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
@@ -79,6 +87,15 @@ void rx_entry_consumed(struct sdp_conn *c);
 /* Copies unread payload into iov (MSG_PEEK: without consuming). */
 size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		   size_t len, bool peek);
+/* The stream offset delivered to the app: what arrived minus what is
+ * queued (DATA payloads, and SrcAvail bytes not consumed). */
+uint64_t rx_delivered_offset(const struct sdp_conn *c);
+/* The received bytes not read yet that are here (DATA payloads, then the
+ * bytes a READ staged), in stream order, in a malloc'd copy of *len bytes;
+ * NULL if there are none, or no memory. */
+uint8_t *rx_copy_unread(const struct sdp_conn *c, size_t *len);
+/* Forgets every queued byte (they went another way: core/switch.c). */
+void rx_drop_unread(struct sdp_conn *c);
 
 /* conn_io.c: waiting.  conn_wait is called locked; it sleeps unlocked on
  * the readiness eventfd (0 changed, -EAGAIN timeout, -EINTR signal). */

@@ -52,66 +52,14 @@ void switch_debug_maybe_fail(struct sdp_conn *c)
 
 /* ------------------------------------------------------------ starting */
 
-/* Stream bytes delivered to the app: what arrived minus what is queued.
- * A direct READ that completed belongs to the app: its recv returns it. */
-static uint64_t rx_delivered(const struct sdp_conn *c)
-{
-	uint64_t queued = 0;
-
-	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (e->is_data || e->is_src)
-			queued += e->len;
-	}
-	return c->rx_stream_off - queued;
-}
-
-/* Copies the received, unread bytes (DATA payloads, staged READ bytes)
- * out of the RDMA buffers, in stream order. */
-static void copy_out_local(struct sdp_conn *c)
-{
-	size_t total = c->stage_fill > c->stage_off ? c->stage_fill - c->stage_off : 0;
-
-	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (e->is_data)
-			total += e->len;
-	}
-	if (total == 0 || !(c->sw_local = malloc(total)))
-		return;
-	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (!e->is_data || !e->len)
-			continue;
-		memcpy(c->sw_local + c->sw_local_len, c->rx_mem + (size_t)e->slot * c->buf_size + e->off,
-		       e->len);
-		c->sw_local_len += e->len;
-	}
-	if (c->stage_fill > c->stage_off) {
-		memcpy(c->sw_local + c->sw_local_len, c->stage + c->stage_off,
-		       c->stage_fill - c->stage_off);
-		c->sw_local_len += c->stage_fill - c->stage_off;
-	}
-}
-
-static void drop_rx_queue(struct sdp_conn *c)
-{
-	c->rx_tail = c->rx_head;
-	c->rx_bytes_ready = 0;
-	c->stage_off = c->stage_fill = 0;
-}
-
 /* Our record, then the run of kept slots that ends at tx_stream_off: every
  * byte before its start the peer has (consumed, or read by zero-copy). */
 static int build_resend(struct sdp_conn *c)
 {
 	struct sdp_switch rec = { .reason = (uint8_t)c->sw_reason };
 	struct sdp_switch_wire w;
-	uint32_t first = c->tx_head;
-	size_t payload = 0;
+	uint32_t first;
+	size_t payload;
 
 	if (c->wr_unconfirmed) {
 		/* Its completion never came: the peer may not have the WRITE's
@@ -120,17 +68,7 @@ static int build_resend(struct sdp_conn *c)
 		c->write_rolled_back = true;
 		c->wr_unconfirmed = false;
 	}
-	rec.resend_from = c->tx_stream_off;
-	while (c->tx_slots && first != c->tx_tail) {
-		const struct tx_slot *slot = &c->tx_slots[ring_index(first - 1, c->tx_nslots)];
-		uint32_t n = slot->len - (uint32_t)SDP_BSDH_SIZE;
-
-		if (slot->off + n != rec.resend_from)
-			break;
-		rec.resend_from = slot->off;
-		payload += n;
-		first--;
-	}
+	rec.resend_from = tx_kept_run(c, c->tx_stream_off, &first, &payload);
 	c->drain_buf = malloc(SDP_SWITCH_SIZE + payload);
 	if (!c->drain_buf)
 		return -ENOMEM;
@@ -138,7 +76,7 @@ static int build_resend(struct sdp_conn *c)
 	memcpy(c->drain_buf, &w, sizeof(w));
 	c->drain_len = sizeof(w) + tx_slots_payload(c, first, c->tx_head, c->drain_buf + sizeof(w));
 	c->drain_off = 0;
-	c->tx_tail = c->tx_posted = c->tx_head;
+	tx_drop_all(c);
 	sdp_debug("switch: resending %zu bytes from stream offset %llu", payload,
 		  (unsigned long long)rec.resend_from);
 	return 0;
@@ -149,7 +87,7 @@ static int build_resend(struct sdp_conn *c)
  * own sign of failure is judged by this: a peer that moved is followed.) */
 static bool nothing_to_move(const struct sdp_conn *c)
 {
-	return c->rx_eof && c->tx_tail == c->tx_head && !c->src.active && !c->wr_unconfirmed;
+	return c->rx_eof && tx_all_consumed(c) && !c->src.active && !c->wr_unconfirmed;
 }
 
 static bool app_shut_writing(const struct sdp_conn *c)
@@ -197,15 +135,15 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 		c->sw_started = false; /* the peer's Abort arrived meanwhile: a reset */
 		return false;
 	}
-	c->sw_rx_have = rx_delivered(c);
-	copy_out_local(c);
+	c->sw_rx_have = rx_delivered_offset(c);
+	c->sw_local = rx_copy_unread(c, &c->sw_local_len);
 	/* Kept bytes count as had; otherwise the peer resends them, and they
 	 * stay here only until its record arrives (if it never does, the
 	 * peer is gone and they are the last bytes it sent). */
 	c->sw_local_provisional = !keep_local;
 	if (keep_local)
 		c->sw_rx_have += c->sw_local_len;
-	drop_rx_queue(c);
+	rx_drop_unread(c);
 	if (build_resend(c) != 0) {
 		sdp_warn("out of memory moving a stream to TCP; resetting it");
 		close_ev_abort(c, ENOMEM, false);
