@@ -31,6 +31,39 @@ static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 	return c->rx_mem + (size_t)c->buf_size * c->buf_count + (size_t)idx * CTRL_SLOT_SIZE;
 }
 
+/* A carrier: how the stream moves in the channel's phase; conn_set_phase
+ * picks it (phase.c).  channel_carrier (conn_io.c, with notify.c's
+ * readiness) serves every phase but SWITCHING; switch_carrier (switch.c)
+ * serves SWITCHING: kept bytes, then the kernel socket.  Called locked. */
+struct conn_carrier {
+	/* One step of recv or send: bytes so far, -errno, CONN_USE_TCP, or
+	 * *again set: wait and step again. */
+	ssize_t (*recv_step)(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			     size_t total, int flags, bool *again);
+	ssize_t (*send_step)(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			     size_t total, bool nonblock, int flags, bool *again);
+	/* POLL* bits, as the kernel would report them. */
+	unsigned (*poll_mask)(struct sdp_conn *c);
+	/* What the readiness indicators stand for: each alone, or both in one pass. */
+	bool (*readable)(struct sdp_conn *c);
+	bool (*writable)(struct sdp_conn *c);
+	void (*readiness)(struct sdp_conn *c, bool *readable, bool *writable);
+	/* shutdown(how): 0, or CONN_USE_TCP (the owner shuts the kernel socket). */
+	int (*shutdown)(struct sdp_conn *c, int how);
+	/* FIONREAD. */
+	uint64_t (*readable_bytes)(struct sdp_conn *c);
+};
+extern const struct conn_carrier channel_carrier;
+extern const struct conn_carrier switch_carrier;
+/* A carrier's table from its functions, named PREFIX_recv_step and so on. */
+#define CONN_CARRIER(prefix)                                                             \
+	{                                                                                \
+		.recv_step = prefix##_recv_step, .send_step = prefix##_send_step,        \
+		.poll_mask = prefix##_poll_mask, .readable = prefix##_readable,          \
+		.writable = prefix##_writable, .readiness = prefix##_readiness,          \
+		.shutdown = prefix##_shutdown, .readable_bytes = prefix##_readable_bytes, \
+	}
+
 /* phase.c: the one writer of c->phase.  conn_phase_start sets the first
  * phase of a new channel; conn_set_phase makes a transition, and logs one
  * the table does not hold (debug builds assert). */
@@ -58,6 +91,11 @@ bool conn_readable_locked(const struct sdp_conn *c);
  * opened: a large blocking read may now offer a zero-copy sink). */
 void conn_wake_readers(struct sdp_conn *c);
 bool conn_writable_locked(const struct sdp_conn *c);
+/* The open channel's readiness (channel_carrier's; SWITCHING has its own). */
+unsigned channel_poll_mask(struct sdp_conn *c);
+bool channel_readable(struct sdp_conn *c);
+bool channel_writable(struct sdp_conn *c);
+void channel_readiness(struct sdp_conn *c, bool *readable, bool *writable);
 
 /* tx.c */
 uint32_t tx_credits(const struct sdp_conn *c);
@@ -187,13 +225,6 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
 /* Plain TCP once both records are through, nothing is kept here and no
  * app thread is inside a zero-copy operation. */
 void switch_maybe_finish(struct sdp_conn *c);
-ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 int flags, bool *again);
-ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 size_t total, bool nonblock, int flags, bool *again);
-unsigned switch_poll_mask(struct sdp_conn *c);
-void switch_shutdown(struct sdp_conn *c, int how);
-uint64_t switch_readable_bytes(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
 /* SDPSHIM_DEBUG_FAIL_AFTER: fail this channel's QP once it sent that much. */
 void switch_debug_maybe_fail(struct sdp_conn *c);

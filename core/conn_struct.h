@@ -23,6 +23,7 @@ struct ibv_mr;
 struct ibv_mw;
 struct sdp_dev;
 struct mrc_entry;
+struct conn_carrier;
 
 /* The binding handshake (core/bind.c, docs/trust.md): how far this end is
  * in proving, on the TCP connection, that the channel is that connection's.
@@ -119,6 +120,7 @@ struct sdp_conn {
 	pthread_cond_t cond;    /* phase changes (connect waits on it) */
 	_Atomic int refs;
 	enum conn_phase phase;
+	const struct conn_carrier *carrier; /* the stream's steps in this phase */
 	bool is_server;
 	struct sdp_policy policy; /* the path decision's: zero-copy threshold, connect bound */
 	void *owner;

@@ -1,6 +1,7 @@
 /* The phase of a channel (enum conn_phase): its names, the table of the
  * transitions core makes, and conn_set_phase(), the one writer of
- * c->phase.  An unexpected transition is logged (and asserted in a build
+ * c->phase and of the carrier that serves it (the open channel, or a
+ * switch in progress).  An unexpected transition is logged (and asserted in a build
  * with SDPSHIM_DEBUG, make DEBUG=1); it is still made, as before. */
 #include <assert.h>
 
@@ -47,9 +48,15 @@ bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to)
 	return (phase_next[from] & TO(to)) != 0;
 }
 
+static const struct conn_carrier *carrier_of(enum conn_phase phase)
+{
+	return phase == CONN_SWITCHING ? &switch_carrier : &channel_carrier;
+}
+
 void conn_phase_start(struct sdp_conn *c, enum conn_phase phase)
 {
 	c->phase = phase;
+	c->carrier = carrier_of(phase);
 }
 
 void conn_set_phase(struct sdp_conn *c, enum conn_phase to)
@@ -62,4 +69,5 @@ void conn_set_phase(struct sdp_conn *c, enum conn_phase to)
 #endif
 	}
 	c->phase = to;
+	c->carrier = carrier_of(to);
 }

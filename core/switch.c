@@ -5,7 +5,9 @@
  * consumed it, a zero-copy source until the peer read all of it, a WRITE
  * until its RdmaWrCompl is known to have landed), and reads the peer's
  * record, dropping the resent bytes it already has.  Then the socket is
- * plain TCP: phase FALLBACK, reason failover or forked. */
+ * plain TCP: phase FALLBACK, reason failover or forked.  Meanwhile (phase
+ * SWITCHING) the stream API runs on switch_carrier: kept bytes first, then
+ * the kernel socket. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -353,8 +355,8 @@ static ssize_t report_error(struct sdp_conn *c, size_t done)
 	return -err;
 }
 
-ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 int flags, bool *again)
+static ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				size_t done, size_t total, int flags, bool *again)
 {
 	size_t n;
 
@@ -420,8 +422,8 @@ static ssize_t send_rest_on_tcp(struct sdp_conn *c, const struct iovec *iov, int
 	return (ssize_t)done;
 }
 
-ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 size_t total, bool nonblock, int flags, bool *again)
+static ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				size_t done, size_t total, bool nonblock, int flags, bool *again)
 {
 	*again = false;
 	if (c->close_state == CLOSE_ABORTED)
@@ -440,23 +442,24 @@ ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 }
 
 /* shutdown() while switching: the kernel socket's, after our resend. */
-void switch_shutdown(struct sdp_conn *c, int how)
+static int switch_shutdown(struct sdp_conn *c, int how)
 {
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		c->rd_shut = true;
 		real.shutdown(c->tcp_fd, SHUT_RD);
 	}
 	if (how != SHUT_WR && how != SHUT_RDWR)
-		return;
+		return 0;
 	c->sw_shut_wr = true;
 	if (c->sw_tx_done)
 		real.shutdown(c->tcp_fd, SHUT_WR);
 	conn_update_readiness(c, false);
+	return 0;
 }
 
 /* POLL* bits while switching: kept bytes, then the kernel socket once the
  * peer's record is through (reads) and ours is out (writes). */
-unsigned switch_poll_mask(struct sdp_conn *c)
+static unsigned switch_poll_mask(struct sdp_conn *c)
 {
 	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
 	unsigned mask = 0;
@@ -481,7 +484,29 @@ unsigned switch_poll_mask(struct sdp_conn *c)
 	return mask;
 }
 
-uint64_t switch_readable_bytes(struct sdp_conn *c)
+#define MASK_READABLE (POLLIN | POLLHUP | POLLERR | POLLRDHUP)
+#define MASK_WRITABLE (POLLOUT | POLLHUP | POLLERR)
+
+static bool switch_readable(struct sdp_conn *c)
+{
+	return switch_poll_mask(c) & MASK_READABLE;
+}
+
+static bool switch_writable(struct sdp_conn *c)
+{
+	return switch_poll_mask(c) & MASK_WRITABLE;
+}
+
+/* Both in one pass: the kernel socket is asked once. */
+static void switch_readiness(struct sdp_conn *c, bool *readable, bool *writable)
+{
+	unsigned mask = switch_poll_mask(c);
+
+	*readable = mask & MASK_READABLE;
+	*writable = mask & MASK_WRITABLE;
+}
+
+static uint64_t switch_readable_bytes(struct sdp_conn *c)
 {
 	int kernel = 0;
 
@@ -489,6 +514,8 @@ uint64_t switch_readable_bytes(struct sdp_conn *c)
 		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
 	return (uint64_t)(c->sw_local_len - c->sw_local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
 }
+
+const struct conn_carrier switch_carrier = CONN_CARRIER(switch);
 
 /* ------------------------------------------------------- fork and exec */
 

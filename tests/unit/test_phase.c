@@ -2,7 +2,7 @@
  * every pair of phases against the transitions written out above enum
  * conn_phase (core/conn.h), and conn_set_phase() on a bare channel: an
  * expected transition is silent, an unexpected one is made and logged in
- * one warning line naming both phases. */
+ * one warning line naming both phases, and each phase gets its carrier. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,10 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define PHASES        (CONN_DEAD + 1)
+
+/* The two carriers, as the setter sees them: only their addresses count. */
+const struct conn_carrier channel_carrier = { 0 };
+const struct conn_carrier switch_carrier = { 0 };
 
 struct edge {
 	enum conn_phase from, to;
@@ -148,6 +152,27 @@ static int test_set_phase_unexpected_is_logged(void)
 #endif
 }
 
+static int test_carrier_follows_phase(void)
+{
+	struct sdp_conn *c = calloc(1, sizeof(*c));
+	int ok = 1;
+
+	for (int phase = 0; phase < PHASES; phase++) {
+		const struct conn_carrier *want =
+			phase == CONN_SWITCHING ? &switch_carrier : &channel_carrier;
+
+		conn_phase_start(c, phase);
+		ok &= check(c->carrier == want, "start in %s", conn_phase_name(phase));
+	}
+	conn_phase_start(c, CONN_OPEN);
+	conn_set_phase(c, CONN_SWITCHING);
+	ok &= check(c->carrier == &switch_carrier, "open -> switching: the switch's carrier");
+	conn_set_phase(c, CONN_FALLBACK);
+	ok &= check(c->carrier == &channel_carrier, "switching -> fallback: the channel's again");
+	free(c);
+	return ok;
+}
+
 int main(void)
 {
 	static const struct tap_case cases[] = {
@@ -158,6 +183,8 @@ int main(void)
 		  test_set_phase_expected_is_silent },
 		{ "conn_set_phase: an unexpected one is made and logged in one line",
 		  test_set_phase_unexpected_is_logged },
+		{ "the setter swaps the carrier: switching's is the switch's, every other the channel's",
+		  test_carrier_follows_phase },
 	};
 
 	sdp_log_level = SDP_LOG_WARN;
