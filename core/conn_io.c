@@ -420,7 +420,7 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 		conn_schedule_destroy(c);
 		break;
 	case CONN_SWITCHING:
-		if (c->drain_buf || !c->sw_tx_done)
+		if (c->drain_buf || !c->sw.tx_done)
 			conn_arm_timer(c, sdp_tun.linger_ms); /* our resend goes out first */
 		else
 			conn_schedule_destroy(c);

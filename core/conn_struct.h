@@ -112,6 +112,22 @@ struct zc_window {
 	bool bound, busy; /* bound now / a bind or invalidate in flight */
 };
 
+/* Moving the open stream to TCP (core/switch.c owns all of it). */
+struct conn_switch {
+	enum sdp_reason reason;
+	bool started;
+	bool by_peer;              /* the peer's record started it: take its reason */
+	bool tx_done;              /* our record and resend are in the kernel socket */
+	bool shut_wr;              /* the app shut down writing: SHUT_WR after them */
+	bool peer_done;            /* the peer's record read, its duplicates dropped */
+	bool local_provisional;    /* local is dropped when the peer's record arrives */
+	int peer_err;              /* TCP error seen while reading it (reported once) */
+	struct switch_reader reader; /* the peer's record, then its resend we have */
+	uint64_t rx_have;          /* stream bytes this end has: delivered + kept */
+	uint8_t *local;            /* received over RDMA, not read yet (kept) */
+	size_t local_len, local_off;
+};
+
 struct sdp_conn {
 	/* ---- Life and state (setup.c allocates; notify.c locks and tells the
 	 * owner; phase.c alone writes phase and carrier). */
@@ -258,18 +274,7 @@ struct sdp_conn {
 	int zc_threads;            /* app threads inside a zero-copy operation */
 
 	/* ---- Moving the open stream to TCP (switch.c). */
-	enum sdp_reason sw_reason;
-	bool sw_started;
-	bool sw_by_peer;           /* the peer's record started it: take its reason */
-	bool sw_tx_done;           /* our record and resend are in the kernel socket */
-	bool sw_shut_wr;           /* the app shut down writing: SHUT_WR after them */
-	bool sw_peer_done;         /* the peer's record read, its duplicates dropped */
-	bool sw_local_provisional; /* sw_local is dropped when the peer's record arrives */
-	int sw_peer_err;           /* TCP error seen while reading it (reported once) */
-	struct switch_reader sw_reader; /* the peer's record, then its resend we have */
-	uint64_t sw_rx_have;       /* stream bytes this end has: delivered + kept */
-	uint8_t *sw_local;         /* received over RDMA, not read yet (kept) */
-	size_t sw_local_len, sw_local_off;
+	struct conn_switch sw;
 	bool write_rolled_back;    /* the switch took our unconfirmed WRITE's bytes back */
 	bool debug_failed;         /* SDPSHIM_DEBUG_FAIL_AFTER fired */
 

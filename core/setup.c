@@ -62,7 +62,7 @@ static void conn_free(struct sdp_conn *c)
 	progress_close_hidden(c->rd_fd);
 	progress_close_hidden(c->wr_fd);
 	free(c->drain_buf);
-	free(c->sw_local);
+	free(c->sw.local);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

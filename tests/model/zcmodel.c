@@ -330,7 +330,7 @@ void zcm_close(void)
 		free(c->rx_ring);
 		free(c->tx_slots);
 		free(c->drain_buf);
-		free(c->sw_local);
+		free(c->sw.local);
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
