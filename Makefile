@@ -8,6 +8,7 @@ BINDIR  ?= $(PREFIX)/bin
 CC      ?= cc
 BUILD   ?= build
 SAN     ?= 0
+DEBUG   ?= 0
 VERSION ?= 0.1.0
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
@@ -21,6 +22,12 @@ BUILD    := build-san
 ALLCFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDSAN    := -fsanitize=address,undefined
 SANPROGS := 1
+endif
+# DEBUG=1: checks that only log in a release build assert (SDPSHIM_DEBUG),
+# into build-dbg/.
+ifeq ($(DEBUG),1)
+BUILD    := build-dbg
+CPPFLAGS += -DSDPSHIM_DEBUG
 endif
 RDMA_LIBS := -lrdmacm -libverbs
 SANFLAGS  := -fsanitize=address,undefined
@@ -61,6 +68,7 @@ help:
 	@echo "make test       unit tests + native bats suite + VM (soft-RoCE) bats suite"
 	@echo "make unit|native|vm   one part of the suite"
 	@echo "make SAN=1 ...  the same with ASan+UBSan into build-san/"
+	@echo "make DEBUG=1 ... the same with debug assertions into build-dbg/"
 	@echo "make fuzz       build libFuzzer harnesses (clang)"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
 
@@ -109,13 +117,16 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard core/
 # A unit test of a module that calls libc through base/real.h fills that
 # table itself.
 UNIT_EXTRA_test_tcp_diag := core/tcp_diag.c
+# The phase table and setter (core/phase.c) need only base/log.c.
+UNIT_EXTRA_test_phase := core/phase.c
+$(BUILD)/tests/unit/test_phase: core/phase.c
 
 # The zero-copy model (tests/model/, issue 13): the real data-path files of
 # core/ with verbs, the peer, the app and time modelled, for test_zcopy and
 # fuzz_zcopy.  The core's clock and condition waits go through the model.
 ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
-ZCM_CORE := core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
+ZCM_CORE := core/phase.c core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
             core/notify.c core/timers.c core/switch.c core/wire.c base/config.c base/log.c base/policy.c \
             base/reason.c $(wildcard core/switch_reader.c)
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
@@ -175,6 +186,6 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libsdpshim.so $(DESTDIR)$(BINDIR)/sdpshim
 
 clean:
-	rm -rf build build-san build-h*
+	rm -rf build build-san build-dbg build-h*
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

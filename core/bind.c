@@ -197,7 +197,7 @@ void bind_server_on_commit(struct sdp_conn *c)
  * that completes the stream stays where it is (attach_unconfirmed). */
 void bind_server_open(struct sdp_conn *c)
 {
-	c->phase = CONN_OPEN;
+	conn_set_phase(c, CONN_OPEN);
 	on_opened(c);
 	queue_attach(c);
 	tx_kick(c);
@@ -290,7 +290,7 @@ void bind_client_begin(struct sdp_conn *c)
 {
 	uint64_t now = progress_now_ms();
 
-	c->phase = CONN_AWAIT_ATTACH;
+	conn_set_phase(c, CONN_AWAIT_ATTACH);
 	c->bind = BIND_IDLE;
 	tcp_watch_start(c, EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET);
 	conn_update_readiness(c, false);
@@ -439,7 +439,7 @@ void bind_client_on_attach(struct sdp_conn *c)
 		return;
 	}
 	c->bind = BIND_PROVEN;
-	c->phase = CONN_OPEN;
+	conn_set_phase(c, CONN_OPEN);
 	on_opened(c);
 	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
 	pthread_cond_broadcast(&c->cond);

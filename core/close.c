@@ -35,7 +35,7 @@ void close_check_orphan(struct sdp_conn *c)
 {
 	bool all_acked = c->tx_peer_ack == c->tx_seq && !tx_has_unposted(c);
 
-	if (!c->app_closed || c->phase != CONN_OPEN || c->sw_started)
+	if (!c->app_closed || c->phase != CONN_OPEN || c->sw.started)
 		return;
 	switch (c->close_state) {
 	case CLOSE_ABORTED:
@@ -202,7 +202,7 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 		c->carrier_why = why;
 	if (c->carrier_dead || c->carrier_reaping)
 		return;
-	if (c->phase == CONN_OPEN && !c->sw_started) {
+	if (c->phase == CONN_OPEN && !c->sw.started) {
 		/* What completed before the failure (data, the peer's DisConn, its
 		 * last credits) happened first: take it in before judging. */
 		c->carrier_reaping = true;
@@ -231,7 +231,7 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 	case CONN_DEAD:
 		return;
 	}
-	if (c->sw_started)
+	if (c->sw.started)
 		return; /* reaping completions while a switch starts */
 	if (c->attach_unconfirmed) {
 		reset_unconfirmed_attach(c);

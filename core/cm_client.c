@@ -116,7 +116,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	if (*err) {
 		*reason = reason_for_cm_error(*err);
 		conn_lock(c);
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		conn_unlock(c);
 		conn_put(c);
@@ -233,7 +233,7 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 	}
 	c->established = true;
 	progress_timer_cancel(&c->timer); /* bind_client_begin() bounds the rest */
-	c->phase = CONN_TCP_CONNECTING;
+	conn_set_phase(c, CONN_TCP_CONNECTING);
 	memcpy(c->nonce_peer, ack.nonce, SDP_NONCE_SIZE);
 	bind_make_nonce(c->nonce_local);
 	/* From here on this channel is our choice: say so before the SYN, so
@@ -344,7 +344,7 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 		pthread_cond_broadcast(&c->cond);
 		return;
 	}
-	c->phase = CONN_FALLBACK;
+	conn_set_phase(c, CONN_FALLBACK);
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
 	pthread_cond_broadcast(&c->cond);

@@ -101,7 +101,7 @@ static void destroy_listener_on_progress(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		conn_lock(c);
 		c->lsn = NULL;
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		conn_unlock(c);
 		pthread_mutex_lock(&l->lock);
@@ -210,7 +210,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 		reject(ev->id, SDP_REJECT_RESOURCES); /* the teardown destroys QP and id */
 		pending_budget_give(c);
 		conn_lock(c);
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		conn_unlock(c);
 		return;
@@ -300,7 +300,7 @@ static bool pending_take(struct sdp_conn *c)
 void pending_drop(struct sdp_conn *c)
 {
 	pending_take(c);
-	c->phase = CONN_DEAD;
+	conn_set_phase(c, CONN_DEAD);
 	conn_schedule_destroy(c);
 }
 
@@ -385,7 +385,7 @@ void pending_on_timer(struct sdp_conn *c)
 
 	if (c->pending_detached) {
 		/* DETACH went out a grace period ago; the client never hung up. */
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		return;
 	}
@@ -467,7 +467,7 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	progress_timer_cancel(&c->timer);
 	c->tcp_fd = progress_hide_fd(real.dup(fd));
 	if (c->carrier_dead || c->peer_gave_up || c->tcp_fd < 0 || !setup_send_side(c)) {
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		c->detach_reason = SDP_REASON_RESOURCES;
 		if (!c->carrier_dead)
 			tx_queue_ctrl(c, SDP_MID_DETACH);
@@ -482,7 +482,7 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->st = st;
 	if (c->st)
 		atomic_store(&c->st->rx_posted, c->buf_count);
-	c->phase = CONN_ATTACHING;
+	conn_set_phase(c, CONN_ATTACHING);
 	bind_server_begin(c); /* accept() returns now; the handshake goes on */
 	conn_update_readiness(c, false);
 	conn_unlock(c);

@@ -6,7 +6,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "core/conn.h"
+#include "core/conn_struct.h"
 #include "core/wire.h"
 
 /* wr_id = kind << 32 | index */
@@ -31,6 +31,46 @@ static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 	return c->rx_mem + (size_t)c->buf_size * c->buf_count + (size_t)idx * CTRL_SLOT_SIZE;
 }
 
+/* A carrier: how the stream moves in the channel's phase; conn_set_phase
+ * picks it (phase.c).  channel_carrier (conn_io.c, with notify.c's
+ * readiness) serves every phase but SWITCHING; switch_carrier (switch.c)
+ * serves SWITCHING: kept bytes, then the kernel socket.  Called locked. */
+struct conn_carrier {
+	/* One step of recv or send: bytes so far, -errno, CONN_USE_TCP, or
+	 * *again set: wait and step again. */
+	ssize_t (*recv_step)(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			     size_t total, int flags, bool *again);
+	ssize_t (*send_step)(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			     size_t total, bool nonblock, int flags, bool *again);
+	/* POLL* bits, as the kernel would report them. */
+	unsigned (*poll_mask)(struct sdp_conn *c);
+	/* What the readiness indicators stand for: each alone, or both in one pass. */
+	bool (*readable)(struct sdp_conn *c);
+	bool (*writable)(struct sdp_conn *c);
+	void (*readiness)(struct sdp_conn *c, bool *readable, bool *writable);
+	/* shutdown(how): 0, or CONN_USE_TCP (the owner shuts the kernel socket). */
+	int (*shutdown)(struct sdp_conn *c, int how);
+	/* FIONREAD. */
+	uint64_t (*readable_bytes)(struct sdp_conn *c);
+};
+extern const struct conn_carrier channel_carrier;
+extern const struct conn_carrier switch_carrier;
+/* A carrier's table from its functions, named PREFIX_recv_step and so on. */
+#define CONN_CARRIER(prefix)                                                             \
+	{                                                                                \
+		.recv_step = prefix##_recv_step, .send_step = prefix##_send_step,        \
+		.poll_mask = prefix##_poll_mask, .readable = prefix##_readable,          \
+		.writable = prefix##_writable, .readiness = prefix##_readiness,          \
+		.shutdown = prefix##_shutdown, .readable_bytes = prefix##_readable_bytes, \
+	}
+
+/* phase.c: the one writer of c->phase.  conn_phase_start sets the first
+ * phase of a new channel; conn_set_phase makes a transition, and logs one
+ * the table does not hold (debug builds assert). */
+bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to);
+void conn_phase_start(struct sdp_conn *c, enum conn_phase phase);
+void conn_set_phase(struct sdp_conn *c, enum conn_phase to);
+
 /* setup.c: allocation, QP and buffers, teardown */
 struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy);
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
@@ -51,6 +91,11 @@ bool conn_readable_locked(const struct sdp_conn *c);
  * opened: a large blocking read may now offer a zero-copy sink). */
 void conn_wake_readers(struct sdp_conn *c);
 bool conn_writable_locked(const struct sdp_conn *c);
+/* The open channel's readiness (channel_carrier's; SWITCHING has its own). */
+unsigned channel_poll_mask(struct sdp_conn *c);
+bool channel_readable(struct sdp_conn *c);
+bool channel_writable(struct sdp_conn *c);
+void channel_readiness(struct sdp_conn *c, bool *readable, bool *writable);
 
 /* tx.c */
 uint32_t tx_credits(const struct sdp_conn *c);
@@ -60,6 +105,14 @@ bool tx_has_unposted(const struct sdp_conn *c);
 void tx_free_acked(struct sdp_conn *c, uint32_t ack);
 uint32_t tx_free_space(const struct sdp_conn *c);
 size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
+/* The run of kept send slots that ends at stream offset end_off, back from
+ * the newest while each ends where the next begins: returns the offset of
+ * its first byte, with its first slot and its payload bytes. */
+uint64_t tx_kept_run(const struct sdp_conn *c, uint64_t end_off, uint32_t *first, size_t *payload);
+/* No send slot is kept: the peer consumed every byte we sent. */
+bool tx_all_consumed(const struct sdp_conn *c);
+/* Forgets every slot (their bytes went another way: core/switch.c). */
+void tx_drop_all(struct sdp_conn *c);
 
 /* rx.c */
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
@@ -72,6 +125,15 @@ void rx_entry_consumed(struct sdp_conn *c);
 /* Copies unread payload into iov (MSG_PEEK: without consuming). */
 size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 		   size_t len, bool peek);
+/* The stream offset delivered to the app: what arrived minus what is
+ * queued (DATA payloads, and SrcAvail bytes not consumed). */
+uint64_t rx_delivered_offset(const struct sdp_conn *c);
+/* The received bytes not read yet that are here (DATA payloads, then the
+ * bytes a READ staged), in stream order, in a malloc'd copy of *len bytes;
+ * NULL if there are none, or no memory. */
+uint8_t *rx_copy_unread(const struct sdp_conn *c, size_t *len);
+/* Forgets every queued byte (they went another way: core/switch.c). */
+void rx_drop_unread(struct sdp_conn *c);
 
 /* conn_io.c: waiting.  conn_wait is called locked; it sleeps unlocked on
  * the readiness eventfd (0 changed, -EAGAIN timeout, -EINTR signal). */
@@ -163,13 +225,6 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
 /* Plain TCP once both records are through, nothing is kept here and no
  * app thread is inside a zero-copy operation. */
 void switch_maybe_finish(struct sdp_conn *c);
-ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 int flags, bool *again);
-ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 size_t total, bool nonblock, int flags, bool *again);
-unsigned switch_poll_mask(struct sdp_conn *c);
-void switch_shutdown(struct sdp_conn *c, int how);
-uint64_t switch_readable_bytes(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
 /* SDPSHIM_DEBUG_FAIL_AFTER: fail this channel's QP once it sent that much. */
 void switch_debug_maybe_fail(struct sdp_conn *c);

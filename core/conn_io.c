@@ -1,7 +1,10 @@
 /* The byte-stream API of a channel with TCP's semantics: blocking and
  * non-blocking send/recv, timeouts, EINTR, MSG_* flags, shutdown, close,
- * SO_ERROR and queue sizes.  Waiting spins for SDPSHIM_SPIN_US, then sleeps
- * on the channel's readiness eventfd, so an idle socket costs no CPU. */
+ * SO_ERROR and queue sizes.  Each call dispatches through the carrier of
+ * the phase (conn_internal.h); this file holds the open channel's steps
+ * (channel_carrier; notify.c holds its readiness).  Waiting spins for
+ * SDPSHIM_SPIN_US, then sleeps on the channel's readiness eventfd, so an
+ * idle socket costs no CPU. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -13,23 +16,6 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/zcopy.h"
-
-const char *conn_phase_name(enum conn_phase phase)
-{
-	switch (phase) {
-	case CONN_RESOLVING:      return "resolving";
-	case CONN_TCP_CONNECTING: return "tcp_connecting";
-	case CONN_AWAIT_ATTACH:   return "await_attach";
-	case CONN_PENDING:        return "pending";
-	case CONN_ATTACHING:      return "attaching";
-	case CONN_OPEN:           return "open";
-	case CONN_DRAINING:       return "draining";
-	case CONN_SWITCHING:      return "switching";
-	case CONN_FALLBACK:       return "fallback";
-	case CONN_DEAD:           return "dead";
-	}
-	return "unknown";
-}
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
 {
@@ -146,19 +132,23 @@ static ssize_t recv_zero_copy(struct sdp_conn *c, const struct iovec *iov, int i
 	return 0;
 }
 
-/* One step of recv: >0 bytes, 0 EOF, -errno, or 1 + INT_MAX style "keep
- * waiting" signalled by returning -EWOULDBLOCK with *again set. */
+/* One step of recv: >0 bytes, 0 EOF, -errno, or *again set: wait. */
 static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 size_t total, int flags, bool *again)
+{
+	if (has_qp_phase(c->phase))
+		cq_poll(c); /* it may start a switch: the carrier is read after it */
+	return c->carrier->recv_step(c, iov, iovcnt, done, total, flags, again);
+}
+
+/* The channel's recv step: the bytes queued in the receive ring. */
+static ssize_t channel_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				 size_t done, size_t total, int flags, bool *again)
 {
 	bool peek = (flags & MSG_PEEK) != 0;
 	size_t n;
 
 	*again = false;
-	if (has_qp_phase(c->phase))
-		cq_poll(c); /* it may start a switch: the phase is read after it */
-	if (c->phase == CONN_SWITCHING)
-		return switch_recv_step(c, iov, iovcnt, done, flags, again);
 	if (c->phase == CONN_DRAINING || c->phase == CONN_FALLBACK)
 		return done ? (ssize_t)done : CONN_USE_TCP;
 	n = rx_copy_out(c, iov, iovcnt, done, total - done, peek);
@@ -267,13 +257,18 @@ static bool tx_is_shut(const struct sdp_conn *c)
 static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 size_t total, bool nonblock, int flags, bool *again)
 {
+	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c))
+		cq_poll(c); /* it may start a switch: the carrier is read after it */
+	return c->carrier->send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
+}
+
+/* The channel's send step: the bytes go into the send slots. */
+static ssize_t channel_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				 size_t done, size_t total, bool nonblock, int flags, bool *again)
+{
 	size_t n;
 
 	*again = false;
-	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c))
-		cq_poll(c); /* it may start a switch: the phase is read after it */
-	if (c->phase == CONN_SWITCHING)
-		return switch_send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
 	if (c->phase == CONN_FALLBACK)
 		return done ? (ssize_t)done : CONN_USE_TCP;
 	if (c->hard_error || c->close_state == CLOSE_ABORTED)
@@ -369,23 +364,24 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 
 int conn_shutdown(struct sdp_conn *c, int how)
 {
+	int rc;
+
 	conn_lock(c);
-	if (c->phase == CONN_SWITCHING) {
-		switch_shutdown(c, how);
-		conn_unlock(c);
-		return 0;
-	}
-	if (c->phase == CONN_FALLBACK) {
-		conn_unlock(c);
+	rc = c->carrier->shutdown(c, how);
+	conn_unlock(c);
+	return rc;
+}
+
+static int channel_shutdown(struct sdp_conn *c, int how)
+{
+	if (c->phase == CONN_FALLBACK)
 		return CONN_USE_TCP; /* the owner was not told yet */
-	}
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		c->rd_shut = true;
 		conn_update_readiness(c, true);
 	}
 	if (how == SHUT_WR || how == SHUT_RDWR)
 		close_ev_app_shutdown_wr(c);
-	conn_unlock(c);
 	return 0;
 }
 
@@ -420,11 +416,11 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
 	case CONN_PENDING:
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 		conn_schedule_destroy(c);
 		break;
 	case CONN_SWITCHING:
-		if (c->drain_buf || !c->sw_tx_done)
+		if (c->drain_buf || !c->sw.tx_done)
 			conn_arm_timer(c, sdp_tun.linger_ms); /* our resend goes out first */
 		else
 			conn_schedule_destroy(c);
@@ -453,22 +449,25 @@ int conn_take_error(struct sdp_conn *c)
 
 uint64_t conn_readable_bytes(struct sdp_conn *c)
 {
-	struct rx_entry *e;
 	uint64_t n;
 
 	conn_lock(c);
-	if (c->phase == CONN_SWITCHING) {
-		n = switch_readable_bytes(c);
-		conn_unlock(c);
-		return n;
-	}
+	n = c->carrier->readable_bytes(c);
+	conn_unlock(c);
+	return n;
+}
+
+static uint64_t channel_readable_bytes(struct sdp_conn *c)
+{
+	struct rx_entry *e;
+	uint64_t n;
+
 	if (has_qp_phase(c->phase))
 		cq_poll(c);
 	n = c->rx_bytes_ready;
 	e = zc_head_source(c);
 	if (e)
 		n += e->unread; /* bytes the peer offered but we have not READ yet */
-	conn_unlock(c);
 	return n;
 }
 
@@ -530,3 +529,4 @@ const struct sockaddr *conn_peer_addr(const struct sdp_conn *c)
 	return (const struct sockaddr *)&c->peer_addr;
 }
 
+const struct conn_carrier channel_carrier = CONN_CARRIER(channel);

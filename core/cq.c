@@ -24,7 +24,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 {
 	enum wr_kind kind = WR_KIND(wc->wr_id);
 
-	if (c->phase == CONN_SWITCHING || (c->sw_started && c->phase != CONN_OPEN)) {
+	if (c->phase == CONN_SWITCHING || (c->sw.started && c->phase != CONN_OPEN)) {
 		on_completion_switched(c, kind, WR_INDEX(wc->wr_id));
 		return;
 	}

@@ -1,5 +1,6 @@
 /* Readiness of a channel: the two level-triggered eventfds that poll,
- * select and epoll wait on, and callbacks to the owning socket. */
+ * select and epoll wait on, what they stand for on the open channel (the
+ * readiness half of channel_carrier), and callbacks to the owning socket. */
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@ void conn_lock(struct sdp_conn *c)
 void conn_unlock(struct sdp_conn *c)
 {
 	uint32_t events = c->owner_events;
+	struct conn_event_info info = { .reason = c->fail_reason };
 	void *owner = c->owner;
 	const struct conn_owner_ops *ops = c->owner_ops;
 
@@ -28,9 +30,12 @@ void conn_unlock(struct sdp_conn *c)
 	pthread_mutex_unlock(&c->lock);
 	if (!events || !owner || !ops)
 		return;
-	for (int ev = CONN_EV_RDMA_READY; ev <= CONN_EV_STATE; ev++)
-		if (events & (1u << ev))
-			ops->event(owner, c, (enum conn_event)ev);
+	for (int ev = CONN_EV_RDMA_READY; ev <= CONN_EV_STATE; ev++) {
+		if (!(events & (1u << ev)))
+			continue;
+		info.ev = (enum conn_event)ev;
+		ops->event(owner, c, &info);
+	}
 	ops->release(owner);
 	conn_put(c);
 }
@@ -65,7 +70,7 @@ static bool phase_wakes_everyone(enum conn_phase phase)
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		return true;
-	case CONN_SWITCHING: /* precise: see switch_poll_mask() */
+	case CONN_SWITCHING: /* precise: see switch_carrier's poll mask */
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
 	case CONN_AWAIT_ATTACH:
@@ -79,11 +84,13 @@ static bool phase_wakes_everyone(enum conn_phase phase)
 
 bool conn_readable_locked(const struct sdp_conn *c)
 {
-	/* A waiting recv also wakes for a SrcAvail it can READ directly. */
-	bool direct_read = c->rx_waiters && !c->rd.active && zc_head_source((struct sdp_conn *)c);
+	return c->carrier->readable((struct sdp_conn *)c);
+}
 
-	if (c->phase == CONN_SWITCHING)
-		return switch_poll_mask((struct sdp_conn *)c) & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
+bool channel_readable(struct sdp_conn *c)
+{
+	/* A waiting recv also wakes for a SrcAvail it can READ directly. */
+	bool direct_read = c->rx_waiters && !c->rd.active && zc_head_source(c);
 
 	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error || direct_read ||
 	       (c->sink.active && c->sink.answered) || phase_wakes_everyone(c->phase);
@@ -96,8 +103,11 @@ static bool phase_takes_writes(enum conn_phase phase)
 
 bool conn_writable_locked(const struct sdp_conn *c)
 {
-	if (c->phase == CONN_SWITCHING)
-		return switch_poll_mask((struct sdp_conn *)c) & (POLLOUT | POLLHUP | POLLERR);
+	return c->carrier->writable((struct sdp_conn *)c);
+}
+
+bool channel_writable(struct sdp_conn *c)
+{
 	if (c->hard_error || c->error || phase_wakes_everyone(c->phase) || tx_shut(c))
 		return true;
 	if (c->src.active)
@@ -126,18 +136,16 @@ static void indicator_clear(int fd, bool *is_set)
 	*is_set = false;
 }
 
+void channel_readiness(struct sdp_conn *c, bool *readable, bool *writable)
+{
+	*readable = channel_readable(c);
+	*writable = channel_writable(c);
+}
+
 /* Both directions in one pass: a switching channel asks its kernel socket once. */
 static void readiness(struct sdp_conn *c, bool *readable, bool *writable)
 {
-	if (c->phase == CONN_SWITCHING) {
-		unsigned mask = switch_poll_mask(c);
-
-		*readable = mask & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
-		*writable = mask & (POLLOUT | POLLHUP | POLLERR);
-		return;
-	}
-	*readable = conn_readable_locked(c);
-	*writable = conn_writable_locked(c);
+	c->carrier->readiness(c, readable, writable);
 }
 
 void conn_update_readiness(struct sdp_conn *c, bool new_data)
@@ -175,16 +183,30 @@ void conn_prepare_wait(struct sdp_conn *c)
 	conn_unlock(c);
 }
 
+int conn_readable_eventfd(const struct sdp_conn *c)
+{
+	return c->rd_fd;
+}
+
+int conn_writable_eventfd(const struct sdp_conn *c)
+{
+	return c->wr_fd;
+}
+
 unsigned conn_poll_mask(struct sdp_conn *c)
+{
+	unsigned mask;
+
+	conn_lock(c);
+	mask = c->carrier->poll_mask(c);
+	conn_unlock(c);
+	return mask;
+}
+
+unsigned channel_poll_mask(struct sdp_conn *c)
 {
 	unsigned mask = 0;
 
-	conn_lock(c);
-	if (c->phase == CONN_SWITCHING) {
-		mask = switch_poll_mask(c);
-		conn_unlock(c);
-		return mask;
-	}
 	if (c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error)
 		mask |= POLLIN | POLLRDNORM;
 	if (c->rx_eof)
@@ -193,9 +215,8 @@ unsigned conn_poll_mask(struct sdp_conn *c)
 		mask |= POLLERR;
 	if (c->hard_error || (c->rx_eof && tx_shut(c)))
 		mask |= POLLHUP;
-	if (conn_writable_locked(c) && !phase_wakes_everyone(c->phase))
+	if (channel_writable(c) && !phase_wakes_everyone(c->phase))
 		mask |= POLLOUT | POLLWRNORM;
-	conn_unlock(c);
 	return mask;
 }
 

@@ -2,6 +2,7 @@
  * buffers, queues data in order, dispatches control messages, and returns
  * buffers (and credits) as the app consumes the bytes. */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <string.h>
 
@@ -360,4 +361,58 @@ size_t rx_copy_out(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size
 		tx_kick(c);
 	}
 	return copied;
+}
+
+uint64_t rx_delivered_offset(const struct sdp_conn *c)
+{
+	uint64_t queued = 0;
+
+	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_data || e->is_src)
+			queued += e->len;
+	}
+	return c->rx_stream_off - queued;
+}
+
+static size_t staged_left(const struct sdp_conn *c)
+{
+	return c->stage_fill > c->stage_off ? c->stage_fill - c->stage_off : 0;
+}
+
+uint8_t *rx_copy_unread(const struct sdp_conn *c, size_t *len)
+{
+	size_t total = staged_left(c);
+	uint8_t *out;
+
+	*len = 0;
+	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (e->is_data)
+			total += e->len;
+	}
+	if (total == 0 || !(out = malloc(total)))
+		return NULL;
+	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
+		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+
+		if (!e->is_data || !e->len)
+			continue;
+		memcpy(out + *len, c->rx_mem + (size_t)e->slot * c->buf_size + e->off, e->len);
+		*len += e->len;
+	}
+	if (staged_left(c)) {
+		memcpy(out + *len, c->stage + c->stage_off, staged_left(c));
+		*len += staged_left(c);
+	}
+	return out;
+}
+
+void rx_drop_unread(struct sdp_conn *c)
+{
+	c->rx_tail = c->rx_head;
+	c->rx_bytes_ready = 0;
+	c->stage_off = c->stage_fill = 0;
 }

@@ -32,7 +32,7 @@ struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 	atomic_init(&c->refs, 1);
 	c->is_server = is_server;
 	c->policy = *policy;
-	c->phase = is_server ? CONN_PENDING : CONN_RESOLVING;
+	conn_phase_start(c, is_server ? CONN_PENDING : CONN_RESOLVING);
 	c->close_state = CLOSE_ACTIVE;
 	c->tcp_fd = -1;
 	c->buf_size = sdp_tun.buf_size;
@@ -62,7 +62,7 @@ static void conn_free(struct sdp_conn *c)
 	progress_close_hidden(c->rd_fd);
 	progress_close_hidden(c->wr_fd);
 	free(c->drain_buf);
-	free(c->sw_local);
+	free(c->sw.local);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -265,7 +265,7 @@ static void destroy_on_progress(void *arg)
 		progress_linger_end();
 	}
 	if (c->phase != CONN_FALLBACK)
-		c->phase = CONN_DEAD;
+		conn_set_phase(c, CONN_DEAD);
 	conn_update_readiness(c, false);
 	pthread_cond_broadcast(&c->cond);
 	conn_unlock(c);

@@ -5,7 +5,9 @@
  * consumed it, a zero-copy source until the peer read all of it, a WRITE
  * until its RdmaWrCompl is known to have landed), and reads the peer's
  * record, dropping the resent bytes it already has.  Then the socket is
- * plain TCP: phase FALLBACK, reason failover or forked. */
+ * plain TCP: phase FALLBACK, reason failover or forked.  Meanwhile (phase
+ * SWITCHING) the stream API runs on switch_carrier: kept bytes first, then
+ * the kernel socket. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -52,66 +54,14 @@ void switch_debug_maybe_fail(struct sdp_conn *c)
 
 /* ------------------------------------------------------------ starting */
 
-/* Stream bytes delivered to the app: what arrived minus what is queued.
- * A direct READ that completed belongs to the app: its recv returns it. */
-static uint64_t rx_delivered(const struct sdp_conn *c)
-{
-	uint64_t queued = 0;
-
-	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (e->is_data || e->is_src)
-			queued += e->len;
-	}
-	return c->rx_stream_off - queued;
-}
-
-/* Copies the received, unread bytes (DATA payloads, staged READ bytes)
- * out of the RDMA buffers, in stream order. */
-static void copy_out_local(struct sdp_conn *c)
-{
-	size_t total = c->stage_fill > c->stage_off ? c->stage_fill - c->stage_off : 0;
-
-	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (e->is_data)
-			total += e->len;
-	}
-	if (total == 0 || !(c->sw_local = malloc(total)))
-		return;
-	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
-
-		if (!e->is_data || !e->len)
-			continue;
-		memcpy(c->sw_local + c->sw_local_len, c->rx_mem + (size_t)e->slot * c->buf_size + e->off,
-		       e->len);
-		c->sw_local_len += e->len;
-	}
-	if (c->stage_fill > c->stage_off) {
-		memcpy(c->sw_local + c->sw_local_len, c->stage + c->stage_off,
-		       c->stage_fill - c->stage_off);
-		c->sw_local_len += c->stage_fill - c->stage_off;
-	}
-}
-
-static void drop_rx_queue(struct sdp_conn *c)
-{
-	c->rx_tail = c->rx_head;
-	c->rx_bytes_ready = 0;
-	c->stage_off = c->stage_fill = 0;
-}
-
 /* Our record, then the run of kept slots that ends at tx_stream_off: every
  * byte before its start the peer has (consumed, or read by zero-copy). */
 static int build_resend(struct sdp_conn *c)
 {
-	struct sdp_switch rec = { .reason = (uint8_t)c->sw_reason };
+	struct sdp_switch rec = { .reason = (uint8_t)c->sw.reason };
 	struct sdp_switch_wire w;
-	uint32_t first = c->tx_head;
-	size_t payload = 0;
+	uint32_t first;
+	size_t payload;
 
 	if (c->wr_unconfirmed) {
 		/* Its completion never came: the peer may not have the WRITE's
@@ -120,17 +70,7 @@ static int build_resend(struct sdp_conn *c)
 		c->write_rolled_back = true;
 		c->wr_unconfirmed = false;
 	}
-	rec.resend_from = c->tx_stream_off;
-	while (c->tx_slots && first != c->tx_tail) {
-		const struct tx_slot *slot = &c->tx_slots[ring_index(first - 1, c->tx_nslots)];
-		uint32_t n = slot->len - (uint32_t)SDP_BSDH_SIZE;
-
-		if (slot->off + n != rec.resend_from)
-			break;
-		rec.resend_from = slot->off;
-		payload += n;
-		first--;
-	}
+	rec.resend_from = tx_kept_run(c, c->tx_stream_off, &first, &payload);
 	c->drain_buf = malloc(SDP_SWITCH_SIZE + payload);
 	if (!c->drain_buf)
 		return -ENOMEM;
@@ -138,7 +78,7 @@ static int build_resend(struct sdp_conn *c)
 	memcpy(c->drain_buf, &w, sizeof(w));
 	c->drain_len = sizeof(w) + tx_slots_payload(c, first, c->tx_head, c->drain_buf + sizeof(w));
 	c->drain_off = 0;
-	c->tx_tail = c->tx_posted = c->tx_head;
+	tx_drop_all(c);
 	sdp_debug("switch: resending %zu bytes from stream offset %llu", payload,
 		  (unsigned long long)rec.resend_from);
 	return 0;
@@ -149,7 +89,7 @@ static int build_resend(struct sdp_conn *c)
  * own sign of failure is judged by this: a peer that moved is followed.) */
 static bool nothing_to_move(const struct sdp_conn *c)
 {
-	return c->rx_eof && c->tx_tail == c->tx_head && !c->src.active && !c->wr_unconfirmed;
+	return c->rx_eof && tx_all_consumed(c) && !c->src.active && !c->wr_unconfirmed;
 }
 
 static bool app_shut_writing(const struct sdp_conn *c)
@@ -185,34 +125,34 @@ void switch_maybe_finish(struct sdp_conn *c)
  * its resend is dropped, where unread it would make our close a reset. */
 bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, bool by_peer)
 {
-	if (c->phase != CONN_OPEN || c->sw_started || c->tcp_fd < 0 || c->destroy_queued ||
+	if (c->phase != CONN_OPEN || c->sw.started || c->tcp_fd < 0 || c->destroy_queued ||
 	    c->close_state == CLOSE_ABORTED ||
 	    (reason == SDP_REASON_FAILOVER && !by_peer && nothing_to_move(c)))
 		return false;
-	c->sw_started = true;
-	c->sw_reason = reason;
-	c->sw_by_peer = by_peer;
+	c->sw.started = true;
+	c->sw.reason = reason;
+	c->sw.by_peer = by_peer;
 	freeze_carrier(c);
 	if (c->close_state == CLOSE_ABORTED) {
-		c->sw_started = false; /* the peer's Abort arrived meanwhile: a reset */
+		c->sw.started = false; /* the peer's Abort arrived meanwhile: a reset */
 		return false;
 	}
-	c->sw_rx_have = rx_delivered(c);
-	copy_out_local(c);
+	c->sw.rx_have = rx_delivered_offset(c);
+	c->sw.local = rx_copy_unread(c, &c->sw.local_len);
 	/* Kept bytes count as had; otherwise the peer resends them, and they
 	 * stay here only until its record arrives (if it never does, the
 	 * peer is gone and they are the last bytes it sent). */
-	c->sw_local_provisional = !keep_local;
+	c->sw.local_provisional = !keep_local;
 	if (keep_local)
-		c->sw_rx_have += c->sw_local_len;
-	drop_rx_queue(c);
+		c->sw.rx_have += c->sw.local_len;
+	rx_drop_unread(c);
 	if (build_resend(c) != 0) {
 		sdp_warn("out of memory moving a stream to TCP; resetting it");
 		close_ev_abort(c, ENOMEM, false);
 		return true;
 	}
-	c->sw_shut_wr = app_shut_writing(c);
-	c->phase = CONN_SWITCHING;
+	c->sw.shut_wr = app_shut_writing(c);
+	conn_set_phase(c, CONN_SWITCHING);
 	if (c->rd_shut)
 		real.shutdown(c->tcp_fd, SHUT_RD);
 	if (c->st)
@@ -223,7 +163,7 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 	else if (reason == SDP_REASON_FAILOVER)
 		sdp_warn("RDMA carrier failed (%s); moving the stream to TCP (%zu bytes to resend, "
 			 "%zu received bytes kept)", c->carrier_why ? c->carrier_why : "QP error",
-			 c->drain_len - SDP_SWITCH_SIZE, c->sw_local_len);
+			 c->drain_len - SDP_SWITCH_SIZE, c->sw.local_len);
 	else
 		sdp_info("moving the stream to TCP before fork/exec (%zu bytes to resend)",
 			 c->drain_len - SDP_SWITCH_SIZE);
@@ -243,19 +183,19 @@ static void flush_drain(struct sdp_conn *c)
 {
 	int err;
 
-	if (c->sw_tx_done)
+	if (c->sw.tx_done)
 		return;
 	err = tcp_drain_send(c);
 	if (err == EAGAIN)
 		return;
 	/* The peer's TCP is gone: the kernel socket reports it to the app. */
-	if (err && err != EPIPE && !c->sw_peer_err)
-		c->sw_peer_err = err;
-	c->sw_tx_done = true;
+	if (err && err != EPIPE && !c->sw.peer_err)
+		c->sw.peer_err = err;
+	c->sw.tx_done = true;
 	free(c->drain_buf);
 	c->drain_buf = NULL;
 	c->drain_len = c->drain_off = 0;
-	if (c->sw_shut_wr)
+	if (c->sw.shut_wr)
 		real.shutdown(c->tcp_fd, SHUT_WR);
 }
 
@@ -266,25 +206,25 @@ static void switch_reset(struct sdp_conn *c, const char *what)
 	c->fail_reason = SDP_REASON_PROTOCOL;
 	c->close_state = CLOSE_ABORTED;
 	c->hard_error = ECONNRESET;
-	c->sw_peer_done = c->sw_tx_done = true;
-	free(c->sw_local);
-	c->sw_local = NULL;
-	c->sw_local_len = c->sw_local_off = 0;
+	c->sw.peer_done = c->sw.tx_done = true;
+	free(c->sw.local);
+	c->sw.local = NULL;
+	c->sw.local_len = c->sw.local_off = 0;
 	tcp_send_reset(c);
 }
 
 /* The peer's record is whole and valid (core/switch_reader.c checked it). */
 static void on_peer_record(struct sdp_conn *c)
 {
-	const struct sdp_switch *rec = &c->sw_reader.rec;
+	const struct sdp_switch *rec = &c->sw.reader.rec;
 
-	if (c->sw_local_provisional) {
-		free(c->sw_local); /* the peer resends them */
-		c->sw_local = NULL;
-		c->sw_local_len = c->sw_local_off = 0;
+	if (c->sw.local_provisional) {
+		free(c->sw.local); /* the peer resends them */
+		c->sw.local = NULL;
+		c->sw.local_len = c->sw.local_off = 0;
 	}
-	if (c->sw_by_peer)
-		c->sw_reason = rec->reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
+	if (c->sw.by_peer)
+		c->sw.reason = rec->reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
 }
 
 /* Reads the peer's record and drops the resent bytes we already have. */
@@ -293,14 +233,14 @@ static void read_peer(struct sdp_conn *c)
 	uint64_t max_back = (uint64_t)c->buf_count * c->buf_size + MAX_TAKEN_BACK;
 	uint8_t scratch[SKIP_CHUNK];
 
-	while (!c->sw_peer_done && c->close_state != CLOSE_ABORTED) {
-		enum switch_read_state before = c->sw_reader.state, after;
+	while (!c->sw.peer_done && c->close_state != CLOSE_ABORTED) {
+		enum switch_read_state before = c->sw.reader.state, after;
 		uint8_t *into;
-		size_t want = switch_reader_want(&c->sw_reader, sizeof(scratch), &into);
+		size_t want = switch_reader_want(&c->sw.reader, sizeof(scratch), &into);
 		ssize_t n;
 
 		if (want == 0) {
-			c->sw_peer_done = true;
+			c->sw.peer_done = true;
 			break;
 		}
 		if (!into)
@@ -315,14 +255,14 @@ static void read_peer(struct sdp_conn *c)
 			 * its DisConn (rx_eof) a reset reads as EOF, as TCP's FIN
 			 * then RST does: it ended its stream, then its socket. */
 			if (n < 0 && !c->rx_eof)
-				c->sw_peer_err = errno;
-			c->sw_peer_done = true;
+				c->sw.peer_err = errno;
+			c->sw.peer_done = true;
 			break;
 		}
-		after = switch_reader_took(&c->sw_reader, (size_t)n, c->sw_rx_have, max_back,
+		after = switch_reader_took(&c->sw.reader, (size_t)n, c->sw.rx_have, max_back,
 					   SDP_REASON_COUNT);
 		if (after == SWR_BAD) {
-			switch_reset(c, c->sw_reader.why);
+			switch_reset(c, c->sw.reader.why);
 			return;
 		}
 		if (before == SWR_RECORD && after != SWR_RECORD)
@@ -332,7 +272,7 @@ static void read_peer(struct sdp_conn *c)
 
 static bool local_left(const struct sdp_conn *c)
 {
-	return c->sw_local_off < c->sw_local_len;
+	return c->sw.local_off < c->sw.local_len;
 }
 
 /* Both ends' records are through and nothing is left here: plain TCP. */
@@ -341,17 +281,17 @@ static void finish_if_done(struct sdp_conn *c)
 	if (c->phase != CONN_SWITCHING || c->close_state == CLOSE_ABORTED)
 		return;
 	if (c->app_closed) {
-		if (c->sw_tx_done && !c->zc_threads)
+		if (c->sw.tx_done && !c->zc_threads)
 			conn_schedule_destroy(c); /* unread bytes of a closed socket: as TCP, dropped */
 		return;
 	}
-	if (!c->sw_tx_done || !c->sw_peer_done || local_left(c) || c->sw_peer_err || c->zc_threads)
+	if (!c->sw.tx_done || !c->sw.peer_done || local_left(c) || c->sw.peer_err || c->zc_threads)
 		return;
-	free(c->sw_local);
-	c->sw_local = NULL;
-	c->phase = CONN_FALLBACK;
-	c->fail_reason = c->sw_reason;
-	sdp_info("the stream now runs on TCP (%s)", sdp_reason_name(c->sw_reason));
+	free(c->sw.local);
+	c->sw.local = NULL;
+	conn_set_phase(c, CONN_FALLBACK);
+	c->fail_reason = c->sw.reason;
+	sdp_info("the stream now runs on TCP (%s)", sdp_reason_name(c->sw.reason));
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
 	pthread_cond_broadcast(&c->cond);
@@ -381,9 +321,9 @@ void switch_on_timer(struct sdp_conn *c)
 static size_t copy_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip,
 			 bool peek)
 {
-	size_t off = c->sw_local_off, copied = 0;
+	size_t off = c->sw.local_off, copied = 0;
 
-	for (int i = 0; i < iovcnt && off < c->sw_local_len; i++) {
+	for (int i = 0; i < iovcnt && off < c->sw.local_len; i++) {
 		size_t chunk;
 
 		if (skip >= iov[i].iov_len) {
@@ -391,16 +331,16 @@ static size_t copy_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 			continue;
 		}
 		chunk = iov[i].iov_len - skip;
-		if (chunk > c->sw_local_len - off)
-			chunk = c->sw_local_len - off;
+		if (chunk > c->sw.local_len - off)
+			chunk = c->sw.local_len - off;
 		if (iov[i].iov_base)
-			memcpy((uint8_t *)iov[i].iov_base + skip, c->sw_local + off, chunk);
+			memcpy((uint8_t *)iov[i].iov_base + skip, c->sw.local + off, chunk);
 		off += chunk;
 		copied += chunk;
 		skip = 0;
 	}
 	if (!peek)
-		c->sw_local_off = off;
+		c->sw.local_off = off;
 	return copied;
 }
 
@@ -415,8 +355,8 @@ static ssize_t report_error(struct sdp_conn *c, size_t done)
 	return -err;
 }
 
-ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 int flags, bool *again)
+static ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				size_t done, size_t total, int flags, bool *again)
 {
 	size_t n;
 
@@ -435,14 +375,14 @@ ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 		return 0;
 	read_peer(c);
 	finish_if_done(c);
-	if (!c->sw_peer_done) {
+	if (!c->sw.peer_done) {
 		*again = true;
 		return 0;
 	}
-	if (c->sw_peer_err) {
-		int err = c->sw_peer_err;
+	if (c->sw.peer_err) {
+		int err = c->sw.peer_err;
 
-		c->sw_peer_err = 0;
+		c->sw.peer_err = 0;
 		finish_if_done(c);
 		return -err;
 	}
@@ -482,14 +422,14 @@ static ssize_t send_rest_on_tcp(struct sdp_conn *c, const struct iovec *iov, int
 	return (ssize_t)done;
 }
 
-ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
-			 size_t total, bool nonblock, int flags, bool *again)
+static ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
+				size_t done, size_t total, bool nonblock, int flags, bool *again)
 {
 	*again = false;
 	if (c->close_state == CLOSE_ABORTED)
 		return done ? (ssize_t)done : -(c->hard_error ? c->hard_error : ECONNRESET);
 	flush_drain(c);
-	if (!c->sw_tx_done) {
+	if (!c->sw.tx_done) {
 		*again = true;
 		return (ssize_t)done;
 	}
@@ -502,23 +442,24 @@ ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 }
 
 /* shutdown() while switching: the kernel socket's, after our resend. */
-void switch_shutdown(struct sdp_conn *c, int how)
+static int switch_shutdown(struct sdp_conn *c, int how)
 {
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		c->rd_shut = true;
 		real.shutdown(c->tcp_fd, SHUT_RD);
 	}
 	if (how != SHUT_WR && how != SHUT_RDWR)
-		return;
-	c->sw_shut_wr = true;
-	if (c->sw_tx_done)
+		return 0;
+	c->sw.shut_wr = true;
+	if (c->sw.tx_done)
 		real.shutdown(c->tcp_fd, SHUT_WR);
 	conn_update_readiness(c, false);
+	return 0;
 }
 
 /* POLL* bits while switching: kept bytes, then the kernel socket once the
  * peer's record is through (reads) and ours is out (writes). */
-unsigned switch_poll_mask(struct sdp_conn *c)
+static unsigned switch_poll_mask(struct sdp_conn *c)
 {
 	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
 	unsigned mask = 0;
@@ -529,28 +470,52 @@ unsigned switch_poll_mask(struct sdp_conn *c)
 		p.revents = 0;
 	if (local_left(c))
 		mask |= POLLIN | POLLRDNORM;
-	if (c->sw_peer_done) {
+	if (c->sw.peer_done) {
 		if (p.revents & POLLIN)
 			mask |= POLLIN | POLLRDNORM;
 		mask |= (unsigned)p.revents & (POLLRDHUP | POLLHUP | POLLERR);
-		if (c->sw_peer_err)
+		if (c->sw.peer_err)
 			mask |= POLLIN | POLLRDNORM | POLLERR;
 	}
-	if (c->sw_tx_done && (p.revents & POLLOUT))
+	if (c->sw.tx_done && (p.revents & POLLOUT))
 		mask |= POLLOUT | POLLWRNORM;
-	if (c->sw_tx_done)
+	if (c->sw.tx_done)
 		mask |= (unsigned)p.revents & (POLLHUP | POLLERR);
 	return mask;
 }
 
-uint64_t switch_readable_bytes(struct sdp_conn *c)
+#define MASK_READABLE (POLLIN | POLLHUP | POLLERR | POLLRDHUP)
+#define MASK_WRITABLE (POLLOUT | POLLHUP | POLLERR)
+
+static bool switch_readable(struct sdp_conn *c)
+{
+	return switch_poll_mask(c) & MASK_READABLE;
+}
+
+static bool switch_writable(struct sdp_conn *c)
+{
+	return switch_poll_mask(c) & MASK_WRITABLE;
+}
+
+/* Both in one pass: the kernel socket is asked once. */
+static void switch_readiness(struct sdp_conn *c, bool *readable, bool *writable)
+{
+	unsigned mask = switch_poll_mask(c);
+
+	*readable = mask & MASK_READABLE;
+	*writable = mask & MASK_WRITABLE;
+}
+
+static uint64_t switch_readable_bytes(struct sdp_conn *c)
 {
 	int kernel = 0;
 
-	if (c->sw_peer_done && !local_left(c) && c->tcp_fd >= 0)
+	if (c->sw.peer_done && !local_left(c) && c->tcp_fd >= 0)
 		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
-	return (uint64_t)(c->sw_local_len - c->sw_local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
+	return (uint64_t)(c->sw.local_len - c->sw.local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
 }
+
+const struct conn_carrier switch_carrier = CONN_CARRIER(switch);
 
 /* ------------------------------------------------------- fork and exec */
 
@@ -612,9 +577,9 @@ static void drive_switch(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
 	flush_drain(c);
 	read_peer(c);
 	finish_if_done(c);
-	if (c->phase != CONN_SWITCHING || (c->sw_tx_done && c->sw_peer_done))
+	if (c->phase != CONN_SWITCHING || (c->sw.tx_done && c->sw.peer_done))
 		return;
-	p.events = (short)((c->sw_tx_done ? 0 : POLLOUT) | (c->sw_peer_done ? 0 : POLLIN));
+	p.events = (short)((c->sw.tx_done ? 0 : POLLOUT) | (c->sw.peer_done ? 0 : POLLIN));
 	pthread_mutex_unlock(&c->lock);
 	(void)real.poll(&p, 1, deadline_ms - now < 50 ? (int)(deadline_ms - now) : 50);
 	pthread_mutex_lock(&c->lock);
@@ -635,7 +600,7 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
 		} else if (c->phase == CONN_OPEN) {
 			if (!switch_start(c, reason, false, false))
 				break;
-		} else if (c->phase == CONN_SWITCHING && !(c->sw_tx_done && c->sw_peer_done)) {
+		} else if (c->phase == CONN_SWITCHING && !(c->sw.tx_done && c->sw.peer_done)) {
 			drive_switch(c, now, deadline_ms);
 		} else {
 			break;

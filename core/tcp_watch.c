@@ -74,7 +74,7 @@ static void on_drain_ready(struct sdp_conn *c)
 		return;
 	if (c->close_state == CLOSE_TX_DRAINING)
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app shut down writing meanwhile */
-	c->phase = CONN_FALLBACK;
+	conn_set_phase(c, CONN_FALLBACK);
 	conn_update_readiness(c, false);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
 	conn_schedule_destroy(c);
@@ -141,7 +141,7 @@ void tcp_drain_start(struct sdp_conn *c)
 	c->drain_len = c->drain_buf ? tx_slots_payload(c, c->tx_posted, c->tx_head, c->drain_buf) : 0;
 	c->drain_off = 0;
 	c->tx_posted = c->tx_head;
-	c->phase = CONN_DRAINING;
+	conn_set_phase(c, CONN_DRAINING);
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
 	on_drain_ready(c);
 }

@@ -109,7 +109,7 @@ void conn_note_post(struct sdp_conn *c)
  * carrier counts as failed and the stream moves to TCP. */
 static bool sq_waiting(const struct sdp_conn *c)
 {
-	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw_started && c->sq_outstanding;
+	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw.started && c->sq_outstanding;
 }
 
 void conn_stall_timer_fired(void *arg)

@@ -308,3 +308,32 @@ size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, 
 	}
 	return total;
 }
+
+uint64_t tx_kept_run(const struct sdp_conn *c, uint64_t end_off, uint32_t *first, size_t *payload)
+{
+	uint64_t start = end_off;
+
+	*first = c->tx_head;
+	*payload = 0;
+	while (c->tx_slots && *first != c->tx_tail) {
+		const struct tx_slot *slot = slot_at(c, *first - 1);
+		uint32_t n = slot->len - (uint32_t)SDP_BSDH_SIZE;
+
+		if (slot->off + n != start)
+			break;
+		start = slot->off;
+		*payload += n;
+		(*first)--;
+	}
+	return start;
+}
+
+bool tx_all_consumed(const struct sdp_conn *c)
+{
+	return c->tx_tail == c->tx_head;
+}
+
+void tx_drop_all(struct sdp_conn *c)
+{
+	c->tx_tail = c->tx_posted = c->tx_head;
+}

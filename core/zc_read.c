@@ -63,7 +63,7 @@ ssize_t zc_send_as_source(struct sdp_conn *c, const void *buf, size_t len, int t
 		c->zc_interrupted = why != 0;
 		return c->src.consumed;
 	}
-	if (c->sw_started && !c->hard_error)
+	if (c->sw.started && !c->hard_error)
 		return why; /* the stream moved to TCP: the bytes go there (buffer copy path),
 			     * unless a signal or timeout ended the call first */
 	if (c->carrier_dead || c->hard_error)
@@ -245,7 +245,7 @@ static ssize_t recv_direct(struct sdp_conn *c, struct rx_entry *e, void *dst, si
 	done = c->rd.done;
 	c->rd.done = false;
 	if (!done)
-		return c->sw_started && !c->hard_error ? 0 : -ECONNRESET;
+		return c->sw.started && !c->hard_error ? 0 : -ECONNRESET;
 	COUNT(c, zcopy_bytes_received, n);
 	COUNT(c, bytes_received, n);
 	return n;

@@ -50,7 +50,7 @@ int zc_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 bool zc_channel_sound(const struct sdp_conn *c)
 {
 	return c->phase == CONN_OPEN && !c->carrier_dead && !c->qp_in_error && !c->hard_error &&
-	       c->close_state != CLOSE_ABORTED && !c->sw_started;
+	       c->close_state != CLOSE_ABORTED && !c->sw.started;
 }
 
 bool zc_send_eligible(struct sdp_conn *c, size_t len)

@@ -137,7 +137,7 @@ static void shadow_sync(struct ep_reg *reg)
 	struct sdp_epoll *ep = reg->ep;
 	bool rd = !reg->disarmed && rdy_wants_rd(reg->events);
 	bool wr = !reg->disarmed && (reg->events & EPOLLOUT) != 0;
-	int rd_fd = reg->conn->rd_fd, wr_fd = reg->conn->wr_fd;
+	int rd_fd = conn_readable_eventfd(reg->conn), wr_fd = conn_writable_eventfd(reg->conn);
 
 	if (ep->closed || ensure_shadow(ep) != 0)
 		return;
@@ -172,9 +172,9 @@ static void shadow_del(struct ep_reg *reg)
 		return;
 	pthread_mutex_lock(&ep->lock);
 	if (ep->shadow_fd >= 0 && reg->in_rd)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, c->rd_fd, NULL);
+		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, conn_readable_eventfd(c), NULL);
 	if (ep->shadow_fd >= 0 && reg->in_wr)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, c->wr_fd, NULL);
+		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, conn_writable_eventfd(c), NULL);
 	reg->in_rd = reg->in_wr = false;
 	reg->conn = NULL;
 	pthread_mutex_unlock(&ep->lock);

@@ -50,11 +50,11 @@ static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollf
 			continue;
 		}
 		if (rdy_wants_rd((uint32_t)fds[i].events)) {
-			k[n] = (struct pollfd){ .fd = c->rd_fd, .events = POLLIN };
+			k[n] = (struct pollfd){ .fd = conn_readable_eventfd(c), .events = POLLIN };
 			map[i].rd = (int)n++;
 		}
 		if (fds[i].events & POLLOUT) {
-			k[n] = (struct pollfd){ .fd = c->wr_fd, .events = POLLIN };
+			k[n] = (struct pollfd){ .fd = conn_writable_eventfd(c), .events = POLLIN };
 			map[i].wr = (int)n++;
 		}
 	}

@@ -46,10 +46,8 @@ static bool reason_is_cacheable(enum sdp_reason reason)
 	       reason == SDP_REASON_UNPROVEN;           /* a rogue listener on its port */
 }
 
-static void on_fallback(struct sdp_sock *s, struct sdp_conn *c)
+static void on_fallback(struct sdp_sock *s, struct sdp_conn *c, enum sdp_reason reason)
 {
-	enum sdp_reason reason = conn_get_fail_reason(c);
-
 	pthread_mutex_lock(&s->lock);
 	if (s->conn != c) {
 		pthread_mutex_unlock(&s->lock);
@@ -76,13 +74,13 @@ static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 	}
 }
 
-static void on_conn_event(void *owner, struct sdp_conn *c, enum conn_event ev)
+static void on_conn_event(void *owner, struct sdp_conn *c, const struct conn_event_info *info)
 {
 	struct sdp_sock *s = owner;
 
-	switch (ev) {
+	switch (info->ev) {
 	case CONN_EV_FALLBACK:
-		on_fallback(s, c);
+		on_fallback(s, c, info->reason);
 		break;
 	case CONN_EV_STATE:
 		on_state(s, c);
@@ -173,7 +171,7 @@ void sock_switch_all_to_tcp(bool only_inheritable)
 		else if (conn_get_phase(b.conns[i]) == CONN_FALLBACK)
 			/* The progress thread may still be delivering this news to
 			 * the socket; the child's copy must see it on TCP. */
-			on_fallback(b.socks[i], b.conns[i]);
+			on_fallback(b.socks[i], b.conns[i], conn_get_fail_reason(b.conns[i]));
 		sock_release(b.socks[i]);
 		conn_put(b.conns[i]);
 	}

@@ -280,7 +280,7 @@ static struct sdp_conn *make_conn(void)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	atomic_init(&c->refs, 1);
-	c->phase = CONN_OPEN;
+	conn_phase_start(c, CONN_OPEN);
 	c->close_state = CLOSE_ACTIVE;
 	c->established = true;
 	c->tcp_fd = -1;
@@ -330,7 +330,7 @@ void zcm_close(void)
 		free(c->rx_ring);
 		free(c->tx_slots);
 		free(c->drain_buf);
-		free(c->sw_local);
+		free(c->sw.local);
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->lock);
 		free(c);

@@ -50,3 +50,19 @@ load ../helpers
   [ "$status" -eq 1 ]
   [[ "$output" == *"gone"*"core/progress.c -> preload/sock.h"* ]]
 }
+
+# The channel (struct sdp_conn) is private to core/: defined in
+# core/conn_struct.h, and no header the other layers include brings it in.
+@test "layers: the channel struct is private to core" {
+  cd "$BATS_TEST_DIRNAME/../.."
+  run grep -rl 'struct sdp_conn {' base core ipoib_fallback preload tools
+  [ "$output" = "core/conn_struct.h" ]
+  local private='core/\(conn_struct\|conn_internal\|zc_internal\)\.h'
+  run grep -rl "#include \"$private\"" base ipoib_fallback preload tools
+  [ -z "$output" ]
+  local hdr
+  for hdr in $(sed -n 's/^#include "\(core\/[a-z_]*\.h\)".*/\1/p' base/* ipoib_fallback/* preload/* tools/* | sort -u); do
+    run grep -l "#include \"$private\"" "$hdr"
+    [ -z "$output" ] || { echo "$hdr includes a private header"; false; }
+  done
+}

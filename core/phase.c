@@ -1,0 +1,73 @@
+/* The phase of a channel (enum conn_phase): its names, the table of the
+ * transitions core makes, and conn_set_phase(), the one writer of
+ * c->phase and of the carrier that serves it (the open channel, or a
+ * switch in progress).  An unexpected transition is logged (and asserted in a build
+ * with SDPSHIM_DEBUG, make DEBUG=1); it is still made, as before. */
+#include <assert.h>
+
+#include "base/log.h"
+#include "core/conn_internal.h"
+
+const char *conn_phase_name(enum conn_phase phase)
+{
+	switch (phase) {
+	case CONN_RESOLVING:      return "resolving";
+	case CONN_TCP_CONNECTING: return "tcp_connecting";
+	case CONN_AWAIT_ATTACH:   return "await_attach";
+	case CONN_PENDING:        return "pending";
+	case CONN_ATTACHING:      return "attaching";
+	case CONN_OPEN:           return "open";
+	case CONN_DRAINING:       return "draining";
+	case CONN_SWITCHING:      return "switching";
+	case CONN_FALLBACK:       return "fallback";
+	case CONN_DEAD:           return "dead";
+	}
+	return "unknown";
+}
+
+#define TO(phase) (1u << (phase))
+
+/* Bit per phase each phase may move to (the comment above enum conn_phase). */
+static const unsigned phase_next[] = {
+	[CONN_RESOLVING]      = TO(CONN_TCP_CONNECTING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_TCP_CONNECTING] = TO(CONN_AWAIT_ATTACH) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_AWAIT_ATTACH]   = TO(CONN_OPEN) | TO(CONN_DRAINING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_PENDING]        = TO(CONN_ATTACHING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_ATTACHING]      = TO(CONN_OPEN) | TO(CONN_DRAINING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_OPEN]           = TO(CONN_SWITCHING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_DRAINING]       = TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_SWITCHING]      = TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_FALLBACK]       = 0,
+	[CONN_DEAD]           = TO(CONN_DEAD), /* the teardown marks a dead channel again */
+};
+
+bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to)
+{
+	if ((unsigned)from >= sizeof(phase_next) / sizeof(phase_next[0]) || (unsigned)to > CONN_DEAD)
+		return false;
+	return (phase_next[from] & TO(to)) != 0;
+}
+
+static const struct conn_carrier *carrier_of(enum conn_phase phase)
+{
+	return phase == CONN_SWITCHING ? &switch_carrier : &channel_carrier;
+}
+
+void conn_phase_start(struct sdp_conn *c, enum conn_phase phase)
+{
+	c->phase = phase;
+	c->carrier = carrier_of(phase);
+}
+
+void conn_set_phase(struct sdp_conn *c, enum conn_phase to)
+{
+	if (!conn_phase_transition_ok(c->phase, to)) {
+		sdp_warn("channel phase: unexpected transition %s -> %s",
+			 conn_phase_name(c->phase), conn_phase_name(to));
+#ifdef SDPSHIM_DEBUG
+		assert(!"unexpected channel phase transition");
+#endif
+	}
+	c->phase = to;
+	c->carrier = carrier_of(to);
+}
