@@ -20,7 +20,7 @@ struct sdp_net {
 
 struct sdp_policy {
 	int64_t zcopy_thresh;              /* bytes; 0: buffer copy only */
-	unsigned connect_timeout_ms;       /* bound of the RDMA attempt and of each binding step */
+	unsigned connect_timeout_ms;       /* client: bound of the whole RDMA attempt, binding included */
 	/* Server: the client subnets that may open RDMA channels (check with
 	 * sdp_nets_match()); 0: no restriction.  Plain TCP is never restricted
 	 * by them. */

@@ -16,10 +16,12 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 
-/* How long the server waits for a PROOF, the client for its answer. */
-static unsigned bind_step_ms(const struct sdp_conn *c)
+/* How long the server waits for a PROOF, the client for its answer: the
+ * tunable SDPSHIM_CONNECT_TIMEOUT_MS (a rule's connect_timeout_ms bounds the
+ * client's whole attempt, core/cm_client.c). */
+static unsigned bind_step_ms(void)
 {
-	return c->policy.connect_timeout_ms;
+	return sdp_tun.connect_timeout_ms;
 }
 
 #ifndef GRND_INSECURE
@@ -149,7 +151,7 @@ static void server_signal(struct sdp_conn *c)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms(c));
+	bind_arm(c, progress_now_ms() + bind_step_ms());
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
 }
 
@@ -178,7 +180,7 @@ static void server_start_on_progress(void *arg)
 void bind_server_begin(struct sdp_conn *c)
 {
 	c->bind = BIND_IDLE;
-	bind_arm(c, progress_now_ms() + bind_step_ms(c)); /* the bound, even if the deferral fails */
+	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
 	conn_get(c);
 	if (progress_defer(server_start_on_progress, c) != 0) {
 		sdp_error("cannot queue a channel binding: out of memory (it times out to TCP)");
@@ -345,7 +347,7 @@ static void client_send_proof(struct sdp_conn *c, bool inline_oob)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms(c));
+	bind_arm(c, progress_now_ms() + bind_step_ms());
 	sdp_debug("bind: signal seen, proof sent (port %u)", c->tuple.src_port);
 }
 

@@ -283,7 +283,7 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (c->phase == CONN_RESOLVING &&
-		    rdma_resolve_route(c->cm_id, (int)c->policy.connect_timeout_ms) != 0)
+		    rdma_resolve_route(c->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
 			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:

@@ -53,7 +53,11 @@ static int finish_blocking(struct sdp_sock *s, struct sdp_conn *c, int fd,
 	int rc, saved;
 
 	if (phase != CONN_TCP_CONNECTING) {
-		/* The channel fell back (the owner callback made the socket TCP). */
+		/* The channel fell back.  The owner callback makes the socket TCP,
+		 * but it may still be on its way from the progress thread: settle
+		 * it here, or an app that closes the socket at once (a refused
+		 * connect) leaves a stats line with no path. */
+		sock_settle_fallback(s, c);
 		conn_put(c);
 		if (s->require_rdma) {
 			errno = ECONNREFUSED;

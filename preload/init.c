@@ -46,25 +46,34 @@ static bool gate_add_unlocked(enum sdp_gate g, int delta)
 }
 
 /* The same under the lock, switching the route when the count leaves or
- * reaches zero.  A compare-and-swap that raced an unlocked change retries;
- * a count found beyond the transition takes the unlocked step. */
+ * reaches zero.  Only this lock's holders move a count off zero (an unlocked
+ * hold needs a count above it), so a gate that is closing has its route on
+ * the slow path before its count reads one: no hold that follows, unlocked,
+ * returns while the route still leads to libc.  An opening gate's route
+ * leads to libc only after its count is zero. */
 static void gate_add_locked(enum sdp_gate g, int delta)
 {
 	pthread_mutex_lock(&gate_lock);
-	int n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
-
 	for (;;) {
-		bool crosses = delta > 0 ? n == 0 : n == 1;
+		int n = atomic_load_explicit(&sdp_gates[g], memory_order_acquire);
 
-		if (!crosses && gate_add_unlocked(g, delta))
-			break;
-		if (crosses && atomic_compare_exchange_weak_explicit(&sdp_gates[g], &n, n + delta,
-								     memory_order_acq_rel,
-								     memory_order_relaxed)) {
-			gate_route(g, delta < 0); /* closing: before the holder's state is visible */
+		if (delta > 0 && n == 0) {
+			gate_route(g, false);
+			atomic_fetch_add_explicit(&sdp_gates[g], 1, memory_order_acq_rel);
 			break;
 		}
-		n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
+		if (delta < 0 && n == 1) {
+			/* An unlocked hold may take it to two meanwhile: look again. */
+			if (atomic_compare_exchange_strong_explicit(&sdp_gates[g], &n, 0,
+								    memory_order_acq_rel,
+								    memory_order_relaxed)) {
+				gate_route(g, true);
+				break;
+			}
+			continue;
+		}
+		if (gate_add_unlocked(g, delta))
+			break;
 	}
 	pthread_mutex_unlock(&gate_lock);
 }

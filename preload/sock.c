@@ -100,15 +100,34 @@ static const struct sock_stream_ops *stream_of_mode(enum sock_mode mode)
 	return mode == SOCK_MODE_RDMA ? &sock_stream_rdma : &sock_stream_tcp;
 }
 
+/* Two changes at once (two threads' connect() on one socket, say) can
+ * leave the stream of the mode that lost: each changer stores the stream of
+ * the mode it finds, until it sees the mode and its stream agree, so once
+ * the changes are over they agree.  One load each when they already do. */
+static void stream_follow_mode(struct sdp_sock *s)
+{
+	for (;;) {
+		int now = atomic_load(&s->mode);
+		const struct sock_stream_ops *want = stream_of_mode((enum sock_mode)now);
+
+		if (atomic_load(&s->stream) != want)
+			atomic_store(&s->stream, want);
+		else if (atomic_load(&s->mode) == now)
+			return;
+	}
+}
+
 /* The transitions are FRESH -> TCP | LISTEN | RDMA and RDMA -> TCP, so a
  * socket only ever leaves the gate's count (it entered it in sock_track()).
- * Whoever reads the new mode also finds its stream. */
+ * The stream is stored first: whoever reads the new mode also finds its
+ * stream. */
 void sock_set_mode(struct sdp_sock *s, enum sock_mode mode)
 {
 	int old;
 
-	atomic_store_explicit(&s->stream, stream_of_mode(mode), memory_order_release);
-	old = atomic_exchange_explicit(&s->mode, (int)mode, memory_order_acq_rel);
+	atomic_store(&s->stream, stream_of_mode(mode));
+	old = atomic_exchange(&s->mode, (int)mode);
+	stream_follow_mode(s);
 
 	if (mode_records_epoll(old) && !mode_records_epoll((int)mode))
 		gate_release(GATE_EPOLL_CTL);

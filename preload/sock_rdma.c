@@ -66,6 +66,12 @@ static void on_fallback(struct sdp_sock *s, struct sdp_conn *c, enum sdp_reason 
 	conn_put(c);
 }
 
+void sock_settle_fallback(struct sdp_sock *s, struct sdp_conn *c)
+{
+	if (conn_get_phase(c) == CONN_FALLBACK)
+		on_fallback(s, c, conn_get_fail_reason(c)); /* a no-op once the event came */
+}
+
 static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 {
 	if (conn_get_phase(c) == CONN_OPEN && s->conn == c) {
@@ -168,10 +174,8 @@ void sock_switch_all_to_tcp(bool only_inheritable)
 	for (size_t i = 0; i < b.n; i++) {
 		if (!conn_switch_wait(b.conns[i], SDP_REASON_FORKED, deadline))
 			stuck++;
-		else if (conn_get_phase(b.conns[i]) == CONN_FALLBACK)
-			/* The progress thread may still be delivering this news to
-			 * the socket; the child's copy must see it on TCP. */
-			on_fallback(b.socks[i], b.conns[i], conn_get_fail_reason(b.conns[i]));
+		else /* the child's copy must see it on TCP */
+			sock_settle_fallback(b.socks[i], b.conns[i]);
 		sock_release(b.socks[i]);
 		conn_put(b.conns[i]);
 	}

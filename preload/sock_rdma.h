@@ -11,6 +11,11 @@ extern const struct conn_owner_ops sock_conn_ops;
 /* s takes c (and the caller's reference to it): mode RDMA, readiness moves
  * to the channel.  Called with s->lock held. */
 void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c);
+/* If c fell back, s is on kernel TCP, with the fallback's reason, when this
+ * returns: the progress thread may still be delivering that news (the event
+ * comes after the phase, from whichever thread raised it).  c: the caller's
+ * reference to s's channel. */
+void sock_settle_fallback(struct sdp_sock *s, struct sdp_conn *c);
 /* The channel of s, with a reference, or NULL if s is not RDMA-backed. */
 struct sdp_conn *sock_conn_get(struct sdp_sock *s);
 
