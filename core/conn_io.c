@@ -119,8 +119,16 @@ static ssize_t recv_zero_copy(struct sdp_conn *c, const struct iovec *iov, int i
 	size_t room;
 	void *dst;
 
-	if ((flags & (MSG_PEEK | MSG_TRUNC)) || c->phase != CONN_OPEN)
+	if (flags & (MSG_PEEK | MSG_TRUNC))
 		return 0;
+	if (c->phase != CONN_OPEN) {
+		/* Still binding (a server's recv right after accept): no sink
+		 * yet, but the opening wakes this wait, so a peer that sends
+		 * only into sinks is not left waiting for one. */
+		c->rx_wants_open = c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_ATTACHING;
+		return 0;
+	}
+	c->rx_wants_open = false;
 	dst = iov_cursor(iov, iovcnt, done, &room);
 	if (!dst)
 		return 0;
@@ -242,8 +250,10 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		}
 	}
 	c->rx_waiters--;
-	if (!c->rx_waiters)
+	if (!c->rx_waiters) {
+		c->rx_wants_open = false;
 		zc_stage_kick(c);
+	}
 	conn_unlock(c);
 	return rc;
 }

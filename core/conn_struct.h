@@ -271,6 +271,9 @@ struct sdp_conn {
 	struct ibv_mr *stage_mr;
 	uint32_t stage_len, stage_off, stage_fill;
 	int rx_waiters;            /* threads blocked in recv (they READ directly; conn_io.c) */
+	bool rx_wants_open;        /* one of them found the channel still binding: the channel
+				    * reads as readable once open, so it wakes and may offer
+				    * its buffer as a sink (conn_io.c, notify.c) */
 	int zc_threads;            /* app threads inside a zero-copy operation */
 
 	/* ---- Moving the open stream to TCP (switch.c). */

@@ -91,8 +91,11 @@ bool channel_readable(struct sdp_conn *c)
 {
 	/* A waiting recv also wakes for a SrcAvail it can READ directly. */
 	bool direct_read = c->rx_waiters && !c->rd.active && zc_head_source(c);
+	/* And once the channel it found still binding has opened (conn_io.c). */
+	bool opened_for_waiter = c->rx_wants_open && c->phase == CONN_OPEN;
 
 	return c->rx_bytes_ready > 0 || c->rx_eof || c->hard_error || c->error || direct_read ||
+	       opened_for_waiter ||
 	       (c->sink.active && c->sink.answered) || phase_wakes_everyone(c->phase);
 }
 
