@@ -11,12 +11,12 @@
 #include "core/credits.h"
 #include "core/zcopy.h"
 
-static struct rx_entry *entry_at(struct sdp_conn *c, uint32_t pos)
+static struct rx_entry *entry_at(const struct sdp_conn *c, uint32_t pos)
 {
 	return &c->rx_ring[pos % c->buf_count];
 }
 
-static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
+static uint8_t *rx_buf(const struct sdp_conn *c, uint32_t slot)
 {
 	return c->rx_mem + (size_t)slot * c->buf_size;
 }
@@ -368,7 +368,7 @@ uint64_t rx_delivered_offset(const struct sdp_conn *c)
 	uint64_t queued = 0;
 
 	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+		const struct rx_entry *e = entry_at(c, pos);
 
 		if (e->is_data || e->is_src)
 			queued += e->len;
@@ -388,7 +388,7 @@ uint8_t *rx_copy_unread(const struct sdp_conn *c, size_t *len)
 
 	*len = 0;
 	for (uint32_t pos = c->rx_tail; c->rx_ring && pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+		const struct rx_entry *e = entry_at(c, pos);
 
 		if (e->is_data)
 			total += e->len;
@@ -396,11 +396,11 @@ uint8_t *rx_copy_unread(const struct sdp_conn *c, size_t *len)
 	if (total == 0 || !(out = malloc(total)))
 		return NULL;
 	for (uint32_t pos = c->rx_tail; pos != c->rx_head; pos++) {
-		const struct rx_entry *e = &c->rx_ring[pos % c->buf_count];
+		const struct rx_entry *e = entry_at(c, pos);
 
 		if (!e->is_data || !e->len)
 			continue;
-		memcpy(out + *len, c->rx_mem + (size_t)e->slot * c->buf_size + e->off, e->len);
+		memcpy(out + *len, rx_buf(c, e->slot) + e->off, e->len);
 		*len += e->len;
 	}
 	if (staged_left(c)) {

@@ -8,8 +8,9 @@
  * hook that finds its gate open cannot miss a socket that needs it.
  * The hooks do not read the counter: each jumps through a route (one load,
  * fused into the jump) that gate_route() points at libc's function or at
- * the hook's slow path whenever the count moves between zero and one.  The
- * counts change under one lock, so a route never lags its count. */
+ * the hook's slow path whenever the count moves between zero and one.  Those
+ * moves, and only those, take the gates' lock (preload/init.c); a closing
+ * gate's route leaves libc before its count leaves zero. */
 #ifndef SDPSHIM_GATE_H
 #define SDPSHIM_GATE_H
 

@@ -38,7 +38,7 @@ static bool gate_add_unlocked(enum sdp_gate g, int delta)
 {
 	int n = atomic_load_explicit(&sdp_gates[g], memory_order_relaxed);
 
-	while (n + (delta > 0 ? 0 : delta) > 0)
+	while (delta > 0 ? n > 0 : n > 1)
 		if (atomic_compare_exchange_weak_explicit(&sdp_gates[g], &n, n + delta,
 							  memory_order_acq_rel, memory_order_relaxed))
 			return true;
