@@ -11,6 +11,7 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
+#include "core/link.h"
 #include "core/listener.h"
 #include "core/mrcache.h"
 #include "core/progress.h"
@@ -29,6 +30,8 @@ static void dispatch(struct rdma_cm_event *ev)
 	sdp_debug("rdma_cm event %s (status %d)", rdma_event_str(ev->event), ev->status);
 	if (kind == CM_KIND_LISTENER)
 		cm_listener_event(ctx, ev);
+	else if (kind == CM_KIND_LINK)
+		cm_link_event(ctx, ev);
 	else if (kind == CM_KIND_CONN && ((struct sdp_conn *)ctx)->is_server)
 		cm_server_conn_event(ctx, ev);
 	else if (kind == CM_KIND_CONN)
@@ -102,6 +105,7 @@ void conn_layer_atfork_child(void)
 	pthread_mutex_init(&cm_lock, NULL);
 	cm_channel = NULL; /* the parent's; left alone */
 	dev_atfork_child();
+	link_atfork_child();
 	mrcache_atfork_child();
 	progress_atfork_child();
 }

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 #include "core/progress.h"
 
 /* IPv4 as IPv4-mapped IPv6, so tuples compare the same either way. */
@@ -103,6 +104,19 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	if (!*err && c->tcp_fd < 0)
 		*err = -EMFILE;
 	conn_get(c); /* the caller's, before the progress thread can end the attempt */
+	if (!*err && sdp_tun.links) {
+		conn_arm_timer(c, p->policy->connect_timeout_ms); /* RESOLVING's bound */
+		*err = link_client_open(c, p->dst, p->dst_len, reason);
+		if (*err) {
+			conn_lock(c);
+			conn_set_phase(c, CONN_DEAD);
+			conn_schedule_destroy(c);
+			conn_unlock(c);
+			conn_put(c);
+			return NULL;
+		}
+		return c;
+	}
 	if (!*err) {
 		conn_arm_timer(c, p->policy->connect_timeout_ms); /* RESOLVING's bound */
 		SDP_GUARD_ENTER();
@@ -215,26 +229,19 @@ static void kernel_connect_async(struct sdp_conn *c)
 	conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 }
 
-static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
+/* The server took the channel (HelloAck, or a linked stream's OPEN_ACK):
+ * commit to it, then connect the kernel socket. */
+void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
+			  const uint8_t nonce[SDP_NONCE_SIZE])
 {
-	struct sdp_hello_ack ack;
-	enum sdp_wire_error werr;
-
-	werr = sdp_hello_ack_from_wire(ev->param.conn.private_data,
-				       ev->param.conn.private_data_len, &ack);
-	if (werr != SDP_WIRE_OK) {
-		sdp_warn("server HelloAck rejected: %s; using TCP", sdp_wire_error_text(werr));
-		conn_fallback(c, SDP_REASON_PROTOCOL);
-		return;
-	}
-	if (conn_setup_tx(c, ack.buf_size, ack.buf_count) != 0) {
-		conn_fallback(c, SDP_REASON_MEMLOCK);
+	if (conn_setup_tx(c, peer_buf_size, peer_buf_count) != 0) {
+		conn_fallback(c, c->link ? SDP_REASON_RESOURCES : SDP_REASON_MEMLOCK);
 		return;
 	}
 	c->established = true;
 	progress_timer_cancel(&c->timer); /* bind_client_begin() bounds the rest */
 	conn_set_phase(c, CONN_TCP_CONNECTING);
-	memcpy(c->nonce_peer, ack.nonce, SDP_NONCE_SIZE);
+	memcpy(c->nonce_peer, nonce, SDP_NONCE_SIZE);
 	bind_make_nonce(c->nonce_local);
 	/* From here on this channel is our choice: say so before the SYN, so
 	 * the server never asks a client that gave up for a proof. */
@@ -246,11 +253,25 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 	conn_signal_owner(c, CONN_EV_RDMA_READY);
 }
 
-static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
+static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 {
-	uint8_t code = sdp_reject_from_wire(ev->param.conn.private_data,
-					    ev->param.conn.private_data_len);
+	struct sdp_hello_ack ack;
+	enum sdp_wire_error werr;
 
+	werr = sdp_hello_ack_from_wire(ev->param.conn.private_data,
+				       ev->param.conn.private_data_len, &ack);
+	if (werr == SDP_WIRE_OK && ack.flags)
+		werr = SDP_WIRE_BAD_FLAGS; /* a link's answer to a channel's Hello */
+	if (werr != SDP_WIRE_OK) {
+		sdp_warn("server HelloAck rejected: %s; using TCP", sdp_wire_error_text(werr));
+		conn_fallback(c, SDP_REASON_PROTOCOL);
+		return;
+	}
+	client_stream_opened(c, ack.buf_size, ack.buf_count, ack.nonce);
+}
+
+enum sdp_reason cm_reject_reason(uint8_t code)
+{
 	switch (code) {
 	case 0:
 		return SDP_REASON_PEER_NO_SDPSHIM; /* no sdpshim listener on that port */
@@ -263,6 +284,18 @@ static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
 	default:
 		return SDP_REASON_PEER_REJECTED;
 	}
+}
+
+static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
+{
+	return cm_reject_reason(sdp_reject_from_wire(ev->param.conn.private_data,
+						    ev->param.conn.private_data_len));
+}
+
+void client_stream_refused(struct sdp_conn *c, uint8_t code)
+{
+	sdp_debug("the server refused a stream on its link (code %u)", code);
+	conn_fallback(c, code ? cm_reject_reason(code) : SDP_REASON_PROTOCOL);
 }
 
 /* An error event while connecting falls back to TCP with its reason.

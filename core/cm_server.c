@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 #include "core/listener.h"
 #include "core/tcp_diag.h"
 
@@ -24,6 +25,16 @@ static void listener_put(struct sdp_listener *l)
 		return;
 	pthread_mutex_destroy(&l->lock);
 	free(l);
+}
+
+void listener_hold(struct sdp_listener *l)
+{
+	atomic_fetch_add(&l->refs, 1);
+}
+
+void listener_release(struct sdp_listener *l)
+{
+	listener_put(l);
 }
 
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
@@ -141,7 +152,7 @@ static void destroy_id_on_progress(void *id)
 
 /* Rejects a connect request that has no channel; the id is destroyed after
  * this event is acked (rdma_cm requires that order). */
-static void reject_request(struct rdma_cm_id *id, uint8_t code)
+void cm_reject_request(struct rdma_cm_id *id, uint8_t code)
 {
 	reject(id, code);
 	progress_defer(destroy_id_on_progress, id);
@@ -175,6 +186,42 @@ static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, str
 	return 0;
 }
 
+/* A server channel for the tuple, counted in the pending budget; NULL if
+ * there is no memory or no budget left. */
+static struct sdp_conn *pending_channel_new(struct sdp_listener *l, const struct sdp_tuple *t)
+{
+	struct sdp_conn *c = conn_alloc(true, &l->policy);
+
+	if (!c)
+		return NULL;
+	c->tuple = *t;
+	if (!pending_budget_take(c)) {
+		static atomic_bool warned;
+		/* Once per process as a warning: a flood must not flood the log. */
+		sdp_log_at(atomic_exchange(&warned, true) ? SDP_LOG_INFO : SDP_LOG_WARN,
+			"refusing an RDMA channel for port %u: the pending budget is spent "
+			"(SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE); that client uses TCP", l->port);
+		conn_put(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Into the listener's pending table, until accept() claims it or its TTL. */
+static void pending_insert(struct sdp_listener *l, struct sdp_conn *c)
+{
+	pthread_mutex_lock(&l->lock);
+	atomic_fetch_add(&l->refs, 1);
+	c->lsn = l;
+	c->pend_next = l->pending;
+	l->pending = c;
+	l->pending_count++;
+	pthread_mutex_unlock(&l->lock);
+	c->pending_deadline_ms = progress_now_ms() + sdp_tun.pending_ttl_ms;
+	c->pending_check_ms = PENDING_FIRST_CHECK_MS;
+	conn_arm_timer(c, PENDING_FIRST_CHECK_MS);
+}
+
 /* Sizes nothing from the Hello: our receive buffers are our policy, and
  * the send slots, capped at our own geometry, wait for accept(). */
 static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
@@ -184,21 +231,10 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	struct sdp_hello_ack_wire ack_wire;
 	struct sdp_hello_ack ack;
 	struct rdma_conn_param param;
-	struct sdp_conn *c = conn_alloc(true, &l->policy);
+	struct sdp_conn *c = pending_channel_new(l, &h->tuple);
 
 	if (!c) {
-		reject_request(ev->id, SDP_REJECT_RESOURCES);
-		return;
-	}
-	c->tuple = h->tuple;
-	if (!pending_budget_take(c)) {
-		static atomic_bool warned;
-		/* Once per process as a warning: a flood must not flood the log. */
-		sdp_log_at(atomic_exchange(&warned, true) ? SDP_LOG_INFO : SDP_LOG_WARN,
-			"refusing an RDMA channel for port %u: the pending budget is spent "
-			"(SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE); that client uses TCP", l->port);
-		conn_put(c);
-		reject_request(ev->id, SDP_REJECT_RESOURCES);
+		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
 		return;
 	}
 	c->cm_id = ev->id;
@@ -228,16 +264,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	param.initiator_depth = 1;
 	param.retry_count = 7; /* a lost packet is retransmitted, never fatal at once */
 	param.rnr_retry_count = 7;
-	pthread_mutex_lock(&l->lock);
-	atomic_fetch_add(&l->refs, 1);
-	c->lsn = l;
-	c->pend_next = l->pending;
-	l->pending = c;
-	l->pending_count++;
-	pthread_mutex_unlock(&l->lock);
-	c->pending_deadline_ms = progress_now_ms() + sdp_tun.pending_ttl_ms;
-	c->pending_check_ms = PENDING_FIRST_CHECK_MS;
-	conn_arm_timer(c, PENDING_FIRST_CHECK_MS);
+	pending_insert(l, c);
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_accept(ev->id, &param);
@@ -248,6 +275,25 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 		sdp_debug("accepted an RDMA channel for port %u (%u pending)", l->port, l->pending_count);
 }
 
+static bool listener_full(struct sdp_listener *l)
+{
+	bool full;
+
+	pthread_mutex_lock(&l->lock);
+	full = l->closing || l->pending_count >= l->pending_max;
+	pthread_mutex_unlock(&l->lock);
+	return full;
+}
+
+static bool client_allowed(struct sdp_listener *l, const uint8_t src_addr[16])
+{
+	if (sdp_nets_match(l->policy.client_nets, l->policy.client_net_count, src_addr))
+		return true;
+	sdp_info("refusing an RDMA channel for port %u: the client's network is not in the "
+		 "rule's clients= list; it uses TCP", l->port);
+	return false;
+}
+
 void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
 {
 	struct sdp_hello h;
@@ -255,25 +301,85 @@ void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
 
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return;
-	pthread_mutex_lock(&l->lock);
-	bool full = l->closing || l->pending_count >= l->pending_max;
-	pthread_mutex_unlock(&l->lock);
-	if (full) {
-		reject_request(ev->id, SDP_REJECT_RESOURCES);
+	if (listener_full(l)) {
+		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
 		return;
 	}
 	code = check_hello(l, ev, &h);
 	if (code) {
-		reject_request(ev->id, code);
+		cm_reject_request(ev->id, code);
 		return;
 	}
-	if (!sdp_nets_match(l->policy.client_nets, l->policy.client_net_count, h.tuple.src_addr)) {
-		sdp_info("refusing an RDMA channel for port %u: the client's network is not in the "
-			 "rule's clients= list; it uses TCP", l->port);
-		reject_request(ev->id, SDP_REJECT_RULE);
+	if (!client_allowed(l, h.tuple.src_addr)) {
+		cm_reject_request(ev->id, SDP_REJECT_RULE);
 		return;
 	}
-	accept_channel(l, ev, &h);
+	if (h.flags & SDP_HELLO_FLAG_LINK)
+		link_server_accept(l, ev, &h);
+	else
+		accept_channel(l, ev, &h);
+}
+
+/* An OPEN on a link: the checks a Hello gets (the tuple names this
+ * listener's port and the link's own peer address), then a pending
+ * channel that answers with its nonce. */
+void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16_t idx,
+			   const struct sdp_open *o, const struct sockaddr *peer)
+{
+	struct sdp_conn *c;
+	int err;
+
+	if (!l || listener_full(l)) {
+		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
+		return;
+	}
+	if (o->tuple.dst_port != l->port || !same_addr(o->tuple.src_addr, peer)) {
+		sdp_warn("refusing a stream: its OPEN names a TCP tuple this listener does not serve");
+		link_answer_open(link, idx, NULL, SDP_REJECT_TUPLE);
+		return;
+	}
+	if (!client_allowed(l, o->tuple.src_addr)) {
+		link_answer_open(link, idx, NULL, SDP_REJECT_RULE);
+		return;
+	}
+	c = pending_channel_new(l, &o->tuple);
+	if (!c) {
+		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
+		return;
+	}
+	c->peer_buf_size = o->buf_size; /* checked by the decoder, capped by the link */
+	c->peer_buf_count = o->buf_count;
+	c->tx_peer_bufs = o->buf_count;
+	err = link_stream_setup(c, link, idx);
+	if (err) {
+		if (err == -EBUSY)
+			sdp_warn("refusing a stream: its index is still in use on the link");
+		pending_budget_give(c);
+		conn_lock(c);
+		conn_set_phase(c, CONN_DEAD);
+		conn_schedule_destroy(c);
+		conn_unlock(c);
+		if (err != -EBUSY)
+			link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
+		return;
+	}
+	bind_make_nonce(c->nonce_local);
+	c->established = true; /* the link is */
+	conn_lock(c);
+	pending_insert(l, c);
+	link_answer_open(link, idx, c, 0);
+	conn_unlock(c);
+	sdp_debug("opened a stream on a link for port %u", l->port);
+}
+
+void conn_peer_released(struct sdp_conn *c)
+{
+	if (c->is_server && c->phase == CONN_PENDING)
+		pending_drop(c);
+	else if (!c->is_server && c->phase == CONN_RESOLVING)
+		conn_fallback(c, SDP_REASON_PROTOCOL);
+	else
+		close_ev_carrier_failed(c, ECONNRESET, "the peer released the stream");
 }
 
 /* Takes c out of its listener's pending table; true if it was there. */

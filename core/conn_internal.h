@@ -28,7 +28,7 @@ enum wr_kind {
 #define CTRL_SLOT_SIZE 64u
 static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 {
-	return c->rx_mem + (size_t)c->buf_size * c->buf_count + (size_t)idx * CTRL_SLOT_SIZE;
+	return c->ctrl_mem + (size_t)idx * CTRL_SLOT_SIZE;
 }
 
 /* A carrier: how the stream moves in the channel's phase; conn_set_phase
@@ -77,6 +77,8 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 		  uint16_t peer_buf_count, enum sdp_reason *reason);
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count);
 void conn_post_all_recvs(struct sdp_conn *c);
+/* A linked stream's rings (unpinned); idempotent.  0 or -ENOMEM. */
+int conn_setup_linked_rx(struct sdp_conn *c);
 int conn_repost_recv(struct sdp_conn *c, uint32_t slot);
 /* Releases every RDMA resource; progress thread only; lock not held. */
 void conn_destroy_resources(struct sdp_conn *c);
@@ -116,6 +118,11 @@ void tx_drop_all(struct sdp_conn *c);
 
 /* rx.c */
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
+/* A linked stream's message (msg: the link's buffer, valid during the call;
+ * DATA is copied into the stream's own memory). */
+void rx_on_link_message(struct sdp_conn *c, const uint8_t *msg, uint32_t len);
+/* A linked stream's sink took the peer's WRITE (immediate: mseq's low 16 bits). */
+void rx_on_link_write(struct sdp_conn *c, uint32_t byte_len, uint16_t mseq16);
 /* A receive taken by the peer's RDMA WRITE with immediate (imm = mseq). */
 void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint32_t mseq);
 void rx_maybe_update_credits(struct sdp_conn *c);
@@ -140,8 +147,16 @@ void rx_drop_unread(struct sdp_conn *c);
 int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us);
 uint64_t conn_now_us(void);
 
-/* cq.c: returns the number of completions handled */
+/* cq.c: returns the number of completions handled (a linked stream's
+ * completions come from its link: cq_poll only moves it along). */
 int cq_poll(struct sdp_conn *c);
+/* A linked stream's completion, its wr_id its own again (link.c). */
+void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc);
+/* A linked stream's work that never went (stopped): settled as flushed. */
+void cq_on_stream_flushed(struct sdp_conn *c, uint64_t wr_id);
+/* After the link handed a linked stream a message: what cq_poll does after
+ * completions (sends, orphan check, readiness). */
+void cq_stream_progress(struct sdp_conn *c);
 
 /* close.c: one function per event */
 void close_ev_app_shutdown_wr(struct sdp_conn *c);
@@ -189,6 +204,23 @@ void bind_fallback(struct sdp_conn *c, enum sdp_reason reason);
 void queue_attach(struct sdp_conn *c);
 /* cm_server.c: a pending channel is given up (its peer left or lied). */
 void pending_drop(struct sdp_conn *c);
+/* cm_server.c: an OPEN for stream idx arrived on a link of listener l
+ * from peer; answered on the link (OPEN_ACK with a pending channel, or
+ * OPEN_NAK with the reason). */
+struct sdp_open;
+void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16_t idx,
+			   const struct sdp_open *o, const struct sockaddr *peer);
+/* cm_server.c: rejects a connect request that has no channel. */
+void cm_reject_request(struct rdma_cm_id *id, uint8_t code);
+/* The peer's end of a linked stream is gone (its RELEASED): what
+ * DISCONNECTED is to a channel with its own QP. */
+void conn_peer_released(struct sdp_conn *c);
+/* cm_client.c: the server answered a linked stream's OPEN. */
+void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
+			  const uint8_t nonce[SDP_NONCE_SIZE]);
+void client_stream_refused(struct sdp_conn *c, uint8_t code);
+/* The fallback reason for a server's reject code (0: no sdpshim there). */
+enum sdp_reason cm_reject_reason(uint8_t code);
 
 /* budget.c: what unattached (pending) channels may hold, per source address
  * (c->tuple.src_addr) and per process.  take: true if the channel fits

@@ -24,6 +24,7 @@ struct ibv_mw;
 struct sdp_dev;
 struct mrc_entry;
 struct conn_carrier;
+struct sdp_link;
 
 /* The binding handshake (core/bind.c, docs/trust.md): how far this end is
  * in proving, on the TCP connection, that the channel is that connection's.
@@ -212,6 +213,19 @@ struct sdp_conn {
 	uint32_t sq_depth;
 	uint32_t sq_outstanding;
 	bool established;       /* cm_client.c / cm_server.c: ESTABLISHED seen */
+
+	/* ---- The link the stream rides (link.c), or NULL: the channel has its
+	 * own QP (cm_id, cq, qp above).  A linked stream's bytes wait in
+	 * unpinned memory: rx_heap holds a DATA message's copy per ring slot
+	 * (rx.c), tx_heap a send slot's bytes, allocated as it fills (tx.c). */
+	struct sdp_link *link;
+	uint16_t link_idx;
+	bool link_stopped;        /* its traffic on the link ended (qp_force_error) */
+	bool link_open_sent;      /* client: its OPEN went on the link */
+	uint8_t **rx_heap;
+	uint8_t **tx_heap;
+	uint8_t *ctrl_mem;        /* where control messages are built (CTRL_SLOTS of them) */
+#define SDP_CONN_HAS_CTRL_MEM 1
 
 	/* ---- Receive side (rx.c): our buffers, filled by the peer's SENDs. */
 	uint32_t buf_size;

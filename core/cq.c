@@ -8,6 +8,7 @@
 #include "core/conn_internal.h"
 #include "core/cq.h"
 #include "core/dev.h"
+#include "core/link.h"
 #include "core/zcopy.h"
 
 /* After a switch started, a completion only settles bookkeeping: the
@@ -73,11 +74,50 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 	}
 }
 
+/* What follows completions: sends they allow, the orphan check, the
+ * readiness the app sees. */
+static void after_completions(struct sdp_conn *c, int total, int sends)
+{
+	if (sends)
+		c->sq_progress_ms = progress_now_ms(); /* the watchdog's clock (timers.c) */
+	if (total && c->app_closed)
+		close_check_orphan(c); /* a send it waited for may have completed */
+	tx_kick(c);
+	switch_debug_maybe_fail(c);
+	conn_update_readiness(c, false);
+}
+
+void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc)
+{
+	on_completion(c, wc);
+	after_completions(c, 1, WR_KIND(wc->wr_id) != WR_RECV);
+	pthread_cond_broadcast(&c->cond);
+}
+
+void cq_on_stream_flushed(struct sdp_conn *c, uint64_t wr_id)
+{
+	on_completion_switched(c, WR_KIND(wr_id), WR_INDEX(wr_id));
+	if (WR_KIND(wr_id) == WR_SEND_CTRL && c->ctrl_outstanding)
+		c->ctrl_outstanding--;
+}
+
+void cq_stream_progress(struct sdp_conn *c)
+{
+	after_completions(c, 1, 0);
+	pthread_cond_broadcast(&c->cond);
+}
+
 int cq_poll(struct sdp_conn *c)
 {
 	struct ibv_wc wc[16];
 	int n, total = 0, sends = 0;
 
+	if (c->link) {
+		/* The progress thread takes in the link's completions. */
+		tx_kick(c);
+		conn_update_readiness(c, false);
+		return 0;
+	}
 	if (!c->cq)
 		return 0;
 	do {
@@ -90,13 +130,7 @@ int cq_poll(struct sdp_conn *c)
 		}
 		total += n > 0 ? n : 0;
 	} while (n == 16 && c->cq);
-	if (sends)
-		c->sq_progress_ms = progress_now_ms(); /* the watchdog's clock (timers.c) */
-	if (total && c->app_closed)
-		close_check_orphan(c); /* a send it waited for may have completed */
-	tx_kick(c);
-	switch_debug_maybe_fail(c);
-	conn_update_readiness(c, false);
+	after_completions(c, total, sends);
 	return total;
 }
 
@@ -117,6 +151,10 @@ void cq_on_channel_ready(struct progress_source *src, uint32_t events)
 		SDP_GUARD_LEAVE();
 		if (rc != 0)
 			return;
+		if (*(int *)ctx == CM_KIND_LINK) {
+			link_on_cq_event(ctx, cq);
+			continue;
+		}
 		c = ctx;
 		conn_lock(c);
 		if (c->cq == cq) {

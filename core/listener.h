@@ -34,6 +34,9 @@ struct sdp_listener {
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason);
+/* A reference for a link that routes OPENs to the listener. */
+void listener_hold(struct sdp_listener *l);
+void listener_release(struct sdp_listener *l);
 /* The TCP listener closed: stop accepting channels, drop the pending ones. */
 void listener_close(struct sdp_listener *l);
 

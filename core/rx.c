@@ -18,6 +18,8 @@ static struct rx_entry *entry_at(const struct sdp_conn *c, uint32_t pos)
 
 static uint8_t *rx_buf(const struct sdp_conn *c, uint32_t slot)
 {
+	if (c->rx_heap)
+		return c->rx_heap[slot];
 	return c->rx_mem + (size_t)slot * c->buf_size;
 }
 
@@ -224,15 +226,71 @@ static bool receive_counts(struct sdp_conn *c, uint32_t slot)
 	return true;
 }
 
+static void rx_on_message(struct sdp_conn *c, uint32_t slot, const uint8_t *msg, uint32_t byte_len);
+
 void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
 {
-	const uint8_t *msg = rx_buf(c, slot);
+	if (!receive_counts(c, slot))
+		return;
+	rx_on_message(c, slot, rx_buf(c, slot), byte_len);
+}
+
+/* The ring's next slot for a linked stream's message, or false (dropped
+ * after a reset; more messages than credits is a violation). */
+static bool link_slot(struct sdp_conn *c, uint32_t *slot)
+{
+	if (!c->rx_ring || c->close_state == CLOSE_ABORTED)
+		return false;
+	if (ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {
+		protocol_violation(c, "more messages than credits");
+		return false;
+	}
+	*slot = c->rx_head % c->buf_count;
+	return true;
+}
+
+void rx_on_link_message(struct sdp_conn *c, const uint8_t *msg, uint32_t len)
+{
+	uint32_t slot;
+
+	if (!link_slot(c, &slot))
+		return;
+	if (msg[0] == SDP_MID_DATA && len <= c->buf_size) {
+		/* The link's buffer goes back at once: the bytes wait here. */
+		uint8_t *copy = malloc(len);
+
+		if (!copy) {
+			sdp_warn("out of memory for received bytes; resetting the connection");
+			close_ev_abort(c, ENOMEM, true);
+			return;
+		}
+		memcpy(copy, msg, len);
+		free(c->rx_heap[slot]);
+		c->rx_heap[slot] = copy;
+		msg = copy;
+	}
+	rx_on_message(c, slot, msg, len);
+}
+
+void rx_on_link_write(struct sdp_conn *c, uint32_t byte_len, uint16_t mseq16)
+{
+	uint32_t slot;
+
+	if (!link_slot(c, &slot))
+		return;
+	if ((uint16_t)(c->rx_seq + 1) != mseq16) {
+		protocol_violation(c, "sequence gap");
+		return;
+	}
+	rx_on_write_imm(c, slot, byte_len, c->rx_seq + 1);
+}
+
+static void rx_on_message(struct sdp_conn *c, uint32_t slot, const uint8_t *msg, uint32_t byte_len)
+{
 	struct rx_entry *e;
 	struct sdp_bsdh h;
 	enum sdp_wire_error err;
 
-	if (!receive_counts(c, slot))
-		return;
 	err = sdp_bsdh_from_wire(msg, byte_len, c->buf_size, &h);
 	if (!validate(c, &h, err))
 		return;

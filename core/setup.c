@@ -13,6 +13,7 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
+#include "core/link.h"
 #include "core/progress.h"
 #include "core/zcopy.h"
 
@@ -120,8 +121,49 @@ static int alloc_rx(struct sdp_conn *c)
 	c->rx_mem = dev_alloc_registered(c->dev, c->rx_mem_len, &c->rx_mr, &err);
 	if (!c->rx_mem)
 		return err;
+	c->ctrl_mem = c->rx_mem + (size_t)c->buf_size * c->buf_count;
 	c->rx_ring = calloc(c->buf_count, sizeof(*c->rx_ring));
 	return c->rx_ring ? 0 : -ENOMEM;
+}
+
+/* A linked stream pins nothing: its link's buffers carry its messages,
+ * and what waits here is in ordinary memory, DATA copies allocated as they
+ * arrive (rx.c), send slots as they fill (tx.c). */
+int conn_setup_linked_rx(struct sdp_conn *c)
+{
+	if (c->rx_ring)
+		return 0;
+	c->rx_ring = calloc(c->buf_count, sizeof(*c->rx_ring));
+	c->rx_heap = calloc(c->buf_count, sizeof(*c->rx_heap));
+	c->ctrl_mem = malloc((size_t)CTRL_SLOTS * CTRL_SLOT_SIZE);
+	if (!c->rx_ring || !c->rx_heap || !c->ctrl_mem)
+		return -ENOMEM;
+	c->sq_depth = (uint32_t)c->buf_count + CTRL_SLOTS;
+	return 0;
+}
+
+static int alloc_tx_linked(struct sdp_conn *c)
+{
+	uint32_t count = c->peer_buf_count < c->buf_count ? c->peer_buf_count : c->buf_count;
+
+	c->tx_slot_size = c->peer_buf_size < c->buf_size ? c->peer_buf_size : c->buf_size;
+	c->tx_nslots = count + 1;
+	c->tx_heap = calloc(c->tx_nslots, sizeof(*c->tx_heap));
+	c->tx_slots = calloc(c->tx_nslots, sizeof(*c->tx_slots));
+	return c->tx_heap && c->tx_slots ? 0 : -ENOMEM;
+}
+
+static void free_linked_memory(struct sdp_conn *c)
+{
+	for (uint32_t i = 0; c->rx_heap && i < c->buf_count; i++)
+		free(c->rx_heap[i]);
+	for (uint32_t i = 0; c->tx_heap && i < c->tx_nslots; i++)
+		free(c->tx_heap[i]);
+	free(c->rx_heap);
+	free(c->tx_heap);
+	free(c->ctrl_mem);
+	c->rx_heap = c->tx_heap = NULL;
+	c->ctrl_mem = NULL;
 }
 
 /* Send slots mirror the peer's buffers, but what we pin for them is
@@ -181,7 +223,7 @@ int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_
 	c->peer_buf_size = peer_buf_size;
 	c->peer_buf_count = peer_buf_count;
 	c->tx_peer_bufs = peer_buf_count;
-	return alloc_tx(c);
+	return c->link ? alloc_tx_linked(c) : alloc_tx(c);
 }
 
 static int post_recv(struct sdp_conn *c, uint32_t slot)
@@ -201,6 +243,11 @@ int conn_repost_recv(struct sdp_conn *c, uint32_t slot)
 {
 	int rc;
 
+	if (c->rx_heap) {
+		free(c->rx_heap[slot]); /* a linked stream's copy: the link reposted long ago */
+		c->rx_heap[slot] = NULL;
+		return 0;
+	}
 	if (!c->qp)
 		return -ENOTCONN;
 	SDP_GUARD_ENTER();
@@ -211,7 +258,7 @@ int conn_repost_recv(struct sdp_conn *c, uint32_t slot)
 
 void conn_post_all_recvs(struct sdp_conn *c)
 {
-	for (uint32_t i = 0; i < c->buf_count; i++)
+	for (uint32_t i = 0; !c->link && i < c->buf_count; i++)
 		conn_repost_recv(c, i);
 	if (c->st)
 		atomic_store(&c->st->rx_posted, c->buf_count);
@@ -220,6 +267,9 @@ void conn_post_all_recvs(struct sdp_conn *c)
 void conn_destroy_resources(struct sdp_conn *c)
 {
 	zc_release(c);
+	if (c->link || c->rx_heap)
+		link_stream_detach(c);
+	free_linked_memory(c);
 	SDP_GUARD_ENTER();
 	if (c->qp)
 		rdma_destroy_qp(c->cm_id);

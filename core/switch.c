@@ -22,6 +22,7 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
+#include "core/link.h"
 #include "core/switch_reader.h"
 
 /* Past the peer's kept slots (our receive buffers), a peer resends at most
@@ -35,6 +36,11 @@ void qp_force_error(struct sdp_conn *c)
 
 	if (!c->qp || c->qp_in_error)
 		return;
+	if (c->link) {
+		link_stream_stop(c);
+		c->qp_in_error = true;
+		return;
+	}
 	SDP_GUARD_ENTER();
 	if (ibv_modify_qp(c->qp, &attr, IBV_QP_STATE) == 0)
 		c->qp_in_error = true;
@@ -49,7 +55,10 @@ void switch_debug_maybe_fail(struct sdp_conn *c)
 	c->debug_failed = true;
 	sdp_warn("SDPSHIM_DEBUG_FAIL_AFTER: forcing the QP into the error state after %llu bytes",
 		 (unsigned long long)c->tx_stream_off);
-	qp_force_error(c);
+	if (c->link)
+		link_force_fail(c, "SDPSHIM_DEBUG_FAIL_AFTER");
+	else
+		qp_force_error(c);
 }
 
 /* ------------------------------------------------------------ starting */

@@ -3,6 +3,7 @@
  * last; without credits they coalesce in the last unposted slot.  A slot
  * is kept until the peer acknowledges it consumed it. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/config.h"
@@ -10,6 +11,7 @@
 #include "base/log.h"
 #include "core/conn_internal.h"
 #include "core/credits.h"
+#include "core/link.h"
 #include "core/zcopy.h"
 
 /* Control messages that may overtake queued data (they carry no stream
@@ -33,7 +35,31 @@ static uint32_t slot_payload_max(const struct sdp_conn *c)
 
 static uint8_t *slot_mem(const struct sdp_conn *c, uint32_t pos)
 {
+	if (c->tx_heap)
+		return c->tx_heap[ring_index(pos, c->tx_nslots)];
 	return c->tx_mem + (size_t)ring_index(pos, c->tx_nslots) * c->tx_slot_size;
+}
+
+/* A linked stream's slot gets its memory as it starts to fill, and gives
+ * it back once acknowledged: what waits is what the stream holds. */
+static bool slot_mem_ensure(struct sdp_conn *c, uint32_t pos)
+{
+	uint8_t **mem;
+
+	if (!c->tx_heap)
+		return true;
+	mem = &c->tx_heap[ring_index(pos, c->tx_nslots)];
+	if (!*mem)
+		*mem = malloc(c->tx_slot_size);
+	return *mem != NULL;
+}
+
+static void slot_mem_release(struct sdp_conn *c, uint32_t pos)
+{
+	if (c->tx_heap) {
+		free(c->tx_heap[ring_index(pos, c->tx_nslots)]);
+		c->tx_heap[ring_index(pos, c->tx_nslots)] = NULL;
+	}
 }
 
 static struct tx_slot *slot_at(const struct sdp_conn *c, uint32_t pos)
@@ -68,7 +94,8 @@ size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t
 		struct tx_slot *slot;
 
 		if (!tx_has_unposted(c) || slot_at(c, c->tx_head - 1)->len == c->tx_slot_size) {
-			if (ring_used(c->tx_head, c->tx_tail) == c->tx_nslots)
+			if (ring_used(c->tx_head, c->tx_tail) == c->tx_nslots ||
+			    !slot_mem_ensure(c, c->tx_head))
 				break;
 			slot = slot_at(c, c->tx_head++);
 			slot->len = (uint32_t)SDP_BSDH_SIZE;
@@ -142,6 +169,13 @@ static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len
 	struct ibv_send_wr *bad;
 	int rc;
 
+	if (c->link) {
+		rc = link_send(c, wr_id, buf, len);
+		if (rc)
+			return rc;
+		conn_note_post(c);
+		return 0;
+	}
 	SDP_GUARD_ENTER();
 	rc = ibv_post_send(c->qp, &wr, &bad);
 	SDP_GUARD_LEAVE();
@@ -161,7 +195,7 @@ static bool post_data_slot(struct sdp_conn *c)
 	fill_header(c, SDP_MID_DATA, slot->len, mem);
 	slot->seq = c->tx_seq;
 	if (post_send(c, WR_ID(WR_SEND_DATA, ring_index(c->tx_posted, c->tx_nslots)), mem,
-		      slot->len, c->tx_mr->lkey) != 0) {
+		      slot->len, c->tx_mr ? c->tx_mr->lkey : 0) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting a data send failed");
 		return false;
 	}
@@ -193,9 +227,12 @@ static bool post_ctrl(struct sdp_conn *c, uint8_t mid)
 	}
 	if (mid == SDP_MID_ATTACH && sdp_tun.debug_fail_attach) {
 		sdp_warn("SDPSHIM_DEBUG_FAIL_ATTACH: forcing the QP into the error state as ATTACH is posted");
-		qp_force_error(c); /* the ATTACH is flushed, never confirmed */
+		if (c->link) /* the ATTACH is flushed, never confirmed */
+			link_force_fail(c, "SDPSHIM_DEBUG_FAIL_ATTACH");
+		else
+			qp_force_error(c);
 	}
-	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len, c->rx_mr->lkey) != 0) {
+	if (post_send(c, WR_ID(WR_SEND_CTRL, idx), mem, len, c->rx_mr ? c->rx_mr->lkey : 0) != 0) {
 		close_ev_carrier_failed(c, EIO, "posting a control send failed");
 		return false;
 	}
@@ -261,7 +298,8 @@ void tx_kick(struct sdp_conn *c)
 {
 	bool starving = false;
 
-	if (!c->qp || !c->rx_mem || c->carrier_dead || !phase_sends_ctrl(c->phase))
+	if (!c->qp || !c->ctrl_mem || c->carrier_dead || c->link_stopped ||
+	    !phase_sends_ctrl(c->phase))
 		return;
 	send_ctrls(c, CTRL_OVERTAKING);
 	if (!phase_sends_data(c->phase) || c->attach_held)
@@ -291,7 +329,7 @@ void tx_free_acked(struct sdp_conn *c, uint32_t ack)
 {
 	c->tx_peer_ack = ack;
 	while (c->tx_tail != c->tx_posted && !sdp_seq_after(slot_at(c, c->tx_tail)->seq, ack))
-		c->tx_tail++;
+		slot_mem_release(c, c->tx_tail++);
 }
 
 size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, uint8_t *dst)
@@ -303,7 +341,7 @@ size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, 
 		uint32_t n = c->tx_slots[idx].len - (uint32_t)SDP_BSDH_SIZE;
 
 		if (dst)
-			memcpy(dst + total, c->tx_mem + (size_t)idx * c->tx_slot_size + SDP_BSDH_SIZE, n);
+			memcpy(dst + total, slot_mem(c, pos) + SDP_BSDH_SIZE, n);
 		total += n;
 	}
 	return total;
@@ -335,5 +373,7 @@ bool tx_all_consumed(const struct sdp_conn *c)
 
 void tx_drop_all(struct sdp_conn *c)
 {
+	while (c->tx_slots && c->tx_tail != c->tx_head)
+		slot_mem_release(c, c->tx_tail++);
 	c->tx_tail = c->tx_posted = c->tx_head;
 }

@@ -116,15 +116,21 @@ void sdp_ext_from_wire(const void *in, struct sdp_ext *e)
 
 /* Magic (network order as received), version and flags of the messages
  * that carry them: Hello, HelloAck, SWITCH. */
-static enum sdp_wire_error check_preamble(uint32_t magic_be, uint8_t version, unsigned flags)
+static enum sdp_wire_error check_preamble_flags(uint32_t magic_be, uint8_t version, unsigned flags,
+						unsigned known)
 {
 	if (ntohl(magic_be) != SDP_HELLO_MAGIC)
 		return SDP_WIRE_BAD_MAGIC;
 	if (version != SDP_WIRE_VERSION)
 		return SDP_WIRE_BAD_VERSION;
-	if (flags != 0)
+	if (flags & ~known)
 		return SDP_WIRE_BAD_FLAGS;
 	return SDP_WIRE_OK;
+}
+
+static enum sdp_wire_error check_preamble(uint32_t magic_be, uint8_t version, unsigned flags)
+{
+	return check_preamble_flags(magic_be, version, flags, 0);
 }
 
 static enum sdp_wire_error check_buffers(uint16_t count, uint32_t size)
@@ -158,18 +164,20 @@ enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_h
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	err = check_preamble(w.magic, w.version, w.flags);
+	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAG_LINK);
 	if (err != SDP_WIRE_OK)
 		return err;
 	memset(h, 0, sizeof(*h));
 	h->version = w.version;
+	h->flags = w.flags;
 	h->buf_count = ntohs(w.buf_count);
 	h->buf_size = ntohl(w.buf_size);
 	h->tuple.src_port = ntohs(w.src_port);
 	h->tuple.dst_port = ntohs(w.dst_port);
 	memcpy(h->tuple.src_addr, w.src_addr, 16);
 	memcpy(h->tuple.dst_addr, w.dst_addr, 16);
-	if (h->tuple.src_port == 0 || h->tuple.dst_port == 0)
+	/* A link's Hello names no TCP connection: no source port. */
+	if ((h->tuple.src_port == 0) != ((h->flags & SDP_HELLO_FLAG_LINK) != 0) || h->tuple.dst_port == 0)
 		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(h->buf_count, h->buf_size);
 }
@@ -193,7 +201,7 @@ enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct s
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	err = check_preamble(w.magic, w.version, w.flags);
+	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAG_LINK);
 	if (err != SDP_WIRE_OK)
 		return err;
 	h->version = w.version;
@@ -323,4 +331,127 @@ void sdp_nonce_from_ext(const struct sdp_ext *e, uint8_t nonce[SDP_NONCE_SIZE])
 
 	memcpy(nonce, &hi, 8);
 	memcpy(nonce + 8, &lo, 8);
+}
+
+/* ------------------------------------------------------------ links */
+
+size_t sdp_link_payload_len(uint8_t kind)
+{
+	switch ((enum sdp_link_kind)kind) {
+	case SDP_LINK_STREAM:
+		return 0;
+	case SDP_LINK_CREDIT:
+	case SDP_LINK_RELEASED:
+		return 0;
+	case SDP_LINK_OPEN:
+		return sizeof(struct sdp_open_wire);
+	case SDP_LINK_OPEN_ACK:
+		return sizeof(struct sdp_open_ack_wire);
+	case SDP_LINK_OPEN_NAK:
+		return sizeof(struct sdp_open_nak_wire);
+	}
+	return (size_t)-1;
+}
+
+void sdp_lh_to_wire(const struct sdp_lh *h, void *out)
+{
+	struct sdp_lh_wire w = {
+		.kind = h->kind,
+		.flags = h->flags,
+		.stream = htons(h->stream),
+		.len = htonl(h->len),
+		.lseq = htonl(h->lseq),
+		.lack = htonl(h->lack),
+	};
+
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_lh_from_wire(const void *in, size_t received, uint32_t buf_size,
+				     struct sdp_lh *h)
+{
+	struct sdp_lh_wire w;
+	size_t payload;
+
+	if (received < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	h->kind = w.kind;
+	h->flags = w.flags;
+	h->stream = ntohs(w.stream);
+	h->len = ntohl(w.len);
+	h->lseq = ntohl(w.lseq);
+	h->lack = ntohl(w.lack);
+	if (h->len != received || h->len > buf_size)
+		return SDP_WIRE_BAD_LENGTH;
+	payload = sdp_link_payload_len(h->kind);
+	if (payload == (size_t)-1)
+		return SDP_WIRE_BAD_MID;
+	if (h->kind == SDP_LINK_STREAM ? h->len < SDP_LH_SIZE + SDP_BSDH_SIZE
+				       : h->len != SDP_LH_SIZE + payload)
+		return SDP_WIRE_BAD_LENGTH;
+	if (h->flags & ~SDP_LINK_FLAG_KNOWN)
+		return SDP_WIRE_BAD_FLAGS;
+	if (h->stream >= SDP_LINK_STREAMS_MAX)
+		return SDP_WIRE_BAD_FIELD;
+	return SDP_WIRE_OK;
+}
+
+void sdp_open_to_wire(const struct sdp_open *o, void *out)
+{
+	struct sdp_open_wire w;
+
+	memset(&w, 0, sizeof(w));
+	memcpy(w.src_addr, o->tuple.src_addr, 16);
+	memcpy(w.dst_addr, o->tuple.dst_addr, 16);
+	w.src_port = htons(o->tuple.src_port);
+	w.dst_port = htons(o->tuple.dst_port);
+	w.buf_count = htons(o->buf_count);
+	w.buf_size = htonl(o->buf_size);
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_open_from_wire(const void *in, size_t len, struct sdp_open *o)
+{
+	struct sdp_open_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	memset(o, 0, sizeof(*o));
+	memcpy(o->tuple.src_addr, w.src_addr, 16);
+	memcpy(o->tuple.dst_addr, w.dst_addr, 16);
+	o->tuple.src_port = ntohs(w.src_port);
+	o->tuple.dst_port = ntohs(w.dst_port);
+	o->buf_count = ntohs(w.buf_count);
+	o->buf_size = ntohl(w.buf_size);
+	if (o->tuple.src_port == 0 || o->tuple.dst_port == 0 || w.pad != 0)
+		return SDP_WIRE_BAD_FIELD;
+	return check_buffers(o->buf_count, o->buf_size);
+}
+
+void sdp_open_ack_to_wire(const struct sdp_open_ack *a, void *out)
+{
+	struct sdp_open_ack_wire w;
+
+	memset(&w, 0, sizeof(w));
+	memcpy(w.nonce, a->nonce, SDP_NONCE_SIZE);
+	w.buf_count = htons(a->buf_count);
+	w.buf_size = htonl(a->buf_size);
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_open_ack_from_wire(const void *in, size_t len, struct sdp_open_ack *a)
+{
+	struct sdp_open_ack_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	memcpy(a->nonce, w.nonce, SDP_NONCE_SIZE);
+	a->buf_count = ntohs(w.buf_count);
+	a->buf_size = ntohl(w.buf_size);
+	if (w.pad != 0)
+		return SDP_WIRE_BAD_FIELD;
+	return check_buffers(a->buf_count, a->buf_size);
 }

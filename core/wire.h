@@ -96,6 +96,12 @@ struct sdp_tuple {
 	uint16_t dst_port;
 };
 
+/* Hello flags.  LINK: the connection is a link that carries many streams
+ * (core/link.c); the tuple names no TCP connection (src_port 0) and the
+ * buffers are the link's.  Each stream then opens with a LINK_OPEN message
+ * on the link. */
+#define SDP_HELLO_FLAG_LINK 0x01
+
 /* Hello: rdma_cm connect private data (at most 56 bytes on RDMA_PS_TCP). */
 struct sdp_hello_wire {
 	uint32_t magic;
@@ -200,6 +206,105 @@ struct sdp_bind {
 };
 
 #define SDP_BIND_SIZE sizeof(struct sdp_bind_wire)
+
+/* Link framing (core/link.c, docs/links.md).  Every SEND on a link starts
+ * with this 16-byte header; a STREAM message's payload is one stream
+ * message (base header first), exactly as a per-connection channel would
+ * carry it.  lseq numbers the link's messages, lack acknowledges the
+ * peer's (its receive buffer is posted again: a link credit back).  An
+ * RDMA WRITE with immediate into a stream's sink takes a link credit and a
+ * sequence number too; its immediate is SDP_LINK_IMM(stream, mseq). */
+enum sdp_link_kind {
+	SDP_LINK_STREAM   = 1, /* payload: one stream message */
+	SDP_LINK_CREDIT   = 2, /* no payload: lack only (may take the last credit) */
+	SDP_LINK_OPEN     = 3, /* client -> server: open `stream` (struct sdp_open_wire) */
+	SDP_LINK_OPEN_ACK = 4, /* server -> client: opened (struct sdp_open_ack_wire) */
+	SDP_LINK_OPEN_NAK = 5, /* server -> client: refused (struct sdp_open_nak_wire) */
+	SDP_LINK_RELEASED = 6, /* either: my end of `stream` is gone; the index is free here */
+};
+
+#define SDP_LINK_FLAG_STARVING 0x01 /* sender is low on link credits: send LINK_CREDIT */
+#define SDP_LINK_FLAG_KNOWN    (SDP_LINK_FLAG_STARVING)
+#define SDP_LINK_STREAMS_MAX   4096u /* stream indexes per link: 0 .. max-1 */
+
+struct sdp_lh_wire {
+	uint8_t  kind;
+	uint8_t  flags;
+	uint16_t stream;
+	uint32_t len;   /* whole link message, this header included */
+	uint32_t lseq;
+	uint32_t lack;
+} __attribute__((packed));
+
+struct sdp_lh {
+	uint8_t  kind;
+	uint8_t  flags;
+	uint16_t stream;
+	uint32_t len;
+	uint32_t lseq;
+	uint32_t lack;
+};
+
+#define SDP_LH_SIZE sizeof(struct sdp_lh_wire)
+
+/* OPEN: the TCP 4-tuple the stream belongs to and the stream's receive
+ * geometry (credits: buf_count messages of at most buf_size bytes). */
+struct sdp_open_wire {
+	uint8_t  src_addr[16];
+	uint8_t  dst_addr[16];
+	uint16_t src_port;
+	uint16_t dst_port;
+	uint16_t buf_count;
+	uint16_t pad;
+	uint32_t buf_size;
+} __attribute__((packed));
+
+struct sdp_open {
+	struct sdp_tuple tuple;
+	uint16_t buf_count;
+	uint32_t buf_size;
+};
+
+/* OPEN_ACK: the server's stream geometry and its nonce (the client's bind
+ * proof echoes it on the TCP connection, as with a HelloAck). */
+struct sdp_open_ack_wire {
+	uint8_t  nonce[SDP_NONCE_SIZE];
+	uint16_t buf_count;
+	uint16_t pad;
+	uint32_t buf_size;
+} __attribute__((packed));
+
+struct sdp_open_ack {
+	uint8_t  nonce[SDP_NONCE_SIZE];
+	uint16_t buf_count;
+	uint32_t buf_size;
+};
+
+struct sdp_open_nak_wire {
+	uint8_t code; /* enum sdp_reject_code */
+	uint8_t pad[7];
+} __attribute__((packed));
+
+/* The immediate of a WRITE into a stream's sink: the stream's index and
+ * the low 16 bits of the stream sequence number the WRITE takes. */
+#define SDP_LINK_IMM(stream, mseq) (((uint32_t)(mseq) << 16) | (uint16_t)(stream))
+#define SDP_LINK_IMM_STREAM(imm)   ((uint16_t)(imm))
+#define SDP_LINK_IMM_MSEQ16(imm)   ((uint16_t)((imm) >> 16))
+
+/* Link header: checks that `received` bytes arrived, len == received,
+ * len <= buf_size, the kind and flags are known, the stream index is below
+ * SDP_LINK_STREAMS_MAX and the payload has the size its kind requires
+ * (STREAM: at least a base header). */
+void sdp_lh_to_wire(const struct sdp_lh *h, void *out);
+enum sdp_wire_error sdp_lh_from_wire(const void *in, size_t received, uint32_t buf_size,
+				     struct sdp_lh *h);
+/* Payload bytes a kind requires, or 0 for STREAM (variable). */
+size_t sdp_link_payload_len(uint8_t kind);
+void sdp_open_to_wire(const struct sdp_open *o, void *out);
+/* Checks ports (both non-zero) and the geometry. */
+enum sdp_wire_error sdp_open_from_wire(const void *in, size_t len, struct sdp_open *o);
+void sdp_open_ack_to_wire(const struct sdp_open_ack *a, void *out);
+enum sdp_wire_error sdp_open_ack_from_wire(const void *in, size_t len, struct sdp_open_ack *a);
 
 /* Limits every decoder enforces. */
 #define SDP_MIN_BUF_SIZE   4096u

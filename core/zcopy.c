@@ -8,6 +8,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 #include "core/dev.h"
 #include "core/zc_internal.h"
 #include "core/zcopy.h"
@@ -32,6 +33,13 @@ int zc_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 	struct ibv_send_wr *bad;
 	int rc;
 
+	if (c->link) {
+		rc = link_post_wr(c, wr);
+		if (rc)
+			return rc;
+		conn_note_post(c);
+		return 0;
+	}
 	SDP_GUARD_ENTER();
 	rc = ibv_post_send(c->qp, wr, &bad);
 	SDP_GUARD_LEAVE();

@@ -358,6 +358,20 @@ WEAK void pending_drop(struct sdp_conn *c) {}
 WEAK void pending_on_timer(struct sdp_conn *c) {}
 WEAK void queue_attach(struct sdp_conn *c) {}
 
+/* Links (core/link.c): the model's channels have QPs of their own. */
+struct ibv_cq;
+struct sdp_link;
+int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len);
+int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr);
+void link_force_fail(struct sdp_conn *c, const char *why);
+void link_stream_stop(struct sdp_conn *c);
+void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq);
+WEAK int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len) { return -EPIPE; }
+WEAK int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr) { return -EPIPE; }
+WEAK void link_force_fail(struct sdp_conn *c, const char *why) {}
+WEAK void link_stream_stop(struct sdp_conn *c) {}
+WEAK void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq) {}
+
 void zcm_stubs_init(void)
 {
 	memset(&real, 0, sizeof(real));

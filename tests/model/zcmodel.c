@@ -253,6 +253,9 @@ static void setup_buffers(struct sdp_conn *c)
 	c->rx_mem_len = (size_t)c->buf_size * c->buf_count + CTRL_ROOM;
 	c->rx_mem = dev_alloc_registered(c->dev, c->rx_mem_len, &c->rx_mr, &err);
 	c->rx_ring = calloc(c->buf_count, sizeof(*c->rx_ring));
+#ifdef SDP_CONN_HAS_CTRL_MEM /* trees where control messages are built apart */
+	c->ctrl_mem = c->rx_mem + (size_t)c->buf_size * c->buf_count;
+#endif
 	c->peer_buf_size = ZCM_BUF_SIZE;
 	c->peer_buf_count = ZCM_BUF_COUNT;
 	c->tx_peer_bufs = ZCM_BUF_COUNT;

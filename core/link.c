@@ -1,0 +1,1567 @@
+/* Links: one RC connection per pair of processes (per server listener),
+ * carrying up to SDPSHIM_LINK_STREAMS streams.  This file owns the link's
+ * QP, CQ and registered buffers, its framing and credits (docs/links.md),
+ * the order of every send on it, and the table of its streams; a stream's
+ * own protocol (rx.c, tx.c, zcopy) is unchanged above it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "core/conn_internal.h"
+#include "core/dev.h"
+#include "core/link.h"
+#include "core/listener.h"
+#include "core/progress.h"
+
+#define LINK_DIRECT_WRS  256u /* work requests beyond the send slots (zero-copy) */
+#define LINK_CONNECT_BOUND_MS 30000u
+#define LINK_WR_SEND  1u
+#define LINK_WR_RECV  2u
+#define LINK_WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
+
+enum link_state {
+	LINK_CONNECTING, /* client: resolving and connecting; server: accepted, not established */
+	LINK_UP,
+	LINK_FAILED,     /* carrier gone or given up: streams move to TCP */
+	LINK_CLOSING,    /* idle, disconnecting */
+};
+
+enum link_job_kind { JOB_COPY, JOB_WR, JOB_LINK };
+
+/* A send waiting for room on the link (FIFO: a stream's order is kept). */
+struct link_job {
+	struct link_job *next;
+	enum link_job_kind kind;
+	struct sdp_conn *c;        /* COPY, WR: with a reference */
+	uint64_t wr_id;            /* the stream's */
+	const uint8_t *msg;        /* COPY: stays valid until the send completes */
+	uint32_t len;
+	struct ibv_send_wr wr;     /* WR */
+	struct ibv_sge sge;
+	uint8_t lkind;             /* LINK */
+	uint16_t stream;
+	uint8_t payload[48];
+};
+
+/* A posted send-queue entry: whose it is, and its send slot. */
+struct link_wr {
+	struct sdp_conn *c; /* with a reference; NULL for the link's own message */
+	uint64_t wr_id;     /* the stream's */
+	int32_t slot;       /* -1: no slot (a zero-copy request) */
+	int32_t next_free;
+};
+
+struct sdp_link {
+	int cm_kind; /* CM_KIND_LINK: first, for rdma_cm id and CQ contexts */
+	pthread_mutex_t lock;
+	_Atomic int refs;
+	enum link_state state;
+	bool is_server;
+	bool destroying;
+	pid_t pid;
+	struct sdp_link *next; /* the process's list */
+	const char *why;       /* why it failed (static text) */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	uint8_t local_addr[16];
+	struct sdp_listener *lsn; /* server: the listener it arrived on (a reference) */
+
+	struct rdma_cm_id *cm_id;
+	struct sdp_dev *dev;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint32_t max_inline;
+	uint32_t sq_depth;
+
+	/* Receive: our buffers, reposted as soon as a message is taken in. */
+	uint32_t buf_size;
+	uint32_t buf_count;
+	uint8_t *rx_mem;
+	size_t rx_mem_len;
+	struct ibv_mr *rx_mr;
+	uint32_t rx_lseq;      /* the peer's last message taken in and its buffer reposted */
+	uint32_t rx_lack_sent; /* the last rx_lseq we told the peer */
+	bool credit_due;       /* the peer is starving: tell it at once */
+
+	/* Send. */
+	uint32_t peer_buf_size, peer_buf_count;
+	uint32_t slot_size, nslots;
+	uint8_t *tx_mem;
+	size_t tx_mem_len;
+	struct ibv_mr *tx_mr;
+	int32_t *slot_free;
+	uint32_t slots_free;
+	struct link_wr *wrs;
+	int32_t wr_free;
+	uint32_t wrs_free;
+	uint32_t tx_lseq, tx_peer_lack;
+	struct link_job *jobs, *jobs_tail;
+
+	/* Streams. */
+	struct sdp_conn **streams;
+	uint8_t *peer_holds;   /* client: the server has not released this index yet */
+	uint32_t streams_max, nstreams;
+	struct progress_timer timer; /* client: idle lifetime; connect bound */
+};
+
+static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sdp_link *links;
+static unsigned links_count;
+
+static void link_get(struct sdp_link *link)
+{
+	atomic_fetch_add(&link->refs, 1);
+}
+
+static void link_free(struct sdp_link *link)
+{
+	free(link->slot_free);
+	free(link->wrs);
+	free(link->streams);
+	free(link->peer_holds);
+	pthread_mutex_destroy(&link->lock);
+	free(link);
+}
+
+static void link_put(struct sdp_link *link)
+{
+	if (atomic_fetch_sub(&link->refs, 1) == 1)
+		link_free(link);
+}
+
+size_t link_pinned_bytes(void)
+{
+	size_t buf = (size_t)sdp_tun.buf_size + SDP_LH_SIZE;
+
+	return buf * sdp_tun.link_bufs * 2;
+}
+
+static void link_timer_fired(void *arg);
+
+static struct sdp_link *link_alloc(bool is_server)
+{
+	struct sdp_link *link = calloc(1, sizeof(*link));
+
+	if (!link)
+		return NULL;
+	link->cm_kind = CM_KIND_LINK;
+	pthread_mutex_init(&link->lock, NULL);
+	atomic_init(&link->refs, 1); /* the process's list */
+	link->is_server = is_server;
+	link->pid = getpid();
+	link->state = LINK_CONNECTING;
+	link->streams_max = sdp_tun.link_streams;
+	link->streams = calloc(link->streams_max, sizeof(*link->streams));
+	link->peer_holds = calloc(link->streams_max, 1);
+	link->buf_size = sdp_tun.buf_size + (uint32_t)SDP_LH_SIZE;
+	link->buf_count = sdp_tun.link_bufs;
+	link->timer.fn = link_timer_fired;
+	link->timer.arg = link;
+	link->wr_free = -1;
+	if (!link->streams || !link->peer_holds) {
+		link_free(link);
+		return NULL;
+	}
+	return link;
+}
+
+/* ------------------------------------------------------------ resources */
+
+static int create_cq_qp(struct sdp_link *link, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr;
+
+	link->sq_depth = link->buf_count + LINK_DIRECT_WRS;
+	link->cq = ibv_create_cq(id->verbs, (int)(link->sq_depth + link->buf_count + 8), link,
+				 link->dev->cc, 0);
+	if (!link->cq)
+		return -errno;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_type = IBV_QPT_RC;
+	attr.send_cq = link->cq;
+	attr.recv_cq = link->cq;
+	attr.cap.max_send_wr = link->sq_depth;
+	attr.cap.max_recv_wr = link->buf_count;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = 256;
+	attr.sq_sig_all = 1;
+	if (rdma_create_qp(id, link->dev->pd, &attr) != 0) {
+		attr.cap.max_inline_data = 0;
+		if (rdma_create_qp(id, link->dev->pd, &attr) != 0)
+			return -errno;
+	}
+	link->qp = id->qp;
+	link->max_inline = attr.cap.max_inline_data;
+	if (ibv_req_notify_cq(link->cq, 0) != 0)
+		return -errno;
+	return 0;
+}
+
+static int post_recv(struct sdp_link *link, uint32_t idx)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(link->rx_mem + (size_t)idx * link->buf_size),
+		.length = link->buf_size,
+		.lkey = link->rx_mr->lkey,
+	};
+	struct ibv_recv_wr wr = { .wr_id = LINK_WR_ID(LINK_WR_RECV, idx), .sg_list = &sge, .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_post_recv(link->qp, &wr, &bad);
+	SDP_GUARD_LEAVE();
+	return rc;
+}
+
+/* Our receive side and the QP: before the Hello (client) or HelloAck. */
+static int setup_receive(struct sdp_link *link, struct rdma_cm_id *id)
+{
+	int err;
+
+	link->dev = dev_get(id->verbs);
+	if (!link->dev)
+		return -ENODEV;
+	dev_conn_added(link->dev);
+	SDP_GUARD_ENTER();
+	err = create_cq_qp(link, id);
+	SDP_GUARD_LEAVE();
+	if (err)
+		return err;
+	link->rx_mem_len = (size_t)link->buf_size * link->buf_count;
+	link->rx_mem = dev_alloc_registered(link->dev, link->rx_mem_len, &link->rx_mr, &err);
+	if (!link->rx_mem)
+		return err ? err : -ENOMEM;
+	for (uint32_t i = 0; i < link->buf_count; i++)
+		if (post_recv(link, i) != 0)
+			return -EIO;
+	return 0;
+}
+
+/* The send side, once the peer's geometry is known: slots as large as its
+ * buffers (capped at ours), as many as ours; sizes nothing from its word
+ * beyond our own policy. */
+static int setup_send(struct sdp_link *link, uint32_t peer_size, uint32_t peer_count)
+{
+	int err = 0;
+
+	link->peer_buf_size = peer_size;
+	link->peer_buf_count = peer_count;
+	link->slot_size = peer_size < link->buf_size ? peer_size : link->buf_size;
+	link->nslots = link->buf_count;
+	link->tx_mem_len = (size_t)link->slot_size * link->nslots;
+	link->tx_mem = dev_alloc_registered(link->dev, link->tx_mem_len, &link->tx_mr, &err);
+	if (!link->tx_mem)
+		return err ? err : -ENOMEM;
+	link->slot_free = calloc(link->nslots, sizeof(*link->slot_free));
+	link->wrs = calloc(link->sq_depth, sizeof(*link->wrs));
+	if (!link->slot_free || !link->wrs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < link->nslots; i++)
+		link->slot_free[link->slots_free++] = (int32_t)i;
+	for (uint32_t i = 0; i < link->sq_depth; i++) {
+		link->wrs[i].next_free = link->wr_free;
+		link->wr_free = (int32_t)i;
+	}
+	link->wrs_free = link->sq_depth;
+	return 0;
+}
+
+/* The largest stream message (base header included) the link carries. */
+static uint32_t link_msg_max(const struct sdp_link *link)
+{
+	return link->slot_size - (uint32_t)SDP_LH_SIZE;
+}
+
+static void destroy_resources(struct sdp_link *link)
+{
+	SDP_GUARD_ENTER();
+	if (link->qp)
+		rdma_destroy_qp(link->cm_id);
+	link->qp = NULL;
+	if (link->cq)
+		ibv_destroy_cq(link->cq);
+	link->cq = NULL;
+	if (link->cm_id)
+		rdma_destroy_id(link->cm_id);
+	link->cm_id = NULL;
+	SDP_GUARD_LEAVE();
+	dev_free_registered(link->rx_mem, link->rx_mem_len, link->rx_mr);
+	dev_free_registered(link->tx_mem, link->tx_mem_len, link->tx_mr);
+	link->rx_mem = link->tx_mem = NULL;
+	if (link->dev)
+		dev_conn_gone(link->dev);
+	link->dev = NULL;
+}
+
+/* ------------------------------------------------------------- sending */
+
+static uint32_t link_credits(const struct sdp_link *link)
+{
+	uint32_t used = link->tx_lseq - link->tx_peer_lack;
+
+	return used >= link->peer_buf_count ? 0 : link->peer_buf_count - used;
+}
+
+static int32_t wr_take(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, int32_t slot)
+{
+	int32_t i = link->wr_free;
+
+	link->wr_free = link->wrs[i].next_free;
+	link->wrs_free--;
+	link->wrs[i] = (struct link_wr){ .c = c, .wr_id = wr_id, .slot = slot, .next_free = -1 };
+	return i;
+}
+
+static void fill_lh(struct sdp_link *link, uint8_t kind, uint16_t stream, uint32_t len, void *out)
+{
+	struct sdp_lh h = {
+		.kind = kind,
+		.stream = stream,
+		.len = len,
+		.lseq = ++link->tx_lseq,
+		.lack = link->rx_lseq,
+		.flags = link_credits(link) <= 2 ? SDP_LINK_FLAG_STARVING : 0,
+	};
+
+	link->rx_lack_sent = link->rx_lseq;
+	link->credit_due = false;
+	sdp_lh_to_wire(&h, out);
+}
+
+static bool job_has_room(const struct sdp_link *link, const struct link_job *j)
+{
+	bool needs_slot = j->kind != JOB_WR;
+	bool needs_credit = j->kind != JOB_WR || j->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+
+	if (!link->wrs_free || (needs_slot && !link->slots_free))
+		return false;
+	return !needs_credit || link_credits(link) >= 2;
+}
+
+static int post_send_wr(struct sdp_link *link, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_post_send(link->qp, wr, &bad);
+	SDP_GUARD_LEAVE();
+	if (rc)
+		sdp_warn("ibv_post_send on a link failed: %s", strerror(rc));
+	return rc;
+}
+
+/* Posts a message from a send slot: the link header, then len bytes. */
+static int post_slot(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, uint8_t kind,
+		     uint16_t stream, const void *body, uint32_t len)
+{
+	int32_t slot = link->slot_free[--link->slots_free];
+	uint8_t *mem = link->tx_mem + (size_t)slot * link->slot_size;
+	uint32_t total = (uint32_t)SDP_LH_SIZE + len;
+	struct ibv_sge sge = { .addr = (uintptr_t)mem, .length = total, .lkey = link->tx_mr->lkey };
+	struct ibv_send_wr wr = {
+		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | (total <= link->max_inline ? IBV_SEND_INLINE : 0),
+	};
+
+	fill_lh(link, kind, stream, total, mem);
+	if (len)
+		memcpy(mem + SDP_LH_SIZE, body, len);
+	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, c, wr_id, slot));
+	return post_send_wr(link, &wr);
+}
+
+static int post_job(struct sdp_link *link, struct link_job *j)
+{
+	switch (j->kind) {
+	case JOB_COPY:
+		return post_slot(link, j->c, j->wr_id, SDP_LINK_STREAM, j->stream, j->msg, j->len);
+	case JOB_LINK:
+		return post_slot(link, NULL, 0, j->lkind, j->stream, j->payload, j->len);
+	case JOB_WR:
+		j->wr.sg_list = &j->sge;
+		j->wr.next = NULL;
+		if (j->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			link->tx_lseq++; /* it takes one of the peer's receives */
+		j->wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, j->c, j->wr_id, -1));
+		return post_send_wr(link, &j->wr);
+	}
+	return -EINVAL;
+}
+
+static void link_fail_locked(struct sdp_link *link, const char *why);
+
+/* Posts queued jobs while there is room (link lock held).  A job's
+ * reference to its stream passes to the work request. */
+static void drain_jobs(struct sdp_link *link)
+{
+	while (link->jobs && link->state == LINK_UP && job_has_room(link, link->jobs)) {
+		struct link_job *j = link->jobs;
+
+		link->jobs = j->next;
+		if (!link->jobs)
+			link->jobs_tail = NULL;
+		if (post_job(link, j) != 0) {
+			if (j->c)
+				conn_put(j->c);
+			free(j);
+			link_fail_locked(link, "posting a send failed");
+			return;
+		}
+		free(j);
+	}
+}
+
+/* A credit update goes ahead of the queue and may take the last credit:
+ * each end can always tell the other that its buffers are back. */
+static void maybe_send_credit(struct sdp_link *link)
+{
+	uint32_t unadvertised = link->rx_lseq - link->rx_lack_sent;
+
+	if (link->state != LINK_UP || !unadvertised)
+		return;
+	if (!link->credit_due && unadvertised < link->buf_count / 2)
+		return;
+	if (!link->slots_free || !link->wrs_free || link_credits(link) < 1)
+		return;
+	if (post_slot(link, NULL, 0, SDP_LINK_CREDIT, 0, NULL, 0) != 0)
+		link_fail_locked(link, "posting a credit update failed");
+}
+
+static void enqueue(struct sdp_link *link, struct link_job *j)
+{
+	j->next = NULL;
+	if (link->jobs_tail)
+		link->jobs_tail->next = j;
+	else
+		link->jobs = j;
+	link->jobs_tail = j;
+}
+
+/* Submits a job: posted at once if nothing waits and there is room. */
+static int submit(struct sdp_link *link, struct link_job *j)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&link->lock);
+	if (link->state == LINK_FAILED || link->state == LINK_CLOSING) {
+		rc = -EPIPE;
+	} else if (link->state == LINK_UP && !link->jobs && job_has_room(link, j)) {
+		if (post_job(link, j) != 0) {
+			link_fail_locked(link, "posting a send failed");
+			rc = -EIO;
+		} else {
+			j->c = NULL; /* the work request holds the reference now */
+		}
+	} else {
+		enqueue(link, j);
+		j = NULL;
+	}
+	pthread_mutex_unlock(&link->lock);
+	if (j) {
+		if (j->c)
+			conn_put(j->c);
+		free(j);
+	}
+	return rc;
+}
+
+static struct link_job *job_new(enum link_job_kind kind, struct sdp_conn *c)
+{
+	struct link_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->kind = kind;
+	if (c) {
+		conn_get(c);
+		j->c = c;
+		j->stream = c->link_idx;
+	}
+	return j;
+}
+
+int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len)
+{
+	struct link_job *j;
+
+	if (!c->link || c->link_stopped)
+		return -EPIPE;
+	j = job_new(JOB_COPY, c);
+	if (!j)
+		return -ENOMEM;
+	j->wr_id = wr_id;
+	j->msg = msg;
+	j->len = len;
+	return submit(c->link, j);
+}
+
+int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
+{
+	struct link_job *j;
+
+	if (!c->link || c->link_stopped || wr->num_sge > 1 || wr->next)
+		return -EPIPE;
+	j = job_new(JOB_WR, c);
+	if (!j)
+		return -ENOMEM;
+	j->wr = *wr;
+	j->wr_id = wr->wr_id;
+	if (wr->num_sge)
+		j->sge = wr->sg_list[0];
+	if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		j->wr.imm_data = htobe32(SDP_LINK_IMM(c->link_idx, be32toh(wr->imm_data)));
+	return submit(c->link, j);
+}
+
+static int send_link_msg(struct sdp_link *link, uint8_t kind, uint16_t stream, const void *payload,
+			 uint32_t len)
+{
+	struct link_job *j = job_new(JOB_LINK, NULL);
+
+	if (!j)
+		return -ENOMEM;
+	j->lkind = kind;
+	j->stream = stream;
+	j->len = len;
+	if (len)
+		memcpy(j->payload, payload, len);
+	return submit(link, j);
+}
+
+/* ------------------------------------------------------------ failure */
+
+static void notify_streams_failed(void *arg);
+
+/* The link is gone (or given up): the QP goes to the error state at once,
+ * so no remote access survives and every posted request is flushed; its
+ * streams hear of it on the progress thread (never under a stream's lock). */
+static void link_fail_locked(struct sdp_link *link, const char *why)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	if (link->state == LINK_FAILED)
+		return;
+	link->state = LINK_FAILED;
+	link->why = why;
+	if (link->qp) {
+		SDP_GUARD_ENTER();
+		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
+		SDP_GUARD_LEAVE();
+	}
+	link_get(link);
+	if (progress_defer(notify_streams_failed, link) != 0) {
+		sdp_error("cannot queue a link's failure: out of memory");
+		atomic_fetch_sub(&link->refs, 1);
+	}
+}
+
+static void link_fail(struct sdp_link *link, const char *why)
+{
+	pthread_mutex_lock(&link->lock);
+	link_fail_locked(link, why);
+	pthread_mutex_unlock(&link->lock);
+}
+
+void link_force_fail(struct sdp_conn *c, const char *why)
+{
+	if (c->link)
+		link_fail(c->link, why);
+}
+
+static void protocol_violation(struct sdp_link *link, const char *what)
+{
+	sdp_warn("link peer violated the sdpshim protocol (%s); its streams move to TCP", what);
+	link_fail(link, "link protocol violation");
+}
+
+static void unlist(struct sdp_link *link)
+{
+	pthread_mutex_lock(&links_lock);
+	for (struct sdp_link **pp = &links; *pp; pp = &(*pp)->next) {
+		if (*pp == link) {
+			*pp = link->next;
+			links_count--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&links_lock);
+}
+
+/* Progress thread: the completions still queued release their streams'
+ * references; then the resources go. */
+static void destroy_on_progress(void *arg)
+{
+	struct sdp_link *link = arg;
+	struct ibv_wc wc[16];
+	int n;
+
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	int idle = 0;
+
+	progress_timer_cancel(&link->timer);
+	unlist(link);
+	SDP_GUARD_ENTER();
+	if (link->qp)
+		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
+	SDP_GUARD_LEAVE();
+	/* Flushed requests complete soon; a bounded wait for them (each holds
+	 * a stream's reference). */
+	while (link->wrs && link->wrs_free < link->sq_depth && idle < 100) {
+		SDP_GUARD_ENTER();
+		n = link->cq ? ibv_poll_cq(link->cq, 16, wc) : 0;
+		SDP_GUARD_LEAVE();
+		if (n <= 0) {
+			idle++;
+			usleep(1000);
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t idx = (uint32_t)wc[i].wr_id;
+
+			if ((wc[i].wr_id >> 32) == LINK_WR_SEND && idx < link->sq_depth) {
+				if (link->wrs[idx].c)
+					conn_put(link->wrs[idx].c);
+				link->wrs[idx].c = NULL;
+				link->wrs_free++;
+			}
+		}
+	}
+	do {
+		SDP_GUARD_ENTER();
+		n = link->cq ? ibv_poll_cq(link->cq, 16, wc) : 0;
+		SDP_GUARD_LEAVE();
+		for (int i = 0; i < n; i++) {
+			uint32_t idx = (uint32_t)wc[i].wr_id;
+
+			if ((wc[i].wr_id >> 32) == LINK_WR_SEND && idx < link->sq_depth && link->wrs[idx].c) {
+				conn_put(link->wrs[idx].c);
+				link->wrs[idx].c = NULL;
+			}
+		}
+	} while (n > 0);
+	destroy_resources(link);
+	if (link->lsn)
+		listener_release(link->lsn);
+	link->lsn = NULL;
+	sdp_debug("link destroyed");
+	link_put(link);
+}
+
+/* A failed or closing link without streams is destroyed (link lock held). */
+static void maybe_destroy_locked(struct sdp_link *link)
+{
+	if (link->destroying || link->nstreams || link->state == LINK_UP ||
+	    link->state == LINK_CONNECTING)
+		return;
+	link->destroying = true;
+	while (link->jobs) {
+		struct link_job *j = link->jobs;
+
+		link->jobs = j->next;
+		if (j->c)
+			conn_put(j->c);
+		free(j);
+	}
+	link->jobs_tail = NULL;
+	if (progress_defer(destroy_on_progress, link) != 0)
+		sdp_error("cannot queue a link's teardown: out of memory (link leaked)");
+}
+
+static void notify_streams_failed(void *arg)
+{
+	struct sdp_link *link = arg;
+	uint32_t n = 0;
+	struct sdp_conn **list;
+
+	pthread_mutex_lock(&link->lock);
+	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
+	for (uint32_t i = 0; list && i < link->streams_max; i++) {
+		if (link->streams[i]) {
+			conn_get(link->streams[i]);
+			list[n++] = link->streams[i];
+		}
+	}
+	pthread_mutex_unlock(&link->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct sdp_conn *c = list[i];
+
+		conn_lock(c);
+		if (!c->carrier_why)
+			c->carrier_why = link->why;
+		if (c->phase == CONN_RESOLVING)
+			conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		else
+			close_ev_carrier_failed(c, ECONNRESET, link->why);
+		conn_unlock(c);
+		conn_put(c);
+	}
+	free(list);
+	pthread_mutex_lock(&link->lock);
+	maybe_destroy_locked(link);
+	pthread_mutex_unlock(&link->lock);
+	link_put(link);
+}
+
+/* ------------------------------------------------------------- streams */
+
+static void stream_attach_locked(struct sdp_link *link, struct sdp_conn *c, uint16_t idx)
+{
+	link->streams[idx] = c;
+	link->nstreams++;
+	conn_get(c);
+	link_get(link);
+	c->link = link;
+	c->link_idx = idx;
+	c->qp = link->qp;
+	if (link->state == LINK_UP)
+		progress_timer_cancel(&link->timer); /* its idle lifetime */
+}
+
+/* The stream's rings, once its link has a device (c locked or new). */
+static int stream_rings(struct sdp_conn *c, struct sdp_link *link)
+{
+	if (!c->dev) {
+		c->dev = link->dev;
+		dev_conn_added(c->dev);
+	}
+	c->qp = link->qp;
+	return conn_setup_linked_rx(c);
+}
+
+int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&link->lock);
+	if (link->state != LINK_UP && link->state != LINK_CONNECTING)
+		rc = -EPIPE;
+	else if (link->streams[idx])
+		rc = -EBUSY;
+	else
+		stream_attach_locked(link, c, idx);
+	pthread_mutex_unlock(&link->lock);
+	return rc ? rc : stream_rings(c, link);
+}
+
+/* Takes c's queued jobs out (link locked); their wr_ids, if ids. */
+static uint32_t purge_jobs_of(struct sdp_link *link, struct sdp_conn *c, uint64_t **ids)
+{
+	struct link_job **pp = &link->jobs;
+	uint32_t n = 0, cap = 0;
+
+	if (ids)
+		*ids = NULL;
+	link->jobs_tail = NULL;
+	while (*pp) {
+		struct link_job *j = *pp;
+
+		if (j->c != c) {
+			link->jobs_tail = j;
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		if (ids && n == cap) {
+			uint64_t *more = realloc(*ids, (cap = cap ? cap * 2 : 16) * sizeof(**ids));
+			if (more)
+				*ids = more;
+			else
+				cap = n; /* its bookkeeping is lost, not the memory */
+		}
+		if (ids && n < cap)
+			(*ids)[n++] = j->wr_id;
+		conn_put(c);
+		free(j);
+	}
+	return n;
+}
+
+/* Any window bound or zero-copy work in flight: the peer (or our READ)
+ * could still touch app memory, which only a QP in error rules out. */
+static bool zc_busy(const struct sdp_conn *c)
+{
+	for (int w = 0; w < ZC_WINDOWS; w++)
+		if (c->win[w].bound || c->win[w].busy)
+			return true;
+	return c->rd.active || c->write_active || c->src.active || c->sink.active;
+}
+
+void link_stream_stop(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+	uint64_t *ids;
+	uint32_t n;
+
+	if (!link || c->link_stopped)
+		return;
+	c->link_stopped = true;
+	pthread_mutex_lock(&link->lock);
+	if (zc_busy(c))
+		link_fail_locked(link, "a stream with zero-copy work stopped");
+	n = purge_jobs_of(link, c, &ids);
+	pthread_mutex_unlock(&link->lock);
+	/* What was queued never went: settle it as flushed. */
+	for (uint32_t i = 0; i < n; i++)
+		cq_on_stream_flushed(c, ids[i]);
+	free(ids);
+}
+
+void link_stream_detach(struct sdp_conn *c)
+{
+	struct sdp_link *link;
+	uint16_t idx;
+	bool tell, known;
+
+	conn_lock(c);
+	link = c->link;
+	idx = c->link_idx;
+	known = c->is_server || c->link_open_sent;
+	c->link = NULL;
+	c->qp = NULL;
+	c->link_stopped = true;
+	conn_unlock(c);
+	if (!link)
+		return;
+	pthread_mutex_lock(&link->lock);
+	purge_jobs_of(link, c, NULL);
+	if (link->streams[idx] == c) {
+		link->streams[idx] = NULL;
+		link->nstreams--;
+		conn_put(c);
+	}
+	if (!known)
+		link->peer_holds[idx] = 0; /* the server never heard of it */
+	tell = known && link->state == LINK_UP && link->pid == getpid();
+	if (!link->nstreams && !link->is_server && link->state == LINK_UP)
+		progress_timer_arm(&link->timer, progress_now_ms() + sdp_tun.link_idle_ms);
+	maybe_destroy_locked(link);
+	pthread_mutex_unlock(&link->lock);
+	if (tell)
+		send_link_msg(link, SDP_LINK_RELEASED, idx, NULL, 0);
+	link_put(link);
+}
+
+/* --------------------------------------------------------- the client */
+
+static bool same_peer(const struct sdp_link *link, const struct sockaddr *dst, socklen_t len)
+{
+	return link->peer_len == len && memcmp(&link->peer, dst, len) == 0;
+}
+
+/* A free index: no stream here, and the server released it. */
+static int free_index_locked(struct sdp_link *link)
+{
+	for (uint32_t i = 0; i < link->streams_max; i++)
+		if (!link->streams[i] && !link->peer_holds[i])
+			return (int)i;
+	return -1;
+}
+
+/* c locked, its rings set up. */
+static void send_open(struct sdp_link *link, struct sdp_conn *c)
+{
+	struct sdp_open o = { .tuple = c->tuple, .buf_count = c->buf_count, .buf_size = c->buf_size };
+	uint8_t payload[sizeof(struct sdp_open_wire)];
+
+	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)
+		return;
+	c->link_open_sent = true;
+	memcpy(o.tuple.src_addr, link->local_addr, 16);
+	c->tuple = o.tuple;
+	sdp_open_to_wire(&o, payload);
+	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0)
+		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+}
+
+static int start_connect(struct sdp_link *link, const struct sockaddr *dst)
+{
+	struct rdma_event_channel *ch;
+	int rc = cm_channel_ensure(&ch);
+
+	if (rc)
+		return rc;
+	SDP_GUARD_ENTER();
+	rc = rdma_create_id(ch, &link->cm_id, link, RDMA_PS_TCP);
+	if (rc == 0)
+		rc = rdma_resolve_addr(link->cm_id, NULL, (struct sockaddr *)dst,
+				       (int)sdp_tun.connect_timeout_ms);
+	rc = rc ? -errno : 0;
+	SDP_GUARD_LEAVE();
+	return rc;
+}
+
+/* A link to dst with room for a stream, or a new one (connecting). */
+static struct sdp_link *find_or_make(const struct sockaddr *dst, socklen_t len,
+				     enum sdp_reason *reason, bool *fresh)
+{
+	struct sdp_link *link;
+	pid_t pid = getpid();
+
+	*fresh = false;
+	for (link = links; link; link = link->next) {
+		if (link->is_server || link->pid != pid || !same_peer(link, dst, len) ||
+		    (link->state != LINK_UP && link->state != LINK_CONNECTING))
+			continue;
+		if (link->nstreams < link->streams_max)
+			return link;
+	}
+	if (links_count >= sdp_tun.link_max) {
+		*reason = SDP_REASON_RESOURCES;
+		return NULL;
+	}
+	link = link_alloc(false);
+	if (!link) {
+		*reason = SDP_REASON_RESOURCES;
+		return NULL;
+	}
+	memcpy(&link->peer, dst, len);
+	link->peer_len = len;
+	link->next = links;
+	links = link;
+	links_count++;
+	*fresh = true;
+	return link;
+}
+
+int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t dst_len,
+		     enum sdp_reason *reason)
+{
+	struct sdp_link *link;
+	bool fresh, up;
+	int idx, rc = 0;
+
+	pthread_mutex_lock(&links_lock);
+	link = find_or_make(dst, dst_len, reason, &fresh);
+	if (!link) {
+		pthread_mutex_unlock(&links_lock);
+		return -ENOBUFS;
+	}
+	link_get(link);
+	pthread_mutex_lock(&link->lock);
+	idx = free_index_locked(link);
+	if (idx < 0) {
+		rc = -ENOBUFS; /* every index waits for the server's release */
+	} else {
+		stream_attach_locked(link, c, (uint16_t)idx);
+		link->peer_holds[idx] = 1;
+	}
+	up = link->state == LINK_UP;
+	pthread_mutex_unlock(&link->lock);
+	pthread_mutex_unlock(&links_lock);
+	if (rc == 0 && fresh) {
+		progress_timer_arm(&link->timer, progress_now_ms() + LINK_CONNECT_BOUND_MS);
+		rc = start_connect(link, dst);
+		if (rc)
+			link_fail(link, "rdma_cm could not start");
+	}
+	if (rc == 0 && up) {
+		conn_lock(c);
+		rc = stream_rings(c, link);
+		if (rc == 0)
+			send_open(link, c);
+		conn_unlock(c);
+	}
+	if (rc)
+		*reason = rc == -ENOBUFS || rc == -ENOMEM ? SDP_REASON_RESOURCES
+							  : SDP_REASON_RDMA_CM_ERROR;
+	link_put(link);
+	return rc;
+}
+
+static void on_route_resolved(struct sdp_link *link)
+{
+	struct rdma_conn_param param;
+	struct sdp_hello_wire hello;
+	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK };
+	uint16_t port;
+	int err = setup_receive(link, link->cm_id);
+
+	if (err) {
+		sdp_warn("cannot set up an RDMA link: %s%s", strerror(-err),
+			 err == -ENOMEM || err == -EPERM || err == -EAGAIN ? " (RLIMIT_MEMLOCK or "
+			 "SDPSHIM_PIN_BUDGET too low?)" : "");
+		link_fail(link, "link setup failed");
+		return;
+	}
+	h.buf_count = (uint16_t)link->buf_count;
+	h.buf_size = link->buf_size;
+	sockaddr_to_tuple_addr(rdma_get_local_addr(link->cm_id), h.tuple.src_addr, &port);
+	memcpy(link->local_addr, h.tuple.src_addr, 16);
+	sockaddr_to_tuple_addr((struct sockaddr *)&link->peer, h.tuple.dst_addr, &h.tuple.dst_port);
+	sdp_hello_to_wire(&h, &hello);
+	memset(&param, 0, sizeof(param));
+	param.private_data = &hello;
+	param.private_data_len = sizeof(hello);
+	param.responder_resources = 1;
+	param.initiator_depth = 1;
+	param.retry_count = 7;
+	param.rnr_retry_count = 7;
+	cm_apply_ack_timeout(link->cm_id);
+	SDP_GUARD_ENTER();
+	int rc = rdma_connect(link->cm_id, &param);
+	SDP_GUARD_LEAVE();
+	if (rc != 0)
+		link_fail(link, "rdma_connect failed");
+}
+
+/* The streams that waited for the link: their rings, then their OPENs. */
+static void open_waiting_streams(struct sdp_link *link)
+{
+	struct sdp_conn **list;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&link->lock);
+	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
+	for (uint32_t i = 0; list && i < link->streams_max; i++) {
+		struct sdp_conn *c = link->streams[i];
+
+		if (c) {
+			conn_get(c);
+			list[n++] = c;
+		}
+	}
+	pthread_mutex_unlock(&link->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct sdp_conn *c = list[i];
+
+		conn_lock(c);
+		if (c->phase == CONN_RESOLVING && c->link == link && !c->link_open_sent) {
+			if (stream_rings(c, link) != 0)
+				conn_fallback(c, SDP_REASON_RESOURCES);
+			else
+				send_open(link, c);
+		}
+		conn_unlock(c);
+		conn_put(c);
+	}
+	if (!list && link->nstreams)
+		link_fail(link, "out of memory");
+	free(list);
+}
+
+static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
+{
+	struct sdp_hello_ack ack;
+	enum sdp_wire_error werr = SDP_WIRE_OK;
+	int err;
+
+	if (!link->is_server) {
+		werr = sdp_hello_ack_from_wire(ev->param.conn.private_data,
+					       ev->param.conn.private_data_len, &ack);
+		if (werr == SDP_WIRE_OK && !(ack.flags & SDP_HELLO_FLAG_LINK))
+			werr = SDP_WIRE_BAD_FLAGS;
+		if (werr != SDP_WIRE_OK) {
+			sdp_warn("server's link HelloAck rejected: %s; using TCP",
+				 sdp_wire_error_text(werr));
+			link_fail(link, "bad HelloAck");
+			return;
+		}
+		err = setup_send(link, ack.buf_size, ack.buf_count);
+		if (err) {
+			link_fail(link, "link send buffers");
+			return;
+		}
+	}
+	pthread_mutex_lock(&link->lock);
+	if (link->state == LINK_CONNECTING)
+		link->state = LINK_UP;
+	if (!link->is_server)
+		progress_timer_cancel(&link->timer);
+	drain_jobs(link); /* a server's answers to OPENs that came first */
+	pthread_mutex_unlock(&link->lock);
+	sdp_debug("link up (%s)", link->is_server ? "server" : "client");
+	if (!link->is_server)
+		open_waiting_streams(link);
+}
+
+static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
+{
+	return cm_reject_reason(sdp_reject_from_wire(ev->param.conn.private_data,
+						     ev->param.conn.private_data_len));
+}
+
+/* The link never came up: its streams fall back with the reason. */
+static void connect_failed(struct sdp_link *link, enum sdp_reason reason, const char *why)
+{
+	struct sdp_conn **list;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&link->lock);
+	if (link->state != LINK_CONNECTING) {
+		pthread_mutex_unlock(&link->lock);
+		link_fail(link, why);
+		return;
+	}
+	link->state = LINK_FAILED;
+	link->why = why;
+	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
+	for (uint32_t i = 0; list && i < link->streams_max; i++) {
+		if (link->streams[i]) {
+			conn_get(link->streams[i]);
+			list[n++] = link->streams[i];
+		}
+	}
+	pthread_mutex_unlock(&link->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		conn_lock(list[i]);
+		conn_fallback(list[i], reason);
+		conn_unlock(list[i]);
+		conn_put(list[i]);
+	}
+	free(list);
+	pthread_mutex_lock(&link->lock);
+	maybe_destroy_locked(link);
+	pthread_mutex_unlock(&link->lock);
+}
+
+void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev)
+{
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (link->state == LINK_CONNECTING &&
+		    rdma_resolve_route(link->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
+			connect_failed(link, SDP_REASON_PEER_UNREACHABLE, "route resolution failed");
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (link->state == LINK_CONNECTING)
+			on_route_resolved(link);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (link->state == LINK_CONNECTING)
+			on_established(link, ev);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		connect_failed(link, reason_for_reject(ev), "the server rejected the link");
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+		connect_failed(link, SDP_REASON_PEER_UNREACHABLE, rdma_event_str(ev->event));
+		break;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		connect_failed(link, SDP_REASON_RDMA_CM_ERROR, rdma_event_str(ev->event));
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		pthread_mutex_lock(&link->lock);
+		if (link->state == LINK_CLOSING) {
+			link->state = LINK_FAILED;
+			maybe_destroy_locked(link);
+		} else {
+			link_fail_locked(link, rdma_event_str(ev->event));
+		}
+		pthread_mutex_unlock(&link->lock);
+		break;
+	default:
+		break;
+	}
+}
+
+/* The client's timer: the bound on a link that does not come up, and the
+ * lifetime of an idle one. */
+static void link_timer_fired(void *arg)
+{
+	struct sdp_link *link = arg;
+	bool disconnect = false;
+
+	pthread_mutex_lock(&link->lock);
+	if (link->state == LINK_CONNECTING) {
+		pthread_mutex_unlock(&link->lock);
+		connect_failed(link, SDP_REASON_RDMA_TIMEOUT, "the link did not come up in time");
+		return;
+	}
+	if (link->state == LINK_UP && !link->nstreams) {
+		link->state = LINK_CLOSING;
+		disconnect = true;
+	}
+	pthread_mutex_unlock(&link->lock);
+	if (disconnect) {
+		sdp_debug("closing an idle link");
+		SDP_GUARD_ENTER();
+		rdma_disconnect(link->cm_id);
+		SDP_GUARD_LEAVE();
+	}
+}
+
+/* --------------------------------------------------------- the server */
+
+void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const struct sdp_hello *h)
+{
+	struct sdp_hello_ack_wire ack_wire;
+	struct sdp_hello_ack ack = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK };
+	struct rdma_conn_param param;
+	struct sdp_link *link = NULL;
+	int err = -ENOBUFS;
+
+	pthread_mutex_lock(&links_lock);
+	if (links_count < sdp_tun.link_max && (link = link_alloc(true)) != NULL) {
+		link->next = links;
+		links = link;
+		links_count++;
+	}
+	pthread_mutex_unlock(&links_lock);
+	if (link) {
+		link->cm_id = ev->id;
+		ev->id->context = link;
+		link->lsn = l;
+		listener_hold(l);
+		memcpy(&link->peer, rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage));
+		link->peer_len = sizeof(struct sockaddr_storage);
+		memcpy(link->local_addr, h->tuple.dst_addr, 16);
+		err = setup_receive(link, ev->id);
+		if (!err)
+			err = setup_send(link, h->buf_size, h->buf_count);
+	}
+	if (err) {
+		sdp_warn("refusing an RDMA link on port %u: %s", l->port, strerror(-err));
+		if (link && link->qp) {
+			SDP_GUARD_ENTER();
+			rdma_destroy_qp(ev->id);
+			SDP_GUARD_LEAVE();
+			link->qp = NULL;
+		}
+		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
+		if (link) {
+			ev->id->context = NULL;
+			link->cm_id = NULL; /* the reject path destroys the id */
+			pthread_mutex_lock(&link->lock);
+			link->state = LINK_FAILED;
+			maybe_destroy_locked(link);
+			pthread_mutex_unlock(&link->lock);
+		}
+		return;
+	}
+	ack.buf_count = (uint16_t)link->buf_count;
+	ack.buf_size = link->buf_size;
+	sdp_hello_ack_to_wire(&ack, &ack_wire);
+	memset(&param, 0, sizeof(param));
+	param.private_data = &ack_wire;
+	param.private_data_len = sizeof(ack_wire);
+	param.responder_resources = 1;
+	param.initiator_depth = 1;
+	param.retry_count = 7;
+	param.rnr_retry_count = 7;
+	cm_apply_ack_timeout(ev->id);
+	SDP_GUARD_ENTER();
+	int rc = rdma_accept(ev->id, &param);
+	SDP_GUARD_LEAVE();
+	if (rc != 0) {
+		sdp_warn("rdma_accept of a link failed: %s", strerror(errno));
+		link_fail(link, "rdma_accept failed");
+	} else {
+		sdp_debug("accepted an RDMA link on port %u", l->port);
+	}
+}
+
+void link_answer_open(struct sdp_link *link, uint16_t idx, struct sdp_conn *c, uint8_t code)
+{
+	if (code) {
+		struct sdp_open_nak_wire nak = { .code = code };
+
+		send_link_msg(link, SDP_LINK_OPEN_NAK, idx, &nak, sizeof(nak));
+		return;
+	}
+	struct sdp_open_ack a = { .buf_count = c->buf_count, .buf_size = c->buf_size };
+	uint8_t payload[sizeof(struct sdp_open_ack_wire)];
+
+	memcpy(a.nonce, c->nonce_local, SDP_NONCE_SIZE);
+	sdp_open_ack_to_wire(&a, payload);
+	send_link_msg(link, SDP_LINK_OPEN_ACK, idx, payload, sizeof(payload));
+}
+
+/* ------------------------------------------------------------ receiving */
+
+/* The stream an arriving message names, with a reference; NULL if none
+ * (it was released here: its late messages are dropped). */
+static struct sdp_conn *stream_ref(struct sdp_link *link, uint16_t idx)
+{
+	struct sdp_conn *c = idx < link->streams_max ? link->streams[idx] : NULL;
+
+	if (c)
+		conn_get(c);
+	return c;
+}
+
+static void on_open(struct sdp_link *link, uint16_t idx, const uint8_t *payload, uint32_t len)
+{
+	struct sdp_open o;
+	enum sdp_wire_error werr = sdp_open_from_wire(payload, len, &o);
+
+	if (werr != SDP_WIRE_OK) {
+		protocol_violation(link, "malformed OPEN");
+		return;
+	}
+	if (o.buf_size > link_msg_max(link))
+		o.buf_size = link_msg_max(link); /* we never send more than a link slot holds */
+	cm_server_open_stream(link->lsn, link, idx, &o, (const struct sockaddr *)&link->peer);
+}
+
+static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const uint8_t *payload)
+{
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&link->lock);
+	c = stream_ref(link, lh->stream);
+	pthread_mutex_unlock(&link->lock);
+	if (!c)
+		return; /* the stream gave up meanwhile; its RELEASED frees the server's */
+	conn_lock(c);
+	if (c->link != link || c->phase != CONN_RESOLVING) {
+		conn_unlock(c);
+		conn_put(c);
+		if (c->link == link)
+			protocol_violation(link, "OPEN answered twice");
+		return;
+	}
+	if (lh->kind == SDP_LINK_OPEN_NAK) {
+		const struct sdp_open_nak_wire *nak = (const void *)payload;
+
+		pthread_mutex_lock(&link->lock);
+		link->peer_holds[lh->stream] = 0; /* a refused stream holds nothing there */
+		pthread_mutex_unlock(&link->lock);
+		client_stream_refused(c, nak->code);
+	} else {
+		struct sdp_open_ack a;
+
+		if (sdp_open_ack_from_wire(payload, sizeof(struct sdp_open_ack_wire), &a) != SDP_WIRE_OK) {
+			sdp_warn("server's OPEN answer is malformed; the stream uses TCP");
+			conn_fallback(c, SDP_REASON_PROTOCOL);
+		} else {
+			if (a.buf_size > link_msg_max(link))
+				a.buf_size = link_msg_max(link);
+			client_stream_opened(c, a.buf_size, a.buf_count, a.nonce);
+		}
+	}
+	conn_unlock(c);
+	conn_put(c);
+}
+
+static void on_released(struct sdp_link *link, uint16_t idx)
+{
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&link->lock);
+	if (!link->is_server)
+		link->peer_holds[idx] = 0;
+	c = stream_ref(link, idx);
+	pthread_mutex_unlock(&link->lock);
+	if (!c)
+		return;
+	conn_lock(c);
+	if (c->link == link && !c->link_stopped)
+		conn_peer_released(c);
+	conn_unlock(c);
+	conn_put(c);
+}
+
+static void on_stream_message(struct sdp_link *link, uint16_t idx, const uint8_t *msg, uint32_t len)
+{
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&link->lock);
+	c = stream_ref(link, idx);
+	pthread_mutex_unlock(&link->lock);
+	if (!c)
+		return;
+	conn_lock(c);
+	if (c->link == link && !c->link_stopped) {
+		c->last_rx_ms = progress_now_ms();
+		rx_on_link_message(c, msg, len);
+		cq_stream_progress(c);
+	}
+	conn_unlock(c);
+	conn_put(c);
+}
+
+static void on_write_imm(struct sdp_link *link, uint32_t byte_len, uint32_t imm)
+{
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&link->lock);
+	c = stream_ref(link, SDP_LINK_IMM_STREAM(imm));
+	pthread_mutex_unlock(&link->lock);
+	if (!c)
+		return;
+	conn_lock(c);
+	if (c->link == link && !c->link_stopped) {
+		c->last_rx_ms = progress_now_ms();
+		rx_on_link_write(c, byte_len, SDP_LINK_IMM_MSEQ16(imm));
+		cq_stream_progress(c);
+	}
+	conn_unlock(c);
+	conn_put(c);
+}
+
+/* Header checks that need the link's state: order and acknowledgement. */
+static bool take_header(struct sdp_link *link, const struct sdp_lh *lh)
+{
+	uint32_t sent = link->tx_lseq - link->tx_peer_lack, acked = lh->lack - link->tx_peer_lack;
+
+	if (lh->lseq != link->rx_lseq + 1 || acked > sent)
+		return false;
+	link->tx_peer_lack = lh->lack;
+	if (lh->flags & SDP_LINK_FLAG_STARVING)
+		link->credit_due = true;
+	return true;
+}
+
+static bool kind_allowed(const struct sdp_link *link, uint8_t kind)
+{
+	if (kind == SDP_LINK_OPEN)
+		return link->is_server;
+	if (kind == SDP_LINK_OPEN_ACK || kind == SDP_LINK_OPEN_NAK)
+		return !link->is_server;
+	return true;
+}
+
+/* The buffer goes back, then its message counts as taken: the peer may
+ * send into it once our next header acknowledges lseq. */
+static void repost_taken(struct sdp_link *link, uint32_t idx, uint32_t lseq)
+{
+	if (post_recv(link, idx) != 0) {
+		link_fail(link, "reposting a receive failed");
+		return;
+	}
+	pthread_mutex_lock(&link->lock);
+	link->rx_lseq = lseq;
+	pthread_mutex_unlock(&link->lock);
+}
+
+static void on_recv(struct sdp_link *link, const struct ibv_wc *wc)
+{
+	uint32_t idx = (uint32_t)wc->wr_id;
+	const uint8_t *msg;
+	struct sdp_lh lh;
+	enum sdp_wire_error werr;
+	bool ok;
+
+	if (idx >= link->buf_count) {
+		protocol_violation(link, "completion for an unknown buffer");
+		return;
+	}
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		on_write_imm(link, wc->byte_len, be32toh(wc->imm_data));
+		repost_taken(link, idx, link->rx_lseq + 1);
+	} else {
+		msg = link->rx_mem + (size_t)idx * link->buf_size;
+		werr = sdp_lh_from_wire(msg, wc->byte_len, link->buf_size, &lh);
+		if (werr != SDP_WIRE_OK) {
+			protocol_violation(link, sdp_wire_error_text(werr));
+			return;
+		}
+		pthread_mutex_lock(&link->lock);
+		ok = take_header(link, &lh) && kind_allowed(link, lh.kind);
+		pthread_mutex_unlock(&link->lock);
+		if (!ok) {
+			protocol_violation(link, "sequence, acknowledgement or message kind");
+			return;
+		}
+		switch ((enum sdp_link_kind)lh.kind) {
+		case SDP_LINK_STREAM:
+			on_stream_message(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+			break;
+		case SDP_LINK_CREDIT:
+			break;
+		case SDP_LINK_OPEN:
+			on_open(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+			break;
+		case SDP_LINK_OPEN_ACK:
+		case SDP_LINK_OPEN_NAK:
+			on_open_answer(link, &lh, msg + SDP_LH_SIZE);
+			break;
+		case SDP_LINK_RELEASED:
+			on_released(link, lh.stream);
+			break;
+		}
+		repost_taken(link, idx, lh.lseq);
+	}
+}
+
+/* A send completed: its slot and entry are free; its stream hears of it. */
+static void on_send_done(struct sdp_link *link, const struct ibv_wc *wc)
+{
+	uint32_t idx = (uint32_t)wc->wr_id;
+	struct link_wr w;
+	struct ibv_wc swc;
+
+	pthread_mutex_lock(&link->lock);
+	if (idx >= link->sq_depth) {
+		pthread_mutex_unlock(&link->lock);
+		return;
+	}
+	w = link->wrs[idx];
+	link->wrs[idx].c = NULL;
+	if (w.slot >= 0)
+		link->slot_free[link->slots_free++] = w.slot;
+	link->wrs[idx].next_free = link->wr_free;
+	link->wr_free = (int32_t)idx;
+	link->wrs_free++;
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			sdp_warn("RDMA completion error on a link: %s", ibv_wc_status_str(wc->status));
+		link_fail_locked(link, ibv_wc_status_str(wc->status));
+	}
+	pthread_mutex_unlock(&link->lock);
+	if (!w.c)
+		return;
+	swc = *wc;
+	swc.wr_id = w.wr_id;
+	conn_lock(w.c);
+	cq_on_stream_wc(w.c, &swc);
+	conn_unlock(w.c);
+	conn_put(w.c);
+}
+
+static void on_wc(struct sdp_link *link, const struct ibv_wc *wc)
+{
+	if ((wc->wr_id >> 32) == LINK_WR_SEND) {
+		on_send_done(link, wc);
+		return;
+	}
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			sdp_warn("RDMA receive error on a link: %s", ibv_wc_status_str(wc->status));
+		link_fail(link, ibv_wc_status_str(wc->status));
+		return;
+	}
+	on_recv(link, wc);
+}
+
+void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	if (link->cq != cq || link->destroying)
+		return;
+	SDP_GUARD_ENTER();
+	ibv_req_notify_cq(cq, 0);
+	SDP_GUARD_LEAVE();
+	do {
+		SDP_GUARD_ENTER();
+		n = ibv_poll_cq(cq, 16, wc);
+		SDP_GUARD_LEAVE();
+		for (int i = 0; i < n; i++)
+			on_wc(link, &wc[i]);
+		pthread_mutex_lock(&link->lock);
+		drain_jobs(link);
+		maybe_send_credit(link);
+		pthread_mutex_unlock(&link->lock);
+	} while (n == 16);
+}
+
+void link_atfork_child(void)
+{
+	pthread_mutex_init(&links_lock, NULL);
+	links = NULL; /* the parent's: left alone */
+	links_count = 0;
+}

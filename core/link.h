@@ -1,0 +1,67 @@
+/* Links: one RC connection between two processes that carries many
+ * streams (docs/links.md).  A link owns the QP, the CQ and the registered
+ * buffers; a stream (struct sdp_conn with c->link set) keeps its own
+ * sequence numbers, credits and rings, and its bytes wait in unpinned
+ * memory.  Private to core/.  Lock order: a stream's lock, then its
+ * link's; the link never takes a stream's lock while holding its own. */
+#ifndef SDPSHIM_LINK_H
+#define SDPSHIM_LINK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/reason.h"
+#include "core/wire.h"
+
+struct sdp_conn;
+struct sdp_link;
+struct sdp_listener;
+struct rdma_cm_event;
+struct ibv_cq;
+struct ibv_send_wr;
+
+#define CM_KIND_LINK 3
+
+/* Client: puts c (phase RESOLVING, tuple's ports set) on a link to dst,
+ * made if none has room, and opens the stream on it (at once, or when the
+ * link is up).  0, or -errno with *reason. */
+int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t dst_len,
+		     enum sdp_reason *reason);
+
+/* Server: a Hello with SDP_HELLO_FLAG_LINK arrived on listener l. */
+void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev,
+			const struct sdp_hello *h);
+/* Server: binds a new stream to the link it was opened on (index idx) and
+ * sets up its rings.  0 or -errno. */
+int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx);
+/* Server: answers an OPEN (code 0: OPEN_ACK with c's nonce and geometry). */
+void link_answer_open(struct sdp_link *link, uint16_t idx, struct sdp_conn *c, uint8_t code);
+
+/* The stream's messages and work requests go through the link, in order:
+ * posted at once when the link has room, else queued behind the others.
+ * The message bytes must stay valid until the send completes (they are
+ * copied when posted).  0, or -EPIPE when the link is gone. */
+int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len);
+int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr);
+
+/* The stream's traffic on the link ends here (the per-stream form of a QP
+ * in the error state): its queued work is dropped, its arriving messages
+ * ignored.  With zero-copy work the peer could still touch, the whole link
+ * fails instead, so that no remote access survives. */
+void link_stream_stop(struct sdp_conn *c);
+/* Fails c's whole link as a carrier failure would (test hooks). */
+void link_force_fail(struct sdp_conn *c, const char *why);
+/* The stream is being destroyed: leave the link and tell the peer. */
+void link_stream_detach(struct sdp_conn *c);
+/* Pinned bytes one link takes with the current tunables. */
+size_t link_pinned_bytes(void);
+
+/* The progress thread: rdma_cm events of a link's id, and its CQ. */
+void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev);
+void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq);
+
+/* Forget the parent's links in a forked child. */
+void link_atfork_child(void);
+
+#endif
