@@ -156,7 +156,9 @@ static struct sdp_link *link_alloc(bool is_server)
 	link->is_server = is_server;
 	link->pid = getpid();
 	link->state = LINK_CONNECTING;
-	link->streams_max = sdp_tun.link_streams;
+	/* A server takes whatever index a client picks (the wire's bound); a
+	 * client uses what its own tunable allows. */
+	link->streams_max = is_server ? SDP_LINK_STREAMS_MAX : sdp_tun.link_streams;
 	link->streams = calloc(link->streams_max, sizeof(*link->streams));
 	link->peer_holds = calloc(link->streams_max, 1);
 	link->buf_size = sdp_tun.buf_size + (uint32_t)SDP_LH_SIZE;
@@ -447,30 +449,45 @@ static void enqueue(struct sdp_link *link, struct link_job *j)
 }
 
 /* Submits a job: posted at once if nothing waits and there is room. */
-static int submit(struct sdp_link *link, struct link_job *j)
+/* Link locked.  Returns the job for job_free (posted, or refused: *rc),
+ * or NULL: it waits in the queue. */
+static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j, int *rc)
 {
-	int rc = 0;
-
-	pthread_mutex_lock(&link->lock);
+	*rc = 0;
 	if (link->state == LINK_FAILED || link->state == LINK_CLOSING) {
-		rc = -EPIPE;
-	} else if (link->state == LINK_UP && !link->jobs && job_has_room(link, j)) {
+		*rc = -EPIPE;
+		return j;
+	}
+	if (link->state == LINK_UP && !link->jobs && job_has_room(link, j)) {
 		if (post_job(link, j) != 0) {
 			link_fail_locked(link, "posting a send failed");
-			rc = -EIO;
-		} else {
-			j->c = NULL; /* the work request holds the reference now */
+			*rc = -EIO;
+			return j;
 		}
-	} else {
-		enqueue(link, j);
-		j = NULL;
+		j->c = NULL; /* the work request holds the reference now */
+		return j;
 	}
+	enqueue(link, j);
+	return NULL;
+}
+
+static void job_free(struct link_job *j)
+{
+	if (!j)
+		return;
+	if (j->c)
+		conn_put(j->c);
+	free(j);
+}
+
+static int submit(struct sdp_link *link, struct link_job *j)
+{
+	int rc;
+
+	pthread_mutex_lock(&link->lock);
+	j = submit_locked(link, j, &rc);
 	pthread_mutex_unlock(&link->lock);
-	if (j) {
-		if (j->c)
-			conn_put(j->c);
-		free(j);
-	}
+	job_free(j);
 	return rc;
 }
 
@@ -522,19 +539,27 @@ int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 	return submit(c->link, j);
 }
 
-static int send_link_msg(struct sdp_link *link, uint8_t kind, uint16_t stream, const void *payload,
-			 uint32_t len)
+static struct link_job *link_msg_job(uint8_t kind, uint16_t stream, const void *payload,
+				     uint32_t len)
 {
 	struct link_job *j = job_new(JOB_LINK, NULL);
 
 	if (!j)
-		return -ENOMEM;
+		return NULL;
 	j->lkind = kind;
 	j->stream = stream;
 	j->len = len;
 	if (len)
 		memcpy(j->payload, payload, len);
-	return submit(link, j);
+	return j;
+}
+
+static int send_link_msg(struct sdp_link *link, uint8_t kind, uint16_t stream, const void *payload,
+			 uint32_t len)
+{
+	struct link_job *j = link_msg_job(kind, stream, payload, len);
+
+	return j ? submit(link, j) : -ENOMEM;
 }
 
 /* ------------------------------------------------------------ failure */
@@ -743,7 +768,7 @@ int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx)
 	pthread_mutex_lock(&link->lock);
 	if (link->state != LINK_UP && link->state != LINK_CONNECTING)
 		rc = -EPIPE;
-	else if (link->streams[idx])
+	else if (idx >= link->streams_max || link->streams[idx])
 		rc = -EBUSY;
 	else
 		stream_attach_locked(link, c, idx);
@@ -817,8 +842,10 @@ void link_stream_stop(struct sdp_conn *c)
 void link_stream_detach(struct sdp_conn *c)
 {
 	struct sdp_link *link;
+	struct link_job *released = NULL;
 	uint16_t idx;
-	bool tell, known;
+	bool known;
+	int rc;
 
 	conn_lock(c);
 	link = c->link;
@@ -830,6 +857,8 @@ void link_stream_detach(struct sdp_conn *c)
 	conn_unlock(c);
 	if (!link)
 		return;
+	if (known)
+		released = link_msg_job(SDP_LINK_RELEASED, idx, NULL, 0);
 	pthread_mutex_lock(&link->lock);
 	purge_jobs_of(link, c, NULL);
 	if (link->streams[idx] == c) {
@@ -839,13 +868,15 @@ void link_stream_detach(struct sdp_conn *c)
 	}
 	if (!known)
 		link->peer_holds[idx] = 0; /* the server never heard of it */
-	tell = known && link->state == LINK_UP && link->pid == getpid();
+	/* RELEASED is queued before the index can be taken again: it reaches
+	 * the peer ahead of the next OPEN naming it. */
+	if (released && link->state == LINK_UP && link->pid == getpid())
+		released = submit_locked(link, released, &rc);
 	if (!link->nstreams && !link->is_server && link->state == LINK_UP)
 		progress_timer_arm(&link->timer, progress_now_ms() + sdp_tun.link_idle_ms);
 	maybe_destroy_locked(link);
 	pthread_mutex_unlock(&link->lock);
-	if (tell)
-		send_link_msg(link, SDP_LINK_RELEASED, idx, NULL, 0);
+	job_free(released);
 	link_put(link);
 }
 
@@ -1326,7 +1357,7 @@ static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const
 		const struct sdp_open_nak_wire *nak = (const void *)payload;
 
 		pthread_mutex_lock(&link->lock);
-		link->peer_holds[lh->stream] = 0; /* a refused stream holds nothing there */
+		link->peer_holds[lh->stream] = 0; /* (stream_ref found it: a valid index) */
 		pthread_mutex_unlock(&link->lock);
 		client_stream_refused(c, nak->code);
 	} else {
@@ -1350,7 +1381,7 @@ static void on_released(struct sdp_link *link, uint16_t idx)
 	struct sdp_conn *c;
 
 	pthread_mutex_lock(&link->lock);
-	if (!link->is_server)
+	if (!link->is_server && idx < link->streams_max)
 		link->peer_holds[idx] = 0;
 	c = stream_ref(link, idx);
 	pthread_mutex_unlock(&link->lock);

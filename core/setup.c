@@ -131,13 +131,23 @@ static int alloc_rx(struct sdp_conn *c)
  * arrive (rx.c), send slots as they fill (tx.c). */
 int conn_setup_linked_rx(struct sdp_conn *c)
 {
-	if (c->rx_ring)
+	struct rx_entry *ring;
+	uint8_t **heap, *ctrl;
+
+	if (c->rx_heap)
 		return 0;
-	c->rx_ring = calloc(c->buf_count, sizeof(*c->rx_ring));
-	c->rx_heap = calloc(c->buf_count, sizeof(*c->rx_heap));
-	c->ctrl_mem = malloc((size_t)CTRL_SLOTS * CTRL_SLOT_SIZE);
-	if (!c->rx_ring || !c->rx_heap || !c->ctrl_mem)
+	ring = calloc(c->buf_count, sizeof(*ring));
+	heap = calloc(c->buf_count, sizeof(*heap));
+	ctrl = malloc((size_t)CTRL_SLOTS * CTRL_SLOT_SIZE);
+	if (!ring || !heap || !ctrl) {
+		free(ring);
+		free(heap);
+		free(ctrl);
 		return -ENOMEM;
+	}
+	c->rx_ring = ring;
+	c->rx_heap = heap;
+	c->ctrl_mem = ctrl;
 	c->sq_depth = (uint32_t)c->buf_count + CTRL_SLOTS;
 	return 0;
 }
@@ -269,7 +279,9 @@ void conn_destroy_resources(struct sdp_conn *c)
 	zc_release(c);
 	if (c->link || c->rx_heap)
 		link_stream_detach(c);
-	free_linked_memory(c);
+	if (c->rx_heap)
+		free_linked_memory(c); /* a linked stream's (ctrl_mem is malloc'd there) */
+	c->ctrl_mem = NULL;
 	SDP_GUARD_ENTER();
 	if (c->qp)
 		rdma_destroy_qp(c->cm_id);

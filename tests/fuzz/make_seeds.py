@@ -38,7 +38,7 @@ NONCE_B = bytes(range(0xf0, 0x100))
 
 def reasons():
     """The sdp_reason names in enum order (base/reason.h)."""
-    with open(os.path.join(REPO, "ipoib_fallback", "reason.h")) as f:
+    with open(os.path.join(REPO, "base", "reason.h")) as f:
         text = f.read()
     names = re.findall(r"^\s*X\((\w+),", text, re.M)
     if not names or names[0] != "NONE":
@@ -133,13 +133,57 @@ def hello_seeds():
         "v6-limits-max": hello(1024, 1 << 20, 65535, 65535, *v6),
         "bad-magic": hello(magic=BIND_MAGIC),
         "bad-version-1": hello(version=1),
-        "bad-flags": hello(flags=1),
+        "bad-flags": hello(flags=2),
         "bad-src-port-0": hello(sport=0),
+        "link": hello(sport=0, flags=1, size=32768 + 16, count=64),
+        "bad-link-with-src-port": hello(flags=1),
         "bad-count-3": hello(count=3),
         "bad-count-1025": hello(count=1025),
         "bad-size-4095": hello(size=4095),
         "bad-size-over-max": hello(size=(1 << 20) + 1),
         "bad-short": hello()[:-1],
+    }
+
+
+LINK_KIND = {"STREAM": 1, "CREDIT": 2, "OPEN": 3, "OPEN_ACK": 4, "OPEN_NAK": 5, "RELEASED": 6}
+
+
+def lh(kind, payload=b"", flags=0, stream=0, lseq=1, lack=0, length=None):
+    if length is None:
+        length = 16 + len(payload)
+    return struct.pack(">BBHIII", kind, flags, stream, length, lseq, lack) + payload
+
+
+def open_payload(sport=40000, dport=6379, count=32, size=32768, pad=0):
+    return (v4_mapped((10, 0, 0, 2)) + v4_mapped((10, 0, 0, 1)) +
+            struct.pack(">HHHHI", sport, dport, count, pad, size))
+
+
+def open_ack_payload(count=32, size=32768, pad=0):
+    return NONCE_A + struct.pack(">HHI", count, pad, size)
+
+
+def link_seeds():
+    sel = b"\x07"  # buf_size 32 KiB + 16
+    k = LINK_KIND
+    return {
+        "stream-data": sel + lh(k["STREAM"], msg(MID["DATA"], b"hello"), stream=5),
+        "credit": sel + lh(k["CREDIT"], lseq=9, lack=7),
+        "credit-starving": sel + lh(k["CREDIT"], flags=1),
+        "open": sel + lh(k["OPEN"], open_payload(), stream=3),
+        "open-bad-port": sel + lh(k["OPEN"], open_payload(sport=0)),
+        "open-bad-pad": sel + lh(k["OPEN"], open_payload(pad=1)),
+        "open-ack": sel + lh(k["OPEN_ACK"], open_ack_payload()),
+        "open-ack-bad-count": sel + lh(k["OPEN_ACK"], open_ack_payload(count=2)),
+        "open-nak": sel + lh(k["OPEN_NAK"], bytes([4]) + bytes(7)),
+        "released": sel + lh(k["RELEASED"], stream=4095),
+        "bad-stream-index": sel + lh(k["RELEASED"], stream=4096),
+        "bad-kind": sel + lh(9),
+        "bad-flags": sel + lh(k["CREDIT"], flags=2),
+        "bad-len": sel + lh(k["CREDIT"], length=17),
+        "bad-stream-short": sel + lh(k["STREAM"], b"abc"),
+        "bad-over-buffer": b"\x05" + lh(k["STREAM"], msg(MID["DATA"], b"hello")),
+        "bad-short": sel + lh(k["CREDIT"])[:-1],
     }
 
 
@@ -381,6 +425,7 @@ CORPORA = {
     "fuzz_bsdh": bsdh_seeds,
     "fuzz_hello": hello_seeds,
     "fuzz_hello_ack": hello_ack_seeds,
+    "fuzz_link": link_seeds,
     "fuzz_reject": reject_seeds,
     "fuzz_switch": switch_seeds,
     "fuzz_switch_reader": switch_reader_seeds,

@@ -285,10 +285,13 @@ redis_bench() {
     cat "$out" >&2
     return 1
   fi
-  # 50 clients (the default -c) are connected during each test: all of them
-  # must have been seen on RDMA, on both ends.
-  [ "$(qp_seen redis-benchmark)" -ge 50 ]
-  [ "$(qp_seen redis-server)" -ge 50 ]
+  # 50 clients (the default -c) are connected during each test: they share
+  # one link, one RC QP per process (docs/links.md; a second while an idle
+  # one closes); redis_stats checks that each connection's path is rdma.
+  local q
+  for q in "$(qp_seen redis-benchmark)" "$(qp_seen redis-server)"; do
+    [ "$q" -ge 1 ] && [ "$q" -le 2 ]
+  done
 }
 
 # redis-benchmark does not check replies: SET 40 random values over one redis-cli

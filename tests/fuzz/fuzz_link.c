@@ -1,0 +1,168 @@
+/* libFuzzer harness for the link framing (core/wire.c, docs/links.md): the
+ * header every SEND on a link starts with (sdp_lh_from_wire), and the
+ * payloads of OPEN (sdp_open_from_wire) and OPEN_ACK
+ * (sdp_open_ack_from_wire), which core/link.c decodes from a peer.
+ *
+ * Input: one selector byte that picks the receiver's buffer size (a table of
+ * limits and values next to the message's length), then the message as
+ * received.
+ *
+ * Checked: the header decoder accepts exactly what core/wire.h allows (the
+ * model below is written from the header's comments: len == received <=
+ * buf_size, a known kind with the payload size it requires, STREAM with at
+ * least a base header, known flags, stream index below
+ * SDP_LINK_STREAMS_MAX); an error names a rule the message breaks; an
+ * accepted header has every field equal to the bytes and re-encodes to the
+ * same 16 bytes.  For OPEN and OPEN_ACK payloads the decoders accept exactly
+ * non-zero ports (OPEN), a zero pad, and buffers within SDP_MIN/MAX_BUF_*,
+ * and re-encode to the same bytes. */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "tests/fuzz/fuzz.h"
+
+_Static_assert(SDP_LH_SIZE == 16, "link header is 16 bytes on the wire");
+_Static_assert(sizeof(struct sdp_open_wire) == 44, "OPEN payload");
+_Static_assert(sizeof(struct sdp_open_ack_wire) == 24, "OPEN_ACK payload");
+
+/* Payload a kind requires: -1 unknown, -2 STREAM (at least a base header). */
+static long model_payload(uint8_t kind)
+{
+	switch (kind) {
+	case SDP_LINK_STREAM:   return -2;
+	case SDP_LINK_CREDIT:   return 0;
+	case SDP_LINK_RELEASED: return 0;
+	case SDP_LINK_OPEN:     return 44;
+	case SDP_LINK_OPEN_ACK: return 24;
+	case SDP_LINK_OPEN_NAK: return 8;
+	}
+	return -1;
+}
+
+struct broken {
+	bool shortmsg, length, kind, flags, field;
+};
+
+static struct broken model(const uint8_t *m, size_t n, uint32_t buf_size)
+{
+	struct broken b = { 0 };
+	long payload;
+	uint32_t len;
+
+	if (n < 16) {
+		b.shortmsg = true;
+		return b;
+	}
+	len = be32_at(m + 4);
+	payload = model_payload(m[0]);
+	b.kind = payload == -1;
+	b.length = len != n || len > buf_size ||
+		   (payload == -2 && len < 32) || (payload >= 0 && len != 16 + (uint32_t)payload);
+	b.flags = (m[1] & ~SDP_LINK_FLAG_STARVING) != 0;
+	b.field = be16_at(m + 2) >= SDP_LINK_STREAMS_MAX;
+	return b;
+}
+
+static uint32_t pick_buf_size(uint8_t sel, size_t n)
+{
+	uint32_t len = (uint32_t)n;
+
+	switch (sel % 8) {
+	case 0:  return SDP_MIN_BUF_SIZE + 16;
+	case 1:  return SDP_MAX_BUF_SIZE + 16;
+	case 2:  return len;
+	case 3:  return len - 1;
+	case 4:  return len + 1;
+	case 5:  return 16;
+	case 6:  return 0;
+	default: return 32768 + 16;
+	}
+}
+
+static bool buffers_ok(uint16_t count, uint32_t size)
+{
+	return count >= SDP_MIN_BUF_COUNT && count <= SDP_MAX_BUF_COUNT &&
+	       size >= SDP_MIN_BUF_SIZE && size <= SDP_MAX_BUF_SIZE;
+}
+
+static void check_open(const uint8_t *p, size_t n)
+{
+	struct sdp_open o;
+	uint8_t out[44];
+	enum sdp_wire_error err = sdp_open_from_wire(p, n, &o);
+	bool ok;
+
+	if (n < 44) {
+		CHECK(err == SDP_WIRE_SHORT);
+		return;
+	}
+	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 && be16_at(p + 38) == 0 &&
+	     buffers_ok(be16_at(p + 36), be32_at(p + 40));
+	CHECK((err == SDP_WIRE_OK) == ok);
+	CHECK(err == SDP_WIRE_OK || err == SDP_WIRE_BAD_FIELD);
+	if (!ok)
+		return;
+	CHECK(memcmp(o.tuple.src_addr, p, 16) == 0 && memcmp(o.tuple.dst_addr, p + 16, 16) == 0);
+	CHECK(o.tuple.src_port == be16_at(p + 32) && o.tuple.dst_port == be16_at(p + 34));
+	sdp_open_to_wire(&o, out);
+	CHECK(memcmp(out, p, sizeof(out)) == 0);
+}
+
+static void check_open_ack(const uint8_t *p, size_t n)
+{
+	struct sdp_open_ack a;
+	uint8_t out[24];
+	enum sdp_wire_error err = sdp_open_ack_from_wire(p, n, &a);
+	bool ok;
+
+	if (n < 24) {
+		CHECK(err == SDP_WIRE_SHORT);
+		return;
+	}
+	ok = be16_at(p + 18) == 0 && buffers_ok(be16_at(p + 16), be32_at(p + 20));
+	CHECK((err == SDP_WIRE_OK) == ok);
+	if (!ok)
+		return;
+	CHECK(memcmp(a.nonce, p, SDP_NONCE_SIZE) == 0);
+	sdp_open_ack_to_wire(&a, out);
+	CHECK(memcmp(out, p, sizeof(out)) == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct sdp_lh h;
+	uint8_t out[16];
+	uint32_t buf_size;
+	struct broken b;
+	enum sdp_wire_error err;
+	bool ok;
+
+	if (size < 1)
+		return 0;
+	buf_size = pick_buf_size(data[0], size - 1);
+	data++;
+	size--;
+	b = model(data, size, buf_size);
+	err = sdp_lh_from_wire(data, size, buf_size, &h);
+	check_error_text(err);
+	ok = !b.shortmsg && !b.length && !b.kind && !b.flags && !b.field;
+	CHECK((err == SDP_WIRE_OK) == ok);
+	CHECK((err == SDP_WIRE_SHORT) == b.shortmsg);
+	CHECK(err != SDP_WIRE_BAD_LENGTH || b.length);
+	CHECK(err != SDP_WIRE_BAD_MID || b.kind);
+	CHECK(err != SDP_WIRE_BAD_FLAGS || b.flags);
+	CHECK(err != SDP_WIRE_BAD_FIELD || b.field);
+	/* The payload decoders see whatever follows a header, valid or not. */
+	if (size > 16) {
+		check_open(data + 16, size - 16);
+		check_open_ack(data + 16, size - 16);
+	}
+	if (!ok)
+		return 0;
+	CHECK(h.kind == data[0] && h.flags == data[1] && h.stream == be16_at(data + 2));
+	CHECK(h.len == be32_at(data + 4) && h.lseq == be32_at(data + 8) &&
+	      h.lack == be32_at(data + 12));
+	sdp_lh_to_wire(&h, out);
+	CHECK(memcmp(out, data, sizeof(out)) == 0);
+	return 0;
+}
