@@ -36,6 +36,7 @@ STORE_FN(pending_ttl_ms, unsigned)
 STORE_FN(pending_max, unsigned)
 STORE_FN(pending_per_source, unsigned)
 STORE_FN(stats_slots, unsigned)
+STORE_FN(link_slots, unsigned)
 #undef STORE_FN
 
 static const struct tunable_spec tunable_specs[] = {
@@ -59,6 +60,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_PENDING_MAX", 1, 65536, 128, store_pending_max },
 	{ "SDPSHIM_PENDING_PER_SOURCE", 1, 65536, 64, store_pending_per_source },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
+	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
 };
 
 static int load_one(const struct tunable_spec *spec)

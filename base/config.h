@@ -27,6 +27,7 @@ struct sdp_tunables {
 	unsigned pending_max;        /* SDPSHIM_PENDING_MAX: unclaimed server channels per process */
 	unsigned pending_per_source; /* SDPSHIM_PENDING_PER_SOURCE: ... per client address */
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
+	unsigned link_slots;         /* SDPSHIM_LINK_SLOTS: link records in the stats segment */
 };
 
 extern struct sdp_tunables sdp_tun;
