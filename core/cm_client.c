@@ -219,6 +219,7 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 {
 	struct sdp_hello_ack ack;
 	enum sdp_wire_error werr;
+	int err;
 
 	werr = sdp_hello_ack_from_wire(ev->param.conn.private_data,
 				       ev->param.conn.private_data_len, &ack);
@@ -227,8 +228,9 @@ static void on_established(struct sdp_conn *c, const struct rdma_cm_event *ev)
 		conn_fallback(c, SDP_REASON_PROTOCOL);
 		return;
 	}
-	if (conn_setup_tx(c, ack.buf_size, ack.buf_count) != 0) {
-		conn_fallback(c, SDP_REASON_MEMLOCK);
+	err = conn_setup_tx(c, ack.buf_size, ack.buf_count);
+	if (err != 0) {
+		conn_fallback(c, conn_setup_error_reason(err)); /* resources for the budget's no */
 		return;
 	}
 	c->established = true;

@@ -11,6 +11,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/pin_budget.h"
 #include "base/real.h"
 #include "preload/gate.h"
 #include "preload/sock.h"
@@ -58,6 +59,7 @@ static struct stats_seg *seg_locked(void)
 		sdp_warn("stats segment name sdpshim-%u-%d.stats in %s is taken by %s; using %s",
 			 (unsigned)geteuid(), (int)pid, stats_dir(), proc_seg.taken, proc_seg.path);
 	proc_seg_pid = pid;
+	pin_budget_publish(proc_seg.hdr);
 	stats_seg_set_current(&proc_seg);
 	return &proc_seg;
 }

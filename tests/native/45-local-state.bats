@@ -183,27 +183,9 @@ while time.time() < end:
     os.ftruncate(fd, len(img))
     os.pwrite(fd, img[:432], 0)
 EOF
-  # pair.py READY: a listener, one connection to itself, 5000 bytes each way,
-  # its port in READY, then sleeps.
-  cat >"$d/pair.py" <<'EOF'
-import os, socket, sys, time
-lsock = socket.socket()
-lsock.bind(("127.0.0.1", 0))
-lsock.listen(1)
-client = socket.create_connection(lsock.getsockname())
-server, _ = lsock.accept()
-client.sendall(b"c" * 5000)
-server.sendall(b"s" * 5000)
-for sock in (client, server):
-    got = 0
-    while got < 5000:
-        got += len(sock.recv(65536))
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write("%d\n" % lsock.getsockname()[1])
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-if len(sys.argv) < 3:
-    time.sleep(120)
-EOF
+  # pair.py READY [once]: a listener, one connection to itself, 5000 bytes
+  # each way, its port in READY, then sleeps (tests/helpers.bash).
+  write_pair_py "$d/pair.py"
   # victim.sh N: plants nobody's file under this process's segment name, then
   # execs (same pid) into the preloaded victim.
   cat >"$d/victim.sh" <<'EOF'
