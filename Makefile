@@ -41,7 +41,8 @@ CLI_SRCS  := $(wildcard tools/*.c)
 # Pure modules: no interposition, no global state that needs the preload.
 # Unit tests and the launcher link these.
 PURE_SRCS := base/log.c base/policy.c base/stats_shm.c base/stats_read.c base/config.c base/reason.c base/fdtable.c \
-             core/wire.c core/switch_reader.c \
+             base/pin_budget.c \
+             core/wire.c core/switch_reader.c core/geometry.c \
              ipoib_fallback/rules.c ipoib_fallback/rules_match.c ipoib_fallback/negcache.c \
              ipoib_fallback/path.c
 PURE_SRCS := $(wildcard $(PURE_SRCS))
@@ -117,6 +118,10 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard core/
 # A unit test of a module that calls libc through base/real.h fills that
 # table itself.
 UNIT_EXTRA_test_tcp_diag := core/tcp_diag.c
+# The registration cache under the pinned-memory budget, verbs stubbed in
+# the test itself.
+UNIT_EXTRA_test_mrcache := core/mrcache.c
+$(BUILD)/tests/unit/test_mrcache: core/mrcache.c
 # The phase table and setter (core/phase.c) need only base/log.c.
 UNIT_EXTRA_test_phase := core/phase.c
 $(BUILD)/tests/unit/test_phase: core/phase.c

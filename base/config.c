@@ -41,6 +41,8 @@ STORE_FN(link_bufs, unsigned)
 STORE_FN(link_streams, unsigned)
 STORE_FN(link_max, unsigned)
 STORE_FN(link_idle_ms, unsigned)
+STORE_FN(link_slots, unsigned)
+STORE_FN(pin_budget, uint64_t)
 #undef STORE_FN
 
 static const struct tunable_spec tunable_specs[] = {
@@ -69,9 +71,41 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },
 	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 30000, store_link_idle_ms },
+	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
 };
 
-static int load_one(const struct tunable_spec *spec)
+/* Sizes in bytes: a K, M or G suffix is accepted. */
+static const struct tunable_spec size_tunable_specs[] = {
+	/* 0 pins nothing: every connection stays on TCP (reason resources). */
+	{ "SDPSHIM_PIN_BUDGET", 0, (int64_t)SDP_PIN_BUDGET_MAX, (int64_t)SDP_PIN_BUDGET_DEFAULT,
+	  store_pin_budget },
+};
+
+bool tunable_parse_size(const char *text, uint64_t max, uint64_t *out)
+{
+	unsigned shift = 0;
+	uint64_t v;
+	char *end;
+
+	if (!text || *text < '0' || *text > '9')
+		return false; /* strtoull would take a sign or blanks */
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno)
+		return false;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end || v > (max >> shift))
+		return false;
+	*out = v << shift;
+	return true;
+}
+
+static int load_one(const struct tunable_spec *spec, bool size)
 {
 	const char *text = getenv(spec->env);
 	char *end;
@@ -80,6 +114,19 @@ static int load_one(const struct tunable_spec *spec)
 	spec->store(spec->def);
 	if (!text || !*text)
 		return 0;
+	if (size) {
+		uint64_t bytes;
+
+		if (!tunable_parse_size(text, (uint64_t)spec->max, &bytes) ||
+		    bytes < (uint64_t)spec->min) {
+			sdp_warn("%s='%.32s' is not a size in bytes in [%" PRId64 ", %" PRId64
+				 "] (a K, M or G suffix may follow the digits); using %" PRId64,
+				 spec->env, text, spec->min, spec->max, spec->def);
+			return 1;
+		}
+		spec->store((int64_t)bytes);
+		return 0;
+	}
 	errno = 0;
 	v = strtoll(text, &end, 10);
 	if (errno || *end || v < spec->min || v > spec->max) {
@@ -96,6 +143,8 @@ int tunables_load_env(void)
 	int bad = 0;
 
 	for (size_t i = 0; i < sizeof(tunable_specs) / sizeof(tunable_specs[0]); i++)
-		bad += load_one(&tunable_specs[i]);
+		bad += load_one(&tunable_specs[i], false);
+	for (size_t i = 0; i < sizeof(size_tunable_specs) / sizeof(size_tunable_specs[0]); i++)
+		bad += load_one(&size_tunable_specs[i], true);
 	return bad;
 }

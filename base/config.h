@@ -1,9 +1,10 @@
 /* Tunables of the RDMA channel and the path choice, read once from the
  * environment (SDPSHIM_*).  A bad value gets a one-line diagnostic and the
- * default. */
+ * default.  Sizes (SDPSHIM_PIN_BUDGET) take a K, M or G suffix (binary). */
 #ifndef SDPSHIM_CONFIG_H
 #define SDPSHIM_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sdp_tunables {
@@ -32,11 +33,21 @@ struct sdp_tunables {
 	unsigned link_streams;       /* SDPSHIM_LINK_STREAMS: streams per link */
 	unsigned link_max;           /* SDPSHIM_LINK_MAX: links (QPs) per process */
 	unsigned link_idle_ms;       /* SDPSHIM_LINK_IDLE_MS: an unused client link closes after */
+	unsigned link_slots;         /* SDPSHIM_LINK_SLOTS: link records in the stats segment */
+	uint64_t pin_budget;         /* SDPSHIM_PIN_BUDGET: bytes this process may pin, before the
+				      * RLIMIT_MEMLOCK cap (base/pin_budget.c) */
 };
+
+#define SDP_PIN_BUDGET_DEFAULT (UINT64_C(256) << 20)
+#define SDP_PIN_BUDGET_MAX     (UINT64_C(1) << 50)
 
 extern struct sdp_tunables sdp_tun;
 
 /* Loads defaults then SDPSHIM_* overrides.  Returns the number of bad values. */
 int tunables_load_env(void);
+
+/* "64M" -> 67108864: decimal digits and an optional K, M or G (k, m, g;
+ * powers of 1024).  False for anything else, or past max. */
+bool tunable_parse_size(const char *text, uint64_t max, uint64_t *out);
 
 #endif

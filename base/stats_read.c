@@ -1,10 +1,11 @@
 /* The reader's side of the per-process stats segments (`sdpshim stat`): the
  * parsers that check a segment image already copied into private memory
- * (stats_header_parse, stats_slot_parse; fuzzed by tests/fuzz/fuzz_stats.c),
- * and stats_seg_read, which opens one segment file without trusting its
- * name, type, owner, size or contents and copies out its header and live
- * slots with pread().  Nothing here maps a segment, so a file truncated
- * under the reader gives a short read, never SIGBUS. */
+ * (stats_header_parse, stats_slot_parse, stats_link_parse; fuzzed by
+ * tests/fuzz/fuzz_stats.c), and stats_seg_read, which opens one segment file
+ * without trusting its name, type, owner, size or contents and copies out its
+ * header, live slots and live link records with pread().  Nothing here maps a
+ * segment, so a file truncated under the reader gives a short read, never
+ * SIGBUS. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,10 +19,13 @@
 #include "base/stats_shm.h"
 
 #define SLOT_SIZE sizeof(struct sdp_conn_stats)
-#define READ_CHUNK_SLOTS 256u /* slots per pread() of the scan */
-#define STABLE_TRIES 100      /* re-reads of a slot a writer keeps changing */
+#define LINK_SIZE sizeof(struct sdp_link_stats)
+#define READ_CHUNK_RECORDS 256u /* records per pread() of the scan */
+#define STABLE_TRIES 100        /* re-reads of a record a writer keeps changing */
+#define RECORD_MAX (SLOT_SIZE > LINK_SIZE ? SLOT_SIZE : LINK_SIZE)
 
 _Static_assert(offsetof(struct sdp_conn_stats, seq) == 4, "seq right after in_use");
+_Static_assert(offsetof(struct sdp_link_stats, seq) == 4, "seq right after in_use");
 _Static_assert(sizeof(((struct sdp_proc_stats *)0)->comm) == 64, "comm[64]");
 _Static_assert(sizeof(((struct stats_proc_info *)0)->comm) == 65, "comm[64] + NUL");
 
@@ -34,6 +38,7 @@ const char *stats_image_error_text(enum stats_image_error err)
 	case STATS_IMAGE_BAD_VERSION: return "an unknown version";
 	case STATS_IMAGE_BAD_SLOTS:   return "a slot count that is 0, too large or past the end";
 	case STATS_IMAGE_BAD_PID:     return "a pid that is not positive";
+	case STATS_IMAGE_BAD_LINKS:   return "a link count that is 0, too large or past the end";
 	}
 	return "unknown stats image error";
 }
@@ -56,6 +61,7 @@ static void fill_info(const struct sdp_proc_stats *raw, struct stats_proc_info *
 	out->pid = raw->pid;
 	out->uid = raw->uid;
 	out->slot_count = raw->slot_count;
+	out->link_count = raw->link_count;
 	out->start_ms = raw->start_ms;
 	copy_comm(raw->comm, sizeof(raw->comm), out->comm, sizeof(out->comm));
 	for (size_t i = 0; i < 3; i++)
@@ -67,6 +73,9 @@ static void fill_info(const struct sdp_proc_stats *raw, struct stats_proc_info *
 	out->bytes_sent = atomic_load_explicit(&raw->bytes_sent, memory_order_relaxed);
 	out->bytes_received = atomic_load_explicit(&raw->bytes_received, memory_order_relaxed);
 	out->negcache_hits = atomic_load_explicit(&raw->negcache_hits, memory_order_relaxed);
+	out->pin_budget = atomic_load_explicit(&raw->pin_budget, memory_order_relaxed);
+	out->pinned_bytes = atomic_load_explicit(&raw->pinned_bytes, memory_order_relaxed);
+	out->budget_refusals = atomic_load_explicit(&raw->budget_refusals, memory_order_relaxed);
 }
 
 enum stats_image_error stats_header_parse(const void *buf, size_t len, uint64_t image_len,
@@ -86,6 +95,9 @@ enum stats_image_error stats_header_parse(const void *buf, size_t len, uint64_t 
 		return STATS_IMAGE_BAD_SLOTS;
 	if (raw.pid <= 0)
 		return STATS_IMAGE_BAD_PID;
+	if (raw.link_count == 0 || raw.link_count > STATS_LINKS_MAX ||
+	    stats_link_off(raw.slot_count, raw.link_count) > image_len)
+		return STATS_IMAGE_BAD_LINKS;
 	fill_info(&raw, out);
 	return STATS_IMAGE_OK;
 }
@@ -111,6 +123,23 @@ bool stats_slot_parse(const void *buf, size_t len, struct sdp_conn_stats *out)
 	return slot_fields_ok(out);
 }
 
+static bool link_fields_ok(const struct sdp_link_stats *l)
+{
+	return atomic_load_explicit(&l->in_use, memory_order_relaxed) == 1 &&
+	       (atomic_load_explicit(&l->seq, memory_order_relaxed) & 1) == 0 &&
+	       (l->role == STATS_LINK_CLIENT || l->role == STATS_LINK_SERVER) &&
+	       l->state <= STATS_LINK_CLOSING && l->pad == 0 && l->pad2 == 0 &&
+	       family_ok(&l->local) && family_ok(&l->peer);
+}
+
+bool stats_link_parse(const void *buf, size_t len, struct sdp_link_stats *out)
+{
+	if (!buf || len < LINK_SIZE)
+		return false;
+	memcpy(out, buf, LINK_SIZE);
+	return link_fields_ok(out);
+}
+
 enum stats_image_error stats_image_parse(const void *buf, size_t len, struct stats_proc_info *out)
 {
 	return stats_header_parse(buf, len, len, out);
@@ -127,6 +156,20 @@ bool stats_image_slot(const void *buf, size_t len, const struct stats_proc_info 
 	if (off > len || len - off < SLOT_SIZE)
 		return false;
 	return stats_slot_parse((const char *)buf + off, len - off, out);
+}
+
+bool stats_image_link(const void *buf, size_t len, const struct stats_proc_info *info, uint32_t i,
+		      struct sdp_link_stats *out)
+{
+	size_t off;
+
+	if (!buf || i >= info->link_count || i >= STATS_LINKS_MAX ||
+	    info->slot_count > STATS_SLOTS_MAX)
+		return false;
+	off = stats_link_off(info->slot_count, i);
+	if (off > len || len - off < LINK_SIZE)
+		return false;
+	return stats_link_parse((const char *)buf + off, len - off, out);
 }
 
 /* ---- the file ------------------------------------------------------------ */
@@ -247,13 +290,52 @@ static int check_process(const struct stats_proc_info *info, pid_t pid, uid_t ow
 	return 0;
 }
 
-/* One slot, read until no writer changed it in between (its seq, even, the
- * same before and after), into *out, checked.  A slot that keeps changing,
- * is freed, or is cut off by a truncation is skipped. */
-static bool read_slot_stable(int fd, off_t off, struct sdp_conn_stats *out)
+/* The two kinds of record a segment holds after its header. */
+struct record_kind {
+	size_t size;
+	bool (*parse)(const void *buf, size_t len, void *out);
+	uint32_t (*seq)(const void *record); /* of a parsed copy */
+};
+
+static bool parse_slot(const void *buf, size_t len, void *out)
 {
-	unsigned char raw[SLOT_SIZE];
-	off_t seq_off = off + (off_t)offsetof(struct sdp_conn_stats, seq);
+	return stats_slot_parse(buf, len, out);
+}
+
+static uint32_t seq_of_slot(const void *record)
+{
+	return atomic_load_explicit(&((const struct sdp_conn_stats *)record)->seq,
+				    memory_order_relaxed);
+}
+
+static bool parse_link(const void *buf, size_t len, void *out)
+{
+	return stats_link_parse(buf, len, out);
+}
+
+static uint32_t seq_of_link(const void *record)
+{
+	return atomic_load_explicit(&((const struct sdp_link_stats *)record)->seq,
+				    memory_order_relaxed);
+}
+
+static const struct record_kind slot_kind = { SLOT_SIZE, parse_slot, seq_of_slot };
+static const struct record_kind link_kind = { LINK_SIZE, parse_link, seq_of_link };
+
+/* Where one kind's records go: a growing array of private copies. */
+struct record_list {
+	void *items;
+	size_t count, cap;
+};
+
+/* One record, read until no writer changed it in between (its seq, even,
+ * the same before and after), into *out, checked.  A record that keeps
+ * changing, is freed, or is cut off by a truncation is skipped.  Every
+ * record has seq at offset 4, right after in_use. */
+static bool read_record_stable(int fd, off_t off, const struct record_kind *kind, void *out)
+{
+	unsigned char raw[RECORD_MAX];
+	off_t seq_off = off + 4;
 
 	for (int tries = 0; tries < STABLE_TRIES; tries++) {
 		uint32_t before, after;
@@ -262,70 +344,93 @@ static bool read_slot_stable(int fd, off_t off, struct sdp_conn_stats *out)
 			return false;
 		if (before & 1)
 			continue;
-		if (pread_full(fd, raw, sizeof(raw), off) != (ssize_t)sizeof(raw) ||
+		if (pread_full(fd, raw, kind->size, off) != (ssize_t)kind->size ||
 		    pread_full(fd, &after, sizeof(after), seq_off) != (ssize_t)sizeof(after))
 			return false;
 		if (before != after)
 			continue;
-		return stats_slot_parse(raw, sizeof(raw), out) &&
-		       atomic_load_explicit(&out->seq, memory_order_relaxed) == before;
+		return kind->parse(raw, kind->size, out) && kind->seq(out) == before;
 	}
 	return false;
 }
 
-static int snapshot_add(struct stats_snapshot *snap, const struct sdp_conn_stats *s, size_t *cap)
+static int record_add(struct record_list *list, const struct record_kind *kind, const void *rec)
 {
-	if (snap->count == *cap) {
-		size_t grown = *cap ? *cap * 2 : 16;
-		struct sdp_conn_stats *conn = realloc(snap->conn, grown * SLOT_SIZE);
+	if (list->count == list->cap) {
+		size_t grown = list->cap ? list->cap * 2 : 16;
+		void *items = realloc(list->items, grown * kind->size);
 
-		if (!conn)
+		if (!items)
 			return -ENOMEM;
-		snap->conn = conn;
-		*cap = grown;
+		list->items = items;
+		list->cap = grown;
 	}
-	memcpy(&snap->conn[snap->count++], s, SLOT_SIZE);
+	memcpy((char *)list->items + list->count * kind->size, rec, kind->size);
+	list->count++;
 	return 0;
 }
 
-/* Checks the live slots of one chunk already read (first..first+n-1). */
-static int take_chunk(int fd, const unsigned char *chunk, uint32_t first, uint32_t n,
-		      struct stats_snapshot *snap, size_t *cap)
+/* Checks the live records of one chunk already read (first..first+n-1),
+ * the table starting at byte `base`. */
+static int take_chunk(int fd, const unsigned char *chunk, off_t base, uint32_t first, uint32_t n,
+		      const struct record_kind *kind, struct record_list *list)
 {
-	struct sdp_conn_stats s;
+	union { struct sdp_conn_stats slot; struct sdp_link_stats link; } rec; /* aligned */
 
 	for (uint32_t j = 0; j < n; j++) {
-		if (!stats_slot_parse(chunk + (size_t)j * SLOT_SIZE, SLOT_SIZE, &s))
+		off_t off = base + (off_t)((size_t)(first + j) * kind->size);
+
+		if (!kind->parse(chunk + (size_t)j * kind->size, kind->size, &rec))
 			continue;
-		if (read_slot_stable(fd, (off_t)stats_seg_len(first + j), &s) &&
-		    snapshot_add(snap, &s, cap) != 0)
+		if (read_record_stable(fd, off, kind, &rec) && record_add(list, kind, &rec) != 0)
 			return -ENOMEM;
 	}
 	return 0;
 }
 
-/* Scans the slot_count slots the header announced (checked against the
- * file's size), a chunk at a time; a file cut short ends the scan. */
-static int read_slots(int fd, struct stats_snapshot *snap)
+/* Scans the `total` records of one table (its count checked against the
+ * file's size by the header's parser), a chunk at a time; a file cut short
+ * ends the scan. */
+static int read_table(int fd, off_t base, uint32_t total, const struct record_kind *kind,
+		      struct record_list *list)
 {
-	uint32_t total = snap->info.slot_count, first = 0;
-	unsigned char *chunk = malloc(READ_CHUNK_SLOTS * SLOT_SIZE);
-	size_t cap = 0;
+	unsigned char *chunk = malloc(READ_CHUNK_RECORDS * kind->size);
+	uint32_t first = 0;
 	int err = 0;
 
 	if (!chunk)
 		return -ENOMEM;
 	while (first < total && !err) {
-		uint32_t want = total - first < READ_CHUNK_SLOTS ? total - first : READ_CHUNK_SLOTS;
-		ssize_t got = pread_full(fd, chunk, want * SLOT_SIZE, (off_t)stats_seg_len(first));
-		uint32_t whole = got > 0 ? (uint32_t)((size_t)got / SLOT_SIZE) : 0;
+		uint32_t want = total - first < READ_CHUNK_RECORDS ? total - first : READ_CHUNK_RECORDS;
+		ssize_t got = pread_full(fd, chunk, want * kind->size,
+					 base + (off_t)((size_t)first * kind->size));
+		uint32_t whole = got > 0 ? (uint32_t)((size_t)got / kind->size) : 0;
 
-		err = take_chunk(fd, chunk, first, whole, snap, &cap);
+		err = take_chunk(fd, chunk, base, first, whole, kind, list);
 		if (whole < want)
 			break;
 		first += want;
 	}
 	free(chunk);
+	return err;
+}
+
+/* The live slots, then the live link records, into snap (freed by the
+ * caller on error). */
+static int read_records(int fd, struct stats_snapshot *snap)
+{
+	struct record_list slots = { NULL, 0, 0 }, links = { NULL, 0, 0 };
+	int err;
+
+	err = read_table(fd, (off_t)stats_seg_len(0), snap->info.slot_count, &slot_kind, &slots);
+	snap->conn = slots.items;
+	snap->count = slots.count;
+	if (err)
+		return err;
+	err = read_table(fd, (off_t)stats_link_off(snap->info.slot_count, 0), snap->info.link_count,
+			 &link_kind, &links);
+	snap->link = links.items;
+	snap->link_count = links.count;
 	return err;
 }
 
@@ -346,7 +451,7 @@ int stats_seg_read(const char *path, uid_t owner, pid_t pid, struct stats_snapsh
 	if (!err)
 		err = check_process(&snap->info, pid, owner, why, why_len);
 	if (!err)
-		err = read_slots(fd, snap);
+		err = read_records(fd, snap);
 	close(fd);
 	if (err) {
 		if (why && why_len && !why[0])
@@ -359,6 +464,9 @@ int stats_seg_read(const char *path, uid_t owner, pid_t pid, struct stats_snapsh
 void stats_snapshot_free(struct stats_snapshot *snap)
 {
 	free(snap->conn);
+	free(snap->link);
 	snap->conn = NULL;
 	snap->count = 0;
+	snap->link = NULL;
+	snap->link_count = 0;
 }

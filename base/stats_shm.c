@@ -1,7 +1,7 @@
 /* The writer's side of the per-process shared-memory stats segment:
- * exclusive creation with its checks, the fallback name, slot allocation from
- * private geometry; and the text helpers and the one JSON serializer that
- * every printer shares.  The reader is base/stats_read.c. */
+ * exclusive creation with its checks, the fallback name, slot and link record
+ * allocation from private geometry; and the text helpers and the JSON
+ * serializers every printer shares.  The reader is base/stats_read.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,9 +33,20 @@ uint64_t stats_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+_Static_assert(sizeof(struct sdp_proc_stats) == 432, "header layout (tests/fuzz/fuzz_stats.c)");
+_Static_assert(sizeof(struct sdp_conn_stats) == 184, "slot layout");
+_Static_assert(sizeof(struct sdp_link_stats) == 128, "link record layout");
+_Static_assert(sizeof(struct sdp_link_stats) % 8 == 0 && sizeof(struct sdp_conn_stats) % 8 == 0,
+	       "records stay 8-byte aligned");
+
 size_t stats_seg_len(uint32_t slots)
 {
 	return sizeof(struct sdp_proc_stats) + (size_t)slots * sizeof(struct sdp_conn_stats);
+}
+
+size_t stats_link_off(uint32_t slots, uint32_t i)
+{
+	return stats_seg_len(slots) + (size_t)i * sizeof(struct sdp_link_stats);
 }
 
 /* Raw syscalls for open and close: this runs inside the preload, under our
@@ -174,6 +185,7 @@ static void fill_header(struct stats_seg *seg, pid_t pid, uid_t uid, const char 
 
 	h->version = STATS_VERSION;
 	h->slot_count = seg->slot_count;
+	h->link_count = seg->link_count;
 	h->pid = pid;
 	h->uid = uid;
 	h->start_ms = stats_now_ms();
@@ -186,13 +198,13 @@ static void fill_header(struct stats_seg *seg, pid_t pid, uid_t uid, const char 
 }
 
 int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t uid,
-		     const char *comm, uint32_t slots)
+		     const char *comm, uint32_t slots, uint32_t links)
 {
-	size_t len = stats_seg_len(slots);
+	size_t len = stats_link_off(slots, links);
 	int fd, err;
 
 	memset(seg, 0, sizeof(*seg));
-	if (slots == 0 || slots > STATS_SLOTS_MAX)
+	if (slots == 0 || slots > STATS_SLOTS_MAX || links == 0 || links > STATS_LINKS_MAX)
 		return -EINVAL;
 	fd = open_fresh(seg, dir, uid, pid);
 	if (fd < 0)
@@ -205,6 +217,7 @@ int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t ui
 	}
 	seg->owner = true;
 	seg->slot_count = slots;
+	seg->link_count = links;
 	fill_header(seg, pid, uid, comm);
 	return 0;
 }
@@ -231,34 +244,67 @@ void stats_seg_destroy(struct stats_seg *seg)
 	stats_seg_detach(seg);
 }
 
+static _Atomic(struct stats_seg *) current_seg;
+
+void stats_seg_set_current(struct stats_seg *seg)
+{
+	atomic_store(&current_seg, seg);
+}
+
+struct stats_seg *stats_seg_current(void)
+{
+	return atomic_load(&current_seg);
+}
+
+/* Records (slots and link records) start with in_use and seq; the rest
+ * is theirs. */
+_Static_assert(offsetof(struct sdp_conn_stats, seq) == 4 && offsetof(struct sdp_conn_stats, fd) == 8,
+	       "a slot starts with in_use, seq");
+_Static_assert(offsetof(struct sdp_link_stats, seq) == 4 &&
+	       offsetof(struct sdp_link_stats, role) == 8, "a link record starts with in_use, seq");
+#define RECORD_HEAD (2 * sizeof(uint32_t))
+
+/* Claims a free record of a table of n records of `size` bytes, searching
+ * from `start`: in_use goes 0 -> 2 (being set up, invisible to readers), all
+ * after seq is zeroed and seq made even.  Returns its index (the caller sets
+ * its fields, then stores in_use 1), or n when every record is taken. */
+static uint32_t record_claim(void *table, size_t size, uint32_t n, uint32_t start)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t at = (uint32_t)(((uint64_t)start + i) % n), expected = 0, seq;
+		char *rec = (char *)table + (size_t)at * size;
+		_Atomic uint32_t *in_use = (_Atomic uint32_t *)rec, *seqp = in_use + 1;
+
+		if (atomic_load_explicit(in_use, memory_order_relaxed))
+			continue;
+		if (!atomic_compare_exchange_strong(in_use, &expected, 2))
+			continue;
+		seq = atomic_load(seqp);
+		memset(rec + RECORD_HEAD, 0, size - RECORD_HEAD);
+		atomic_store(seqp, (seq | 1) + 1); /* even, whatever it was */
+		return at;
+	}
+	return n;
+}
+
 /* Called under the caller's lock (preload/sock.c's table lock).  Only
  * private geometry picks the slot; the shared bytes are just its contents. */
 struct sdp_conn_stats *stats_slot_alloc(struct stats_seg *seg)
 {
-	uint32_t n = seg->slot_count, start = seg->alloc_hint, i;
+	uint32_t n = seg->slot_count, at;
+	struct sdp_conn_stats *s;
 
 	if (!seg->hdr || n == 0 || stats_seg_len(n) > seg->map_len)
 		return NULL;
-	for (i = 0; i < n; i++) {
-		uint32_t at = (uint32_t)(((uint64_t)start + i) % n);
-		struct sdp_conn_stats *s = &seg->hdr->slot[at];
-		uint32_t expected = 0;
-
-		if (atomic_load_explicit(&s->in_use, memory_order_relaxed))
-			continue;
-		if (!atomic_compare_exchange_strong(&s->in_use, &expected, 2))
-			continue; /* 2 = being initialised, invisible to readers */
-		uint32_t seq = atomic_load(&s->seq);
-		memset((char *)s + offsetof(struct sdp_conn_stats, fd), 0,
-		       sizeof(*s) - offsetof(struct sdp_conn_stats, fd));
-		atomic_store(&s->seq, (seq | 1) + 1); /* even, whatever it was */
-		s->fd = -1;
-		s->opened_ms = stats_now_ms();
-		seg->alloc_hint = (at + 1) % n;
-		atomic_store_explicit(&s->in_use, 1, memory_order_release);
-		return s;
-	}
-	return NULL;
+	at = record_claim(seg->hdr->slot, sizeof(*s), n, seg->alloc_hint);
+	if (at == n)
+		return NULL;
+	s = &seg->hdr->slot[at];
+	s->fd = -1;
+	s->opened_ms = stats_now_ms();
+	seg->alloc_hint = (at + 1) % n;
+	atomic_store_explicit(&s->in_use, 1, memory_order_release);
+	return s;
 }
 
 void stats_slot_release(struct stats_seg *seg, struct sdp_conn_stats *slot)
@@ -276,6 +322,44 @@ void stats_slot_begin(struct sdp_conn_stats *slot)
 void stats_slot_end(struct sdp_conn_stats *slot)
 {
 	atomic_fetch_add_explicit(&slot->seq, 1, memory_order_acq_rel);
+}
+
+/* The link table follows the slots; only private geometry places it.  Any
+ * thread may call this: a record is claimed by compare-and-swap, and the
+ * hint is only where the search starts. */
+struct sdp_link_stats *stats_link_alloc(struct stats_seg *seg)
+{
+	uint32_t n = seg->link_count, at;
+	struct sdp_link_stats *table;
+
+	if (!seg->hdr || n == 0 || stats_link_off(seg->slot_count, n) > seg->map_len)
+		return NULL;
+	table = (struct sdp_link_stats *)((char *)seg->hdr + stats_seg_len(seg->slot_count));
+	at = record_claim(table, sizeof(*table), n,
+			  atomic_load_explicit(&seg->link_hint, memory_order_relaxed) % n);
+	if (at == n)
+		return NULL;
+	table[at].opened_ms = stats_now_ms();
+	atomic_store_explicit(&seg->link_hint, (at + 1) % n, memory_order_relaxed);
+	atomic_store_explicit(&table[at].in_use, 1, memory_order_release);
+	return &table[at];
+}
+
+void stats_link_release(struct stats_seg *seg, struct sdp_link_stats *link)
+{
+	(void)seg;
+	if (link)
+		atomic_store_explicit(&link->in_use, 0, memory_order_release);
+}
+
+void stats_link_begin(struct sdp_link_stats *link)
+{
+	atomic_fetch_add_explicit(&link->seq, 1, memory_order_acq_rel);
+}
+
+void stats_link_end(struct sdp_link_stats *link)
+{
+	atomic_fetch_add_explicit(&link->seq, 1, memory_order_acq_rel);
 }
 
 void stats_addr_set(struct stats_addr *out, const struct sockaddr *sa)
@@ -308,6 +392,26 @@ void stats_addr_format(const struct stats_addr *a, char *buf, size_t len)
 		snprintf(buf, len, "[%s]:%u", ip, a->port);
 	} else {
 		snprintf(buf, len, "-");
+	}
+}
+
+const char *stats_link_role_name(uint8_t role)
+{
+	switch (role) {
+	case STATS_LINK_CLIENT: return "client";
+	case STATS_LINK_SERVER: return "server";
+	default:                return "none";
+	}
+}
+
+const char *stats_link_state_name(uint8_t state)
+{
+	switch (state) {
+	case STATS_LINK_CONNECTING: return "connecting";
+	case STATS_LINK_UP:         return "up";
+	case STATS_LINK_FAILED:     return "failed";
+	case STATS_LINK_CLOSING:    return "closing";
+	default:                    return "unknown";
 	}
 }
 
@@ -353,5 +457,28 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     U64(credit_updates_sent), U64(credit_stalls),
 		     (unsigned)atomic_load(&s->tx_credits), (unsigned)atomic_load(&s->rx_posted),
 		     (unsigned)atomic_load(&s->switches), (unsigned long long)s->opened_ms, closed);
+	return (n < 0 || (size_t)n >= len) ? -1 : n;
+}
+
+#define L64(field) (unsigned long long)atomic_load_explicit(&l->field, memory_order_relaxed)
+#define L32(field) (unsigned)atomic_load_explicit(&l->field, memory_order_relaxed)
+
+int stats_link_json(const struct sdp_link_stats *l, char *buf, size_t len)
+{
+	char local[64], peer[64];
+	int n;
+
+	stats_addr_format(&l->local, local, sizeof(local));
+	stats_addr_format(&l->peer, peer, sizeof(peer));
+	n = snprintf(buf, len,
+		     "{\"role\":\"%s\",\"state\":\"%s\",\"local\":\"%s\",\"peer\":\"%s\","
+		     "\"streams\":%u,\"streams_max\":%u,\"streams_opened\":%llu,"
+		     "\"pinned_bytes\":%llu,\"credits_total\":%u,\"credits_in_use\":%u,"
+		     "\"msgs_sent\":%llu,\"msgs_received\":%llu,"
+		     "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"opened_ms\":%llu}",
+		     stats_link_role_name(l->role), stats_link_state_name(l->state), local, peer,
+		     L32(streams), L32(streams_max), L64(streams_opened), L64(pinned_bytes),
+		     L32(credits_total), L32(credits_in_use), L64(msgs_sent), L64(msgs_received),
+		     L64(bytes_sent), L64(bytes_received), (unsigned long long)l->opened_ms);
 	return (n < 0 || (size_t)n >= len) ? -1 : n;
 }

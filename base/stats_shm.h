@@ -27,10 +27,14 @@
  * - The reader (stats_seg_read) never maps a segment.  It lstat()s the name,
  *   opens it O_RDONLY|O_NONBLOCK|O_NOFOLLOW and fstat()s it: a regular file
  *   owned by the uid in its name.  It pread()s the header once into private
- *   memory and each live slot into a local struct, and checks every field it
- *   uses (stats_header_parse, stats_slot_parse).  A file truncated or
- *   rewritten under it gives a short read or a skipped slot, never SIGBUS, a
- *   wild index or a hang. */
+ *   memory and each live slot and link record into a local struct, and checks
+ *   every field it uses (stats_header_parse, stats_slot_parse,
+ *   stats_link_parse).  A file truncated or rewritten under it gives a short
+ *   read or a skipped record, never SIGBUS, a wild index or a hang.
+ *
+ * Layout (version 2): struct sdp_proc_stats, then slot_count connection
+ * slots (struct sdp_conn_stats), then link_count link records (struct
+ * sdp_link_stats: one per RDMA link, a carrier of several streams). */
 #ifndef SDPSHIM_STATS_SHM_H
 #define SDPSHIM_STATS_SHM_H
 
@@ -44,9 +48,10 @@
 #include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
-#define STATS_VERSION 1
+#define STATS_VERSION 2 /* 2: link records, the pinned-memory budget */
 #define STATS_REASON_SLOTS 32
 #define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
+#define STATS_LINKS_MAX (1u << 16) /* the largest SDPSHIM_LINK_SLOTS (base/config.c) */
 
 enum stats_role { STATS_ROLE_NONE = 0, STATS_ROLE_CLIENT = 1, STATS_ROLE_SERVER = 2,
 		  STATS_ROLE_LISTENER = 3 };
@@ -94,19 +99,53 @@ struct sdp_proc_stats {
 	_Atomic uint64_t conns_by_reason[STATS_REASON_SLOTS];
 	_Atomic uint64_t bytes_sent, bytes_received;
 	_Atomic uint64_t negcache_hits;
-	uint32_t reserved;  /* 0; was the allocation hint, now the writer's own */
-	uint32_t pad;
+	uint32_t link_count; /* link records after the slots (was the allocation hint in
+			      * version 1, now the writer's own) */
+	uint32_t reserved;   /* 0 */
+	/* The pinned-memory budget (base/pin_budget.h), as pin_budget_publish
+	 * stores it: the budget in effect, the bytes taken now, the refusals. */
+	_Atomic uint64_t pin_budget;
+	_Atomic uint64_t pinned_bytes;
+	_Atomic uint64_t budget_refusals;
 	struct sdp_conn_stats slot[];
 };
 
+enum stats_link_role { STATS_LINK_CLIENT = 1, STATS_LINK_SERVER = 2 };
+enum stats_link_state { STATS_LINK_CONNECTING = 0, STATS_LINK_UP = 1, STATS_LINK_FAILED = 2,
+			STATS_LINK_CLOSING = 3 };
+
+/* One link: an RDMA connection to a peer process that carries several
+ * streams (issue 15).  As for a connection slot, the identity fields (role,
+ * state, addresses, opened_ms) change under `seq` (odd while writing:
+ * stats_link_begin/end); the counters and gauges are updated with relaxed
+ * atomics at any time. */
+struct sdp_link_stats {
+	_Atomic uint32_t in_use; /* 0 free, 2 being set up, 1 live */
+	_Atomic uint32_t seq;
+	uint8_t  role;           /* enum stats_link_role */
+	uint8_t  state;          /* enum stats_link_state */
+	uint16_t pad;            /* 0 */
+	struct stats_addr local, peer;
+	uint32_t pad2;           /* 0 */
+	uint64_t opened_ms;      /* CLOCK_REALTIME */
+	_Atomic uint32_t streams, streams_max;         /* open now; the most it may carry */
+	_Atomic uint64_t pinned_bytes;                 /* registered for this link */
+	_Atomic uint32_t credits_total, credits_in_use;
+	_Atomic uint64_t msgs_sent, msgs_received;
+	_Atomic uint64_t bytes_sent, bytes_received;
+	_Atomic uint64_t streams_opened;               /* since the link came up */
+};
+
 /* The writer's segment.  hdr is the shared mapping: written, never read back
- * for anything that indexes or sizes (that is slot_count, alloc_hint and
- * map_len, here in private memory). */
+ * for anything that indexes or sizes (that is slot_count, alloc_hint,
+ * link_count, link_hint and map_len, here in private memory). */
 struct stats_seg {
 	struct sdp_proc_stats *hdr;
 	size_t map_len;
 	uint32_t slot_count;
 	uint32_t alloc_hint;
+	uint32_t link_count;
+	_Atomic uint32_t link_hint; /* stats_link_alloc takes no caller lock */
 	char path[256];
 	char taken[96]; /* "" or what held the usual name ("a file of uid 65534") */
 	bool owner;
@@ -115,21 +154,36 @@ struct stats_seg {
 /* Directory holding segments: $SDPSHIM_RUN_DIR or /dev/shm. */
 const char *stats_dir(void);
 
-/* Writer side (inside the preloaded process).  Returns 0 or -errno; on 0,
- * seg->taken is set when the usual name was taken and seg->path is the
- * fallback name (see above). */
+/* Writer side (inside the preloaded process): a segment of `slots`
+ * connection slots (1..STATS_SLOTS_MAX) and `links` link records
+ * (1..STATS_LINKS_MAX).  Returns 0 or -errno; on 0, seg->taken is set when
+ * the usual name was taken and seg->path is the fallback name (see above). */
 int stats_seg_create(struct stats_seg *seg, const char *dir, pid_t pid, uid_t uid,
-		     const char *comm, uint32_t slots);
+		     const char *comm, uint32_t slots, uint32_t links);
 void stats_seg_destroy(struct stats_seg *seg); /* unmaps and unlinks */
 void stats_seg_detach(struct stats_seg *seg);  /* unmaps only (forked child) */
 /* Unlinks only, keeping the mapping: at exit other threads may still count
  * into (and release) slots, so `sdpshim stat` stops listing the process
  * while the memory stays valid. */
 void stats_seg_unlink(struct stats_seg *seg);
+/* The process's own segment, for writers below the preload that have no
+ * slot handed to them (core's links allocate their records here): set by
+ * the preload once it created the segment; NULL before that, without one,
+ * and in a forked child until it made its own.  The segment stays mapped
+ * while it is current. */
+void stats_seg_set_current(struct stats_seg *seg);
+struct stats_seg *stats_seg_current(void);
 struct sdp_conn_stats *stats_slot_alloc(struct stats_seg *seg);
 void stats_slot_release(struct stats_seg *seg, struct sdp_conn_stats *slot);
 void stats_slot_begin(struct sdp_conn_stats *slot);  /* identity update begins */
 void stats_slot_end(struct sdp_conn_stats *slot);    /* ... and ends */
+/* A link record, zeroed, seq even, opened_ms now, in_use 1; NULL when all
+ * link_count are taken.  Safe from any thread without a lock (each record is
+ * claimed by compare-and-swap).  Release it when the link is gone. */
+struct sdp_link_stats *stats_link_alloc(struct stats_seg *seg);
+void stats_link_release(struct stats_seg *seg, struct sdp_link_stats *link);
+void stats_link_begin(struct sdp_link_stats *link);  /* identity update begins */
+void stats_link_end(struct sdp_link_stats *link);    /* ... and ends */
 void stats_addr_set(struct stats_addr *out, const struct sockaddr *sa);
 
 /* Reader side (sdpshim stat).  A segment's header, copied and checked: comm
@@ -138,18 +192,23 @@ struct stats_proc_info {
 	pid_t pid;
 	uid_t uid;
 	uint32_t slot_count; /* 1..STATS_SLOTS_MAX, and the slots fit the image */
+	uint32_t link_count; /* 1..STATS_LINKS_MAX, and the link records fit after them */
 	uint64_t start_ms;
 	char comm[65];
 	uint64_t conns_by_path[3];
 	uint64_t conns_by_reason[STATS_REASON_SLOTS];
 	uint64_t bytes_sent, bytes_received, negcache_hits;
+	uint64_t pin_budget, pinned_bytes, budget_refusals;
 };
 
-/* One process as read: its header and private copies of its live slots. */
+/* One process as read: its header and private copies of its live slots
+ * and live link records. */
 struct stats_snapshot {
 	struct stats_proc_info info;
 	struct sdp_conn_stats *conn;
 	size_t count;
+	struct sdp_link_stats *link;
+	size_t link_count;
 };
 
 enum stats_image_error {
@@ -159,6 +218,7 @@ enum stats_image_error {
 	STATS_IMAGE_BAD_VERSION,
 	STATS_IMAGE_BAD_SLOTS,   /* slot_count 0, over STATS_SLOTS_MAX, or past the image */
 	STATS_IMAGE_BAD_PID,     /* pid <= 0 */
+	STATS_IMAGE_BAD_LINKS,   /* link_count 0, over STATS_LINKS_MAX, or past the image */
 };
 const char *stats_image_error_text(enum stats_image_error err);
 
@@ -168,16 +228,25 @@ const char *stats_image_error_text(enum stats_image_error err);
  * (written only on OK).  stats_slot_parse copies one slot from the first
  * len bytes of buf into *out and says whether it is a live, consistent slot
  * (in_use 1, seq even) whose role, path, reason and address families are in
- * range; *out is written either way when len suffices. */
+ * range; *out is written either way when len suffices.  stats_link_parse
+ * does the same for a link record: in_use 1, seq even, role client or
+ * server, a known state, known address families, pads 0. */
 enum stats_image_error stats_header_parse(const void *buf, size_t len, uint64_t image_len,
 					  struct stats_proc_info *out);
 bool stats_slot_parse(const void *buf, size_t len, struct sdp_conn_stats *out);
-/* A whole image in buf: its header, and its slot i (false past slot_count). */
+bool stats_link_parse(const void *buf, size_t len, struct sdp_link_stats *out);
+/* A whole image in buf: its header, its slot i (false past slot_count),
+ * its link record i (false past link_count). */
 enum stats_image_error stats_image_parse(const void *buf, size_t len, struct stats_proc_info *out);
 bool stats_image_slot(const void *buf, size_t len, const struct stats_proc_info *info, uint32_t i,
 		      struct sdp_conn_stats *out);
-/* Byte offset of slot i in an image (= image length with i slots). */
+bool stats_image_link(const void *buf, size_t len, const struct stats_proc_info *info, uint32_t i,
+		      struct sdp_link_stats *out);
+/* Byte offset of slot i in an image (= the end of the slots, with i slots). */
 size_t stats_seg_len(uint32_t slots);
+/* Byte offset of link record i in an image of `slots` slots (= the image's
+ * length, with i link records). */
+size_t stats_link_off(uint32_t slots, uint32_t i);
 
 /* Reads the segment at path, which must be a regular file owned by `owner`
  * whose header names `pid`.  Returns 0 with *snap filled (free it with
@@ -191,9 +260,13 @@ void stats_snapshot_free(struct stats_snapshot *snap);
 /* Text helpers shared by every printer. */
 void stats_addr_format(const struct stats_addr *a, char *buf, size_t len); /* ip:port, [ip6]:port */
 const char *stats_role_name(uint8_t role);
+const char *stats_link_role_name(uint8_t role);   /* "client", "server" */
+const char *stats_link_state_name(uint8_t state); /* "connecting", "up", "failed", "closing" */
 /* One JSON object, no trailing newline; returns length or -1 if it did not fit. */
 int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		    uint64_t closed_ms, char *buf, size_t len);
+/* One link as a JSON object, the same way. */
+int stats_link_json(const struct sdp_link_stats *l, char *buf, size_t len);
 
 uint64_t stats_now_ms(void);
 

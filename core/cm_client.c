@@ -234,8 +234,11 @@ static void kernel_connect_async(struct sdp_conn *c)
 void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
 			  const uint8_t nonce[SDP_NONCE_SIZE])
 {
-	if (conn_setup_tx(c, peer_buf_size, peer_buf_count) != 0) {
-		conn_fallback(c, c->link ? SDP_REASON_RESOURCES : SDP_REASON_MEMLOCK);
+	int err = conn_setup_tx(c, peer_buf_size, peer_buf_count);
+
+	if (err != 0) {
+		/* resources for the budget's no, and for a linked stream's (unpinned) memory */
+		conn_fallback(c, c->link ? SDP_REASON_RESOURCES : conn_setup_error_reason(err));
 		return;
 	}
 	c->established = true;

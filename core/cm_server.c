@@ -551,8 +551,7 @@ static bool setup_send_side(struct sdp_conn *c)
 	int err = conn_setup_tx(c, c->peer_buf_size, c->peer_buf_count);
 
 	if (err)
-		sdp_warn("cannot set up an RDMA channel's send buffers: %s%s; using TCP", strerror(-err),
-			 err == -ENOMEM || err == -EPERM || err == -EAGAIN ? " (RLIMIT_MEMLOCK too low?)" : "");
+		conn_warn_setup_error(err, "an RDMA channel's send buffers (the connection uses TCP)");
 	return err == 0;
 }
 

@@ -152,6 +152,14 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
  * channel are not ours; start afresh when the child makes a channel. */
 void conn_layer_atfork_child(void);
 
+/* The memory one RDMA connection of this process pins with today's
+ * per-connection channels, from SDPSHIM_BUF_SIZE and SDPSHIM_BUF_COUNT:
+ * its receive buffers with the control slots, and its send slots for a
+ * peer of the same geometry, each in whole pages (core/geometry.c; pure,
+ * so `sdpshim doctor` calls it too).  Zero-copy's staging buffer and
+ * registration cache come on top, only while zero-copy runs. */
+size_t conn_pinned_bytes_estimate(void);
+
 /* Sentinel from conn_send/conn_recv: the socket now uses kernel TCP. */
 #define CONN_USE_TCP (-10000)
 const char *conn_phase_name(enum conn_phase phase);

@@ -7,6 +7,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/conn_struct.h"
+#include "core/geometry.h" /* CTRL_SLOTS, CTRL_SLOT_SIZE */
 #include "core/wire.h"
 
 /* wr_id = kind << 32 | index */
@@ -23,9 +24,6 @@ enum wr_kind {
 
 #define CTRL_BIT(mid) (1u << (mid))
 
-/* Control messages go from slots after our receive buffers (setup.c). */
-#define CTRL_SLOTS     32u
-#define CTRL_SLOT_SIZE 64u
 static inline uint8_t *conn_ctrl_slot(const struct sdp_conn *c, uint32_t idx)
 {
 	return c->ctrl_mem + (size_t)idx * CTRL_SLOT_SIZE;
@@ -76,6 +74,12 @@ struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy);
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
 		  uint16_t peer_buf_count, enum sdp_reason *reason);
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count);
+/* The reason a failed setup gives the connection: resources for the
+ * pinned-memory budget's refusal (-ENOBUFS), memlock for the kernel's. */
+enum sdp_reason conn_setup_error_reason(int err);
+/* "cannot set up WHAT: ...": a warning, or only a debug line for the
+ * budget's refusal (the budget logs its first refusal itself). */
+void conn_warn_setup_error(int err, const char *what);
 void conn_post_all_recvs(struct sdp_conn *c);
 /* A linked stream's rings (unpinned); idempotent.  0 or -ENOMEM. */
 int conn_setup_linked_rx(struct sdp_conn *c);

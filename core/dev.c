@@ -10,6 +10,7 @@
 
 #include "base/guard.h"
 #include "base/log.h"
+#include "base/pin_budget.h"
 #include "base/real.h"
 #include "core/cq.h" /* cq_on_channel_ready() */
 #include "core/dev.h"
@@ -75,11 +76,21 @@ struct sdp_dev *dev_get(struct ibv_context *ctx)
 	return d;
 }
 
+/* The pages are taken from the pinned-memory budget first (unused cached
+ * zero-copy registrations make room) and given back once deregistered
+ * (dev_free_registered). */
 void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, int *err)
 {
-	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t pinned = pin_pages_len(len);
+	void *mem;
 
+	if (!mrcache_budget_take(pinned)) {
+		*err = -ENOBUFS;
+		return NULL;
+	}
+	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED) {
+		pin_budget_give(pinned);
 		*err = -ENOMEM;
 		return NULL;
 	}
@@ -89,6 +100,7 @@ void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, 
 	if (!*mr) {
 		*err = errno ? -errno : -ENOMEM;
 		munmap(mem, len);
+		pin_budget_give(pinned);
 		return NULL;
 	}
 	return mem;
@@ -100,6 +112,7 @@ void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr)
 		SDP_GUARD_ENTER();
 		ibv_dereg_mr(mr);
 		SDP_GUARD_LEAVE();
+		pin_budget_give(pin_pages_len(len));
 	}
 	if (mem)
 		munmap(mem, len);

@@ -24,8 +24,10 @@ struct sdp_dev {
 struct sdp_dev *dev_get(struct ibv_context *ctx);
 
 /* Registers len bytes (page-aligned allocation) with local access only:
- * the peer never gets a key to channel buffers.  NULL on failure with
- * *err = -errno (-ENOMEM typically means RLIMIT_MEMLOCK). */
+ * the peer never gets a key to channel buffers.  Its pages count against
+ * the pinned-memory budget (base/pin_budget.h) until dev_free_registered.
+ * NULL on failure with *err = -errno: -ENOBUFS when the budget refuses,
+ * -ENOMEM typically when RLIMIT_MEMLOCK does. */
 void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, int *err);
 void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr);
 

@@ -1,5 +1,6 @@
 /* The zero-copy registration cache: lookup by covering range, LRU
- * eviction under count and byte limits, invalidation from memory hooks. */
+ * eviction under count and byte limits and the pinned-memory budget,
+ * invalidation from memory hooks. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <infiniband/verbs.h>
 
 #include "base/guard.h"
+#include "base/pin_budget.h"
 #include "core/dev.h"
 #include "core/mrcache.h"
 
@@ -26,10 +28,13 @@ static uint64_t mrc_clock;
 
 static void entry_free(struct mrc_entry *e)
 {
+	size_t pinned = e->end - e->start;
+
 	SDP_GUARD_ENTER();
 	ibv_dereg_mr(e->mr);
 	free(e); /* inside the guard: our free hook must not re-enter the cache */
 	SDP_GUARD_LEAVE();
+	pin_budget_give(pinned);
 	if (atomic_fetch_sub(&mrcache_live, 1) == 1 && live_changed)
 		live_changed(false);
 }
@@ -50,23 +55,50 @@ static void entry_drop_locked(struct mrc_entry **pp)
 	entry_free(e);
 }
 
+/* The least recently used entry nobody uses (NULL if none); *count: the
+ * valid entries. */
+static struct mrc_entry **lru_unused_locked(int *count)
+{
+	struct mrc_entry **victim = NULL;
+
+	*count = 0;
+	for (struct mrc_entry **pp = &mrc_list; *pp; pp = &(*pp)->next) {
+		(*count)++;
+		if (!(*pp)->users && (!victim || (*pp)->last_use < (*victim)->last_use))
+			victim = pp;
+	}
+	return victim;
+}
+
 static void evict_locked(size_t incoming)
 {
 	for (;;) {
-		struct mrc_entry **victim = NULL;
-		int count = 0;
+		int count;
+		struct mrc_entry **victim = lru_unused_locked(&count);
 
-		for (struct mrc_entry **pp = &mrc_list; *pp; pp = &(*pp)->next) {
-			count++;
-			if (!(*pp)->users && (!victim || (*pp)->last_use < (*victim)->last_use))
-				victim = pp;
-		}
 		if (count < MRC_MAX_ENTRIES && mrc_bytes + incoming <= MRC_MAX_BYTES)
 			return;
 		if (!victim)
 			return; /* everything is in use: go over the limit for now */
 		entry_drop_locked(victim);
 	}
+}
+
+/* Takes len bytes from the pinned-memory budget, evicting unused entries,
+ * least recently used first, while they do not fit.  False when they still
+ * do not (counted as a refusal): the caller registers nothing, and
+ * zero-copy uses buffer copy for that call. */
+static bool budget_take_locked(size_t len)
+{
+	while (!pin_budget_try(len)) {
+		int count;
+		struct mrc_entry **victim = lru_unused_locked(&count);
+
+		if (!victim)
+			return pin_budget_take(len);
+		entry_drop_locked(victim); /* unused: deregistered now, its bytes given back */
+	}
+	return true;
 }
 
 static struct mrc_entry *lookup_locked(struct sdp_dev *dev, uintptr_t start, uintptr_t end,
@@ -98,6 +130,18 @@ static struct ibv_mr *register_range(struct sdp_dev *dev, uintptr_t start, size_
 	return mr;
 }
 
+bool mrcache_budget_take(size_t len)
+{
+	bool ok;
+
+	if (pin_budget_try(len))
+		return true;
+	pthread_mutex_lock(&mrc_lock);
+	ok = budget_take_locked(len);
+	pthread_mutex_unlock(&mrc_lock);
+	return ok;
+}
+
 int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool need_write,
 		struct mrc_entry **out, bool *hit)
 {
@@ -111,6 +155,10 @@ int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool need_wri
 	*hit = e != NULL;
 	if (!e) {
 		evict_locked(end - start);
+		if (!budget_take_locked(end - start)) {
+			pthread_mutex_unlock(&mrc_lock);
+			return -ENOBUFS;
+		}
 		e = calloc(1, sizeof(*e));
 		if (e)
 			e->mr = register_range(dev, start, end - start, &e->writable);
@@ -121,6 +169,7 @@ int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool need_wri
 				ibv_dereg_mr(e->mr);
 			free(e);
 			SDP_GUARD_LEAVE();
+			pin_budget_give(end - start);
 			pthread_mutex_unlock(&mrc_lock);
 			return e ? err : -ENOMEM;
 		}

@@ -36,11 +36,18 @@ extern _Atomic int mrcache_live __attribute__((visibility("hidden")));
 void mrcache_watch(void (*changed)(bool live));
 
 /* An entry of dev covering [addr, addr+len), registered on a miss.  need_write:
- * the range will be written locally (an RDMA READ target or a sink).
+ * the range will be written locally (an RDMA READ target or a sink).  A miss
+ * takes its pages from the pinned-memory budget (base/pin_budget.h),
+ * evicting unused entries first; -ENOBUFS if they still do not fit.
  * Returns 0 or -errno; *hit tells whether it came from the cache. */
 int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool need_write,
 		struct mrc_entry **out, bool *hit);
 void mrcache_put(struct mrc_entry *e);
+/* Takes len bytes from the pinned-memory budget for a registration outside
+ * the cache (a channel's buffers), evicting unused entries, least recently
+ * used first, while they do not fit: a connection comes before a cached
+ * registration nobody uses.  False (a refusal, counted) if they still do not. */
+bool mrcache_budget_take(size_t len);
 /* The pages of [addr, addr+len) may change: drop overlapping entries. */
 void mrcache_invalidate(const void *addr, size_t len);
 /* Deregisters every unused entry of dev (its last channel went away). */

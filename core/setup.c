@@ -117,7 +117,7 @@ static int alloc_rx(struct sdp_conn *c)
 {
 	int err = 0;
 
-	c->rx_mem_len = (size_t)c->buf_size * c->buf_count + CTRL_SLOTS * CTRL_SLOT_SIZE;
+	c->rx_mem_len = conn_rx_mem_len(c->buf_size, c->buf_count);
 	c->rx_mem = dev_alloc_registered(c->dev, c->rx_mem_len, &c->rx_mr, &err);
 	if (!c->rx_mem)
 		return err;
@@ -186,7 +186,7 @@ static int alloc_tx(struct sdp_conn *c)
 
 	c->tx_slot_size = c->peer_buf_size < c->buf_size ? c->peer_buf_size : c->buf_size;
 	c->tx_nslots = count + 1;
-	c->tx_mem_len = (size_t)c->tx_nslots * c->tx_slot_size;
+	c->tx_mem_len = conn_tx_mem_len(c->tx_slot_size, c->tx_nslots);
 	c->tx_mem = dev_alloc_registered(c->dev, c->tx_mem_len, &c->tx_mr, &err);
 	if (!c->tx_mem)
 		return err;
@@ -194,11 +194,25 @@ static int alloc_tx(struct sdp_conn *c)
 	return c->tx_slots ? 0 : -ENOMEM;
 }
 
-static enum sdp_reason reason_for_setup_error(int err)
+/* -ENOBUFS is the pinned-memory budget's refusal (dev_alloc_registered):
+ * resources, as the budget is our policy; the kernel's refusal to pin
+ * (RLIMIT_MEMLOCK) comes as -ENOMEM, -EPERM or -EAGAIN. */
+enum sdp_reason conn_setup_error_reason(int err)
 {
+	if (err == -ENOBUFS)
+		return SDP_REASON_RESOURCES;
 	if (err == -ENOMEM || err == -EPERM || err == -EAGAIN)
 		return SDP_REASON_MEMLOCK;
 	return SDP_REASON_RESOURCES;
+}
+
+void conn_warn_setup_error(int err, const char *what)
+{
+	/* The budget says so itself, once per process: not once per connection. */
+	sdp_log_at(err == -ENOBUFS ? SDP_LOG_DEBUG : SDP_LOG_WARN,
+		   "cannot set up %s: %s%s", what, strerror(-err),
+		   conn_setup_error_reason(err) == SDP_REASON_MEMLOCK ? " (RLIMIT_MEMLOCK too low?)"
+		   : err == -ENOBUFS ? " (the pinned-memory budget is spent)" : "");
 }
 
 int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_size,
@@ -220,9 +234,8 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 	if (!err && peer_buf_count)
 		err = conn_setup_tx(c, peer_buf_size, peer_buf_count);
 	if (err) {
-		*reason = reason_for_setup_error(err);
-		sdp_warn("cannot set up an RDMA channel: %s%s", strerror(-err),
-			 *reason == SDP_REASON_MEMLOCK ? " (RLIMIT_MEMLOCK too low?)" : "");
+		*reason = conn_setup_error_reason(err);
+		conn_warn_setup_error(err, "an RDMA channel");
 		return err;
 	}
 	return 0;

@@ -133,6 +133,8 @@ static struct rx_entry *read_source(struct sdp_conn *c)
 	return NULL;
 }
 
+static void source_cut(struct sdp_conn *c, struct rx_entry *e);
+
 static int ensure_stage(struct sdp_conn *c)
 {
 	int err = 0;
@@ -169,7 +171,11 @@ void zc_stage_kick(struct sdp_conn *c)
 	if (!e || !e->unread)
 		return;
 	if (ensure_stage(c) != 0) {
-		close_ev_abort(c, ENOMEM, true);
+		/* No staging buffer (the pinned-memory budget is spent, or
+		 * RLIMIT_MEMLOCK): decline the rest of this source as a cancel
+		 * cuts it.  The RdmaRdCompl says what we took; the sender sends
+		 * the rest by buffer copy. */
+		source_cut(c, e);
 		return;
 	}
 	n = e->unread < c->stage_len ? e->unread : c->stage_len;

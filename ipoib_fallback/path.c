@@ -3,17 +3,16 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/pin_budget.h" /* pin_memlock_binds() */
 #include "ipoib_fallback/negcache.h"
 #include "ipoib_fallback/path.h"
 
@@ -143,25 +142,11 @@ bool path_rdma_device_present(void)
 	return present;
 }
 
-bool path_has_cap_ipc_lock(void)
-{
-	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct data[2];
-
-	if (syscall(SYS_capget, &hdr, data) != 0)
-		return false;
-	return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
-}
-
 bool path_memlock_allows(uint64_t bytes)
 {
-	struct rlimit rl;
+	uint64_t soft;
 
-	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-		return true;
-	if (rl.rlim_cur >= bytes)
-		return true;
-	return path_has_cap_ipc_lock();
+	return !pin_memlock_binds(&soft) || soft >= bytes;
 }
 
 static void decision_init(struct path_decision *out)

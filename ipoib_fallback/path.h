@@ -39,8 +39,6 @@ void path_remember_failure(const struct sockaddr *dst, enum sdp_reason reason);
 bool path_rdma_device_present(void);
 /* True if RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows pinning `bytes` more. */
 bool path_memlock_allows(uint64_t bytes);
-/* True if this process has CAP_IPC_LOCK in its effective set. */
-bool path_has_cap_ipc_lock(void);
 
 bool sockaddr_is_loopback(const struct sockaddr *sa);
 bool sockaddr_is_inet(const struct sockaddr *sa, socklen_t len);

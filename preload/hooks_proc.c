@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/pin_budget.h" /* pin_budget_atfork_child() */
 #include "base/real.h"
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
@@ -41,6 +42,7 @@ void proc_atfork_parent(void)
 
 void proc_atfork_child(void)
 {
+	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
 	sock_atfork_child();
 	path_atfork_child();

@@ -15,6 +15,7 @@
 #include "base/config.h"
 #include "base/fdtable.h"
 #include "base/log.h"
+#include "base/pin_budget.h" /* pin_budget_init() */
 #include "base/real.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
@@ -222,6 +223,7 @@ static void init_once_fn(void)
 	mem_hooks_init();
 	sdp_log_init_from_env();
 	tunables_load_env();
+	pin_budget_init();
 	if (fdt_init(0) != 0)
 		sdp_warn("cannot allocate the fd table; every socket stays untracked TCP");
 	path_init();

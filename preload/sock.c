@@ -11,6 +11,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/pin_budget.h"
 #include "base/real.h"
 #include "preload/gate.h"
 #include "preload/sock.h"
@@ -47,7 +48,7 @@ static struct stats_seg *seg_locked(void)
 	if (proc_seg_failed)
 		return NULL;
 	err = stats_seg_create(&proc_seg, stats_dir(), pid, geteuid(), path_progname(),
-			       sdp_tun.stats_slots);
+			       sdp_tun.stats_slots, sdp_tun.link_slots);
 	if (err) {
 		proc_seg_failed = true;
 		sdp_warn("cannot create stats segment in %s: %s; sdpshim stat will not see this "
@@ -58,6 +59,8 @@ static struct stats_seg *seg_locked(void)
 		sdp_warn("stats segment name sdpshim-%u-%d.stats in %s is taken by %s; using %s",
 			 (unsigned)geteuid(), (int)pid, stats_dir(), proc_seg.taken, proc_seg.path);
 	proc_seg_pid = pid;
+	pin_budget_publish(proc_seg.hdr);
+	stats_seg_set_current(&proc_seg);
 	return &proc_seg;
 }
 
@@ -570,6 +573,7 @@ void sock_atfork_child(void)
 	memset(&proc_seg, 0, sizeof(proc_seg));
 	proc_seg_failed = false;
 	fork_generation++;
+	stats_seg_set_current(NULL); /* the parent's, unmapped below */
 	fdt_for_each(FDT_SOCK, rehome_in_child, &parent);
 	if (parent.hdr)
 		stats_seg_detach(&parent); /* the parent's segment: unmap, never unlink */

@@ -16,6 +16,9 @@
 #                             even when the test passes)
 #   stop_recorded_pids        TERM every pid in $BATS_TEST_TMPDIR/*.pid, SIGKILL what is
 #                             still alive 5 s later (teardown of start_bg-style tests)
+#   write_pair_py FILE        write pair.py: `python3 FILE READY [once]` listens on
+#                             127.0.0.1, connects to itself, 5000 bytes each way, writes
+#                             the port to READY, then sleeps 120 s (not with `once`)
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-build}
@@ -132,4 +135,26 @@ stop_recorded_pids() {
     sleep 0.1
   done
   for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
+}
+
+write_pair_py() {
+  cat >"$1" <<'EOF'
+import os, socket, sys, time
+lsock = socket.socket()
+lsock.bind(("127.0.0.1", 0))
+lsock.listen(1)
+client = socket.create_connection(lsock.getsockname())
+server, _ = lsock.accept()
+client.sendall(b"c" * 5000)
+server.sendall(b"s" * 5000)
+for sock in (client, server):
+    got = 0
+    while got < 5000:
+        got += len(sock.recv(65536))
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write("%d\n" % lsock.getsockname()[1])
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+if len(sys.argv) < 3:
+    time.sleep(120)
+EOF
 }

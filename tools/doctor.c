@@ -21,7 +21,9 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/pin_budget.h"
 #include "base/reason.h"
+#include "core/conn.h" /* conn_pinned_bytes_estimate() */
 #include "ipoib_fallback/path.h"
 #include "ipoib_fallback/rules.h"
 #include "tools/cli.h"
@@ -299,10 +301,40 @@ static void print_memlock_advice(void)
 	       "    PAM:     '<user> - memlock unlimited' in /etc/security/limits.conf\n");
 }
 
+/* What RLIMIT_MEMLOCK and the pinned-memory budget allow, with what
+ * today's per-connection channels really register (core/geometry.c: every
+ * registration in whole pages, the control slots and the spare send slot
+ * included).  A line for links (issue 15) goes beside the first. */
+static void report_pin_budget(void)
+{
+	uint64_t per_conn = conn_pinned_bytes_estimate(), soft, budget, set;
+	bool from_env = tunable_parse_size(getenv("SDPSHIM_PIN_BUDGET"), SDP_PIN_BUDGET_MAX, &set);
+	char human[32], requested[32];
+
+	printf("  per-connection channels: one connection pins %s (%" PRIu64 " bytes: its buffers, "
+	       "control slots and spare send slot, in whole pages)\n",
+	       human_bytes(per_conn, human, sizeof(human)), per_conn);
+	if (pin_memlock_binds(&soft))
+		printf("  RLIMIT_MEMLOCK allows %" PRIu64 " connections with per-connection channels\n",
+		       soft / per_conn);
+	else
+		printf("  RLIMIT_MEMLOCK allows unlimited connections with per-connection channels "
+		       "(%s)\n", pin_has_cap_ipc_lock() ? "CAP_IPC_LOCK" : "no limit");
+	pin_budget_init();
+	budget = pin_budget_limit();
+	human_bytes(sdp_tun.pin_budget, requested, sizeof(requested));
+	printf("  pin budget: %s (%" PRIu64 " bytes; %s %s%s), %" PRIu64 " connections with "
+	       "per-connection channels; past it new connections use TCP, reason %s\n",
+	       human_bytes(budget, human, sizeof(human)), budget,
+	       from_env ? "SDPSHIM_PIN_BUDGET" : "the default", requested,
+	       pin_budget_capped() ? ", capped at the soft RLIMIT_MEMLOCK" : "", budget / per_conn,
+	       sdp_reason_name(SDP_REASON_RESOURCES));
+}
+
 static void report_memlock(void)
 {
 	uint64_t per_conn = 2ull * sdp_tun.buf_size * sdp_tun.buf_count;
-	bool cap = path_has_cap_ipc_lock();
+	bool cap = pin_has_cap_ipc_lock();
 	char soft[64], hard[64], human[32];
 	struct rlimit rl;
 
@@ -317,7 +349,9 @@ static void report_memlock(void)
 	printf("  one RDMA connection pins %s (2 x SDPSHIM_BUF_SIZE %u x SDPSHIM_BUF_COUNT %u)\n",
 	       human_bytes(per_conn, human, sizeof(human)), sdp_tun.buf_size, sdp_tun.buf_count);
 	if (cap || rl.rlim_cur == RLIM_INFINITY) {
-		printf("  connections per process: not limited by memlock\n\n");
+		printf("  connections per process: not limited by memlock\n");
+		report_pin_budget();
+		printf("\n");
 		return;
 	}
 	uint64_t conns = (uint64_t)rl.rlim_cur / per_conn;
@@ -330,6 +364,7 @@ static void report_memlock(void)
 		       "stay on kernel TCP\n");
 	if (conns < LOW_MEMLOCK_CONNS)
 		print_memlock_advice();
+	report_pin_budget();
 	printf("\n");
 }
 

@@ -1,5 +1,6 @@
 /* `sdpshim stat`: reads the shared-memory stats segments of preloaded
- * processes and prints their connections as a table or as one JSON document.
+ * processes and prints their connections (and their links, when they have
+ * any) as tables or as one JSON document.
  * Each segment is read once into private copies (base/stats_read.c checks
  * the file's type and owner and every field); a file it refuses is named on
  * stderr and skipped, and the others are still shown. */
@@ -417,14 +418,97 @@ static void print_tcp_reasons(const struct stats_proc_info *h)
 		printf(")");
 }
 
-static void print_summary(const struct proc_view *p)
+static void print_summary(const struct proc_view *p, bool raw)
 {
 	const struct stats_proc_info *h = &p->snap.info;
+	char pinned[CELL_MAX], budget[CELL_MAX];
 
 	printf("pid %d %s: %" PRIu64 " rdma, %" PRIu64 " tcp", (int)p->pid, p->snap.info.comm,
 	       h->conns_by_path[SDP_PATH_RDMA], h->conns_by_path[SDP_PATH_TCP]);
 	print_tcp_reasons(h);
-	printf(", negcache hits %" PRIu64 "\n", h->negcache_hits);
+	format_size(h->pinned_bytes, raw, pinned, sizeof(pinned));
+	format_size(h->pin_budget, raw, budget, sizeof(budget));
+	printf(", negcache hits %" PRIu64 ", pinned %s of %s, budget refusals %" PRIu64 "\n",
+	       h->negcache_hits, pinned, budget, h->budget_refusals);
+}
+
+/* ---- links -------------------------------------------------------------- */
+
+enum link_col { LCOL_PID, LCOL_COMM, LCOL_PEER, LCOL_ROLE, LCOL_STATE, LCOL_STREAMS,
+		LCOL_PINNED, LCOL_CREDITS, LCOL_MSGS, LCOL_COUNT };
+
+static const char *const link_col_title[LCOL_COUNT] = {
+	"PID", "COMM", "PEER", "ROLE", "STATE", "STREAMS", "PINNED", "CREDITS", "MSGS",
+};
+
+static const bool link_col_right[LCOL_COUNT] = {
+	[LCOL_PID] = true, [LCOL_STREAMS] = true, [LCOL_PINNED] = true, [LCOL_CREDITS] = true,
+	[LCOL_MSGS] = true,
+};
+
+struct link_row {
+	char cell[LCOL_COUNT][CELL_MAX];
+};
+
+/* STREAMS is open/cap, CREDITS in use/total, MSGS sent/received. */
+static void fill_link_row(struct link_row *r, const struct proc_view *p,
+			  const struct sdp_link_stats *l, bool raw)
+{
+	char sent[24], received[24]; /* format_size: at most 20 digits */
+
+	snprintf(r->cell[LCOL_PID], CELL_MAX, "%d", (int)p->pid);
+	snprintf(r->cell[LCOL_COMM], CELL_MAX, "%.*s", CELL_MAX - 1, p->snap.info.comm);
+	stats_addr_format(&l->peer, r->cell[LCOL_PEER], CELL_MAX);
+	snprintf(r->cell[LCOL_ROLE], CELL_MAX, "%s", stats_link_role_name(l->role));
+	snprintf(r->cell[LCOL_STATE], CELL_MAX, "%s", stats_link_state_name(l->state));
+	snprintf(r->cell[LCOL_STREAMS], CELL_MAX, "%u/%u", (unsigned)atomic_load(&l->streams),
+		 (unsigned)atomic_load(&l->streams_max));
+	format_size(atomic_load(&l->pinned_bytes), raw, r->cell[LCOL_PINNED], CELL_MAX);
+	snprintf(r->cell[LCOL_CREDITS], CELL_MAX, "%u/%u", (unsigned)atomic_load(&l->credits_in_use),
+		 (unsigned)atomic_load(&l->credits_total));
+	format_size(atomic_load(&l->msgs_sent), raw, sent, sizeof(sent));
+	format_size(atomic_load(&l->msgs_received), raw, received, sizeof(received));
+	snprintf(r->cell[LCOL_MSGS], CELL_MAX, "%s/%s", sent, received);
+}
+
+static void print_link_cells(char cells[LCOL_COUNT][CELL_MAX], const int *width)
+{
+	for (int c = 0; c < LCOL_COUNT; c++) {
+		const char *sep = c + 1 < LCOL_COUNT ? "  " : "\n";
+		printf(link_col_right[c] ? "%*s%s" : "%-*s%s", width[c], cells[c], sep);
+	}
+}
+
+/* The live links of every process, in process order; nothing at all when
+ * no process has one. */
+static void show_links(const struct proc_list *list, bool raw)
+{
+	struct link_row title, *rows;
+	size_t n = 0, total = 0;
+	int width[LCOL_COUNT];
+
+	for (size_t i = 0; i < list->count; i++)
+		total += list->proc[i].snap.link_count;
+	if (total == 0)
+		return;
+	rows = calloc(total, sizeof(*rows));
+	if (!rows)
+		return;
+	for (size_t i = 0; i < list->count; i++)
+		for (size_t j = 0; j < list->proc[i].snap.link_count; j++)
+			fill_link_row(&rows[n++], &list->proc[i], &list->proc[i].snap.link[j], raw);
+	for (int c = 0; c < LCOL_COUNT; c++) {
+		snprintf(title.cell[c], CELL_MAX, "%s", link_col_title[c]);
+		width[c] = (int)strlen(link_col_title[c]);
+		for (size_t i = 0; i < n; i++)
+			if ((int)strlen(rows[i].cell[c]) > width[c])
+				width[c] = (int)strlen(rows[i].cell[c]);
+	}
+	printf("\nlinks:\n");
+	print_link_cells(title.cell, width);
+	for (size_t i = 0; i < n; i++)
+		print_link_cells(rows[i].cell, width);
+	free(rows);
 }
 
 static void show_table(const struct proc_list *list, const struct stat_opts *o)
@@ -438,9 +522,10 @@ static void show_table(const struct proc_list *list, const struct stat_opts *o)
 	for (size_t i = 0; i < list->count; i++)
 		collect_rows(&list->proc[i], o, &t);
 	print_table(&t);
+	show_links(list, o->raw_bytes);
 	printf("\n");
 	for (size_t i = 0; i < list->count; i++)
-		print_summary(&list->proc[i]);
+		print_summary(&list->proc[i], o->raw_bytes);
 	free(t.row);
 }
 
@@ -503,6 +588,21 @@ static void json_print_connections(const struct proc_view *p, const struct stat_
 	printf("]");
 }
 
+static void json_print_links(const struct proc_view *p)
+{
+	char buf[CONN_JSON_MAX];
+	const char *sep = "";
+
+	printf("\"links\":[");
+	for (size_t i = 0; i < p->snap.link_count; i++) {
+		if (stats_link_json(&p->snap.link[i], buf, sizeof(buf)) < 0)
+			continue;
+		printf("%s%s", sep, buf);
+		sep = ",";
+	}
+	printf("]");
+}
+
 static void json_print_process(const struct proc_view *p, const struct stat_opts *o)
 {
 	const struct stats_proc_info *h = &p->snap.info;
@@ -515,7 +615,12 @@ static void json_print_process(const struct proc_view *p, const struct stat_opts
 	printf(",\"negcache_hits\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
 	       ",\"bytes_received\":%" PRIu64 ",",
 	       h->negcache_hits, bytes.sent, bytes.received);
+	printf("\"pin_budget\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
+	       ",\"budget_refusals\":%" PRIu64 ",",
+	       h->pin_budget, h->pinned_bytes, h->budget_refusals);
 	json_print_connections(p, o);
+	printf(",");
+	json_print_links(p);
 	printf("}");
 }
 

@@ -3,12 +3,14 @@
  * any local user may have written anything.
  *
  * Input: the bytes of a segment file, as the writer lays them out (native
- * byte order, struct sdp_proc_stats then slot_count struct sdp_conn_stats).
+ * byte order, struct sdp_proc_stats, then slot_count struct sdp_conn_stats,
+ * then link_count struct sdp_link_stats).
  *
  * Checked: stats_image_parse accepts exactly what the model below allows
  * (a whole header, STATS_MAGIC, STATS_VERSION, 1 <= slot_count <=
- * STATS_SLOTS_MAX with every slot inside the input, pid > 0), and every
- * refusal names that rule with its own text; it writes the whole output on
+ * STATS_SLOTS_MAX with every slot inside the input, pid > 0, 1 <= link_count
+ * <= STATS_LINKS_MAX with every link record inside the input after the
+ * slots), and every refusal names that rule with its own text; it writes the whole output on
  * success and nothing depends on what was there before.  An accepted header
  * equals its bytes (pid, uid, counters) and its comm is the bytes made
  * printable: NUL-terminated, no control character, no '"' or '\\', no byte
@@ -18,9 +20,11 @@
  * the model finds live and in range (in_use 1, seq even, role, path, reason
  * and address families known), its copy equals its bytes, and its JSON line
  * (stats_conn_json, as `sdpshim stat --json` prints it) fits and has no
- * control character, backslash or unbalanced quote.  No index past
- * slot_count or past the input is ever accepted, even with a header that
- * lies about slot_count. */
+ * control character, backslash or unbalanced quote.  The same for link
+ * records (stats_image_link: in_use 1, seq even, role client or server, a
+ * known state, pads 0, known address families; stats_link_json).  No index
+ * past slot_count, link_count or the input is ever accepted, even with a
+ * header that lies about them. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -31,9 +35,10 @@
 
 #define HDR_SIZE sizeof(struct sdp_proc_stats)
 #define SLOT_SIZE sizeof(struct sdp_conn_stats)
+#define LINK_SIZE sizeof(struct sdp_link_stats)
 
 /* The layout the model reads: pinned here as the writer lays it out. */
-_Static_assert(HDR_SIZE == 408 && SLOT_SIZE == 184, "layout");
+_Static_assert(HDR_SIZE == 432 && SLOT_SIZE == 184 && LINK_SIZE == 128, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, version) == 8, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, slot_count) == 12, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, pid) == 16, "layout");
@@ -41,6 +46,17 @@ _Static_assert(offsetof(struct sdp_proc_stats, uid) == 20, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, comm) == 32, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, conns_by_path) == 96, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, negcache_hits) == 392, "layout");
+_Static_assert(offsetof(struct sdp_proc_stats, link_count) == 400, "layout");
+_Static_assert(offsetof(struct sdp_proc_stats, pin_budget) == 408, "layout");
+_Static_assert(offsetof(struct sdp_proc_stats, pinned_bytes) == 416, "layout");
+_Static_assert(offsetof(struct sdp_proc_stats, budget_refusals) == 424, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, seq) == 4, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, role) == 8, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, state) == 9, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, pad) == 10, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, local) == 12, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, peer) == 32, "layout");
+_Static_assert(offsetof(struct sdp_link_stats, pad2) == 52, "layout");
 _Static_assert(offsetof(struct sdp_conn_stats, seq) == 4, "layout");
 _Static_assert(offsetof(struct sdp_conn_stats, role) == 12, "layout");
 _Static_assert(offsetof(struct sdp_conn_stats, path) == 13, "layout");
@@ -50,7 +66,7 @@ _Static_assert(offsetof(struct sdp_conn_stats, remote) == 40, "layout");
 
 static enum stats_image_error model_header(const uint8_t *m, size_t n)
 {
-	uint32_t slots;
+	uint32_t slots, links;
 
 	if (n < HDR_SIZE)
 		return STATS_IMAGE_SHORT;
@@ -63,6 +79,10 @@ static enum stats_image_error model_header(const uint8_t *m, size_t n)
 		return STATS_IMAGE_BAD_SLOTS;
 	if ((int32_t)ne32_at(m + 16) <= 0)
 		return STATS_IMAGE_BAD_PID;
+	links = ne32_at(m + 400);
+	if (links == 0 || links > STATS_LINKS_MAX ||
+	    HDR_SIZE + (uint64_t)slots * SLOT_SIZE + (uint64_t)links * LINK_SIZE > n)
+		return STATS_IMAGE_BAD_LINKS;
 	return STATS_IMAGE_OK;
 }
 
@@ -78,6 +98,13 @@ static bool model_slot(const uint8_t *s)
 	return ne32_at(s) == 1 && (ne32_at(s + 4) & 1) == 0 && s[12] <= STATS_ROLE_LISTENER &&
 	       s[13] <= SDP_PATH_RDMA && ne16_at(s + 14) < SDP_REASON_COUNT && model_family(s + 20) &&
 	       model_family(s + 40);
+}
+
+static bool model_link(const uint8_t *l)
+{
+	return ne32_at(l) == 1 && (ne32_at(l + 4) & 1) == 0 && (l[8] == 1 || l[8] == 2) &&
+	       l[9] <= 3 && ne16_at(l + 10) == 0 && ne32_at(l + 52) == 0 && model_family(l + 12) &&
+	       model_family(l + 32);
 }
 
 static void check_comm(const char *comm, const uint8_t *raw)
@@ -108,6 +135,11 @@ static void check_header(const struct stats_proc_info *info, const uint8_t *m, s
 		CHECK(info->conns_by_reason[i] == ne64_at(m + 120 + 8 * i));
 	CHECK(info->bytes_sent == ne64_at(m + 376) && info->bytes_received == ne64_at(m + 384));
 	CHECK(info->negcache_hits == ne64_at(m + 392));
+	CHECK(info->link_count == ne32_at(m + 400));
+	CHECK(info->link_count >= 1 && info->link_count <= STATS_LINKS_MAX);
+	CHECK(stats_link_off(info->slot_count, info->link_count) <= n);
+	CHECK(info->pin_budget == ne64_at(m + 408) && info->pinned_bytes == ne64_at(m + 416));
+	CHECK(info->budget_refusals == ne64_at(m + 424));
 	check_comm(info->comm, m + 32);
 }
 
@@ -180,17 +212,59 @@ static void check_slot(const uint8_t *data, size_t size, const struct stats_proc
 	check_json(json, len);
 }
 
-/* A header that claims more slots than the input holds gets nothing past it. */
+/* One link record's own bytes, in a buffer that size, read the same; one short, not. */
+static void check_link_bytes(const uint8_t *rec, bool ok)
+{
+	struct sdp_link_stats l;
+	uint8_t *copy = malloc(LINK_SIZE);
+
+	CHECK(copy != NULL);
+	memcpy(copy, rec, LINK_SIZE);
+	CHECK(stats_link_parse(copy, LINK_SIZE, &l) == ok);
+	CHECK(!stats_link_parse(copy, LINK_SIZE - 1, &l));
+	CHECK(!stats_link_parse(NULL, LINK_SIZE, &l));
+	free(copy);
+}
+
+static void check_link(const uint8_t *data, size_t size, const struct stats_proc_info *info,
+		       uint32_t i)
+{
+	size_t off = HDR_SIZE + (size_t)info->slot_count * SLOT_SIZE + (size_t)i * LINK_SIZE;
+	struct sdp_link_stats l;
+	char json[2048];
+	bool ok = stats_image_link(data, size, info, i, &l);
+	int len;
+
+	CHECK(ok == (i < info->link_count && off + LINK_SIZE <= size && model_link(data + off)));
+	if (i < info->link_count)
+		check_link_bytes(data + off, ok);
+	if (!ok)
+		return;
+	CHECK(memcmp(&l, data + off, LINK_SIZE) == 0);
+	len = stats_link_json(&l, json, sizeof(json));
+	CHECK(len > 0);
+	check_json(json, len);
+}
+
+/* A header that claims more slots or links than the input holds gets
+ * nothing past it. */
 static void check_lying_header(const uint8_t *data, size_t size)
 {
 	struct stats_proc_info liar;
 	struct sdp_conn_stats s;
+	struct sdp_link_stats l;
 	uint32_t fit = size < HDR_SIZE ? 0 : (uint32_t)((size - HDR_SIZE) / SLOT_SIZE);
+	uint32_t links_fit = size < HDR_SIZE ? 0 : (uint32_t)((size - HDR_SIZE) / LINK_SIZE);
 
 	memset(&liar, 0, sizeof(liar));
 	liar.slot_count = UINT32_MAX;
+	liar.link_count = UINT32_MAX;
 	CHECK(!stats_image_slot(data, size, &liar, fit, &s));
 	CHECK(!stats_image_slot(data, size, &liar, UINT32_MAX, &s));
+	CHECK(!stats_image_link(data, size, &liar, 0, &l));  /* slots past any image */
+	liar.slot_count = 0;
+	CHECK(!stats_image_link(data, size, &liar, links_fit, &l));
+	CHECK(!stats_image_link(data, size, &liar, UINT32_MAX, &l));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -214,5 +288,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (uint32_t i = 0; i <= info[0].slot_count; i++)
 		check_slot(data, size, &info[0], i);
 	CHECK(!stats_image_slot(data, size, &info[0], UINT32_MAX, &(struct sdp_conn_stats){ 0 }));
+	for (uint32_t i = 0; i <= info[0].link_count; i++)
+		check_link(data, size, &info[0], i);
+	CHECK(!stats_image_link(data, size, &info[0], UINT32_MAX, &(struct sdp_link_stats){ 0 }));
 	return 0;
 }

@@ -24,7 +24,9 @@
  *             mode: SO_*TIMEO, non-blocking, a signal, MSG_DONTWAIT, none
  *             23/24 the scheduler holds/releases the app thread
  *             26 FIONREAD   27 wait until the call returns
- *   29-31     nothing
+ *   process   29 the pinned-memory budget is spent / has room again (toggle):
+ *             while spent, no buffer or app buffer can be registered
+ *   30-31     nothing
  * At the end: the call in progress runs to its end (network running, the
  * peer as the script left it), the network drains, and the peer probes
  * every window it was given.
@@ -187,6 +189,7 @@ static void peer_action(uint8_t op, bool lie, struct script *s)
 }
 
 static bool peer_on;
+static bool budget_spent; /* op 29 */
 
 static const char *const op_names[32] = {
 	"exec", "complete", "network", "peer DATA", "peer SrcAvail", "peer SrcAvailCancel",
@@ -194,7 +197,7 @@ static const char *const op_names[32] = {
 	"peer RdmaRdCompl", "peer RdmaRdCompl (any count)", "peer SinkAvail", "peer SinkCancel",
 	"peer credit update", "peer ABORT", "peer DisConn", "peer raw message", "DISCONNECTED",
 	"peer QP fails", "advance", "app recv", "app send", "hold app", "release app",
-	"probe windows", "FIONREAD", "finish call", "peer auto", "nop", "nop", "nop",
+	"probe windows", "FIONREAD", "finish call", "peer auto", "pin budget", "nop", "nop",
 };
 
 static void step(struct script *s)
@@ -214,7 +217,8 @@ static void step(struct script *s)
 	case 26: zcm_app_check_readable(); break;
 	case 27: if (zcm_app_busy()) zcm_app_finish(); break;
 	case 28: peer_on = !peer_on; zcm_peer_set_auto(peer_on); break;
-	case 29: case 30: case 31: break;
+	case 29: budget_spent = !budget_spent; zcm_pin_budget_spent(budget_spent); break;
+	case 30: case 31: break;
 	default: peer_action(op, lie, s); break;
 	}
 }
@@ -227,6 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	zcm_open(&opts);
 	peer_on = false;
+	budget_spent = false;
 	while (s.left && steps++ < 400)
 		step(&s);
 	if (zcm_app_busy())

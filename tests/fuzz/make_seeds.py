@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_seeds.py: writes the seed corpus of the libFuzzer harnesses,
-tests/fuzz/corpus/<harness>/, from the layouts of core/wire.h: a few valid
+tests/fuzz/corpus/<harness>/, from the layouts of core/wire.h (and of the
+stats segment, base/stats_shm.h): a few valid
 inputs per harness and a few that break exactly one rule (near-valid).  Each
 corpus directory is rewritten whole, so the output depends on this file (and
 the reason list of base/reason.h) only.  Also makes sure every
@@ -366,20 +367,27 @@ def tcp_diag_seeds():
 
 
 # The stats segment (base/stats_shm.h), little-endian as the writer lays it out
-# on the hosts sdpshim runs on: a 408-byte header, then 184-byte slots.
+# on the hosts sdpshim runs on: a 432-byte header, then 184-byte slots, then
+# 128-byte link records.
 STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
-STATS_VERSION = 1
+STATS_VERSION = 2
 AF_INET, AF_INET6 = 2, 10
 ROLE = dict(NONE=0, CLIENT=1, SERVER=2, LISTENER=3)
 PATH = dict(UNDECIDED=0, TCP=1, RDMA=2)
 
 
+LINK_ROLE = dict(CLIENT=1, SERVER=2)
+LINK_STATE = dict(CONNECTING=0, UP=1, FAILED=2, CLOSING=3)
+
+
 def stats_header(slots, pid=4242, uid=1000, comm=b"redis-server", magic=STATS_MAGIC,
-                 version=STATS_VERSION, by_path=(0, 2, 1), bytes_sent=5000, bytes_received=7000):
+                 version=STATS_VERSION, by_path=(0, 2, 1), bytes_sent=5000, bytes_received=7000,
+                 links=1, pin_budget=268435456, pinned=4268032, refusals=3):
     by_reason = [0] * 32
     by_reason[REASON["LOOPBACK"]] = 2
-    return struct.pack("<QIIiIQ64s3Q32QQQQII", magic, version, slots, pid, uid, 1700000000000,
-                       comm, *by_path, *by_reason, bytes_sent, bytes_received, 1, 0, 0)
+    return struct.pack("<QIIiIQ64s3Q32QQQQIIQQQ", magic, version, slots, pid, uid,
+                       1700000000000, comm, *by_path, *by_reason, bytes_sent, bytes_received, 1,
+                       links, 0, pin_budget, pinned, refusals)
 
 
 def stats_addr(family=0, port=0, addr=b""):
@@ -395,27 +403,53 @@ def stats_slot(in_use=1, seq=2, fd=7, role=ROLE["CLIENT"], path=PATH["TCP"],
     return head + local + remote + b"\0" * 4 + counters + struct.pack("<IIII", 32, 32, 0, 0)
 
 
+def stats_link(in_use=1, seq=2, role=LINK_ROLE["CLIENT"], state=LINK_STATE["UP"], pad=0,
+               pad2=0, local=None, peer=None, streams=3):
+    local = local if local is not None else stats_addr(AF_INET, 40001, bytes((10, 0, 0, 1)))
+    peer = peer if peer is not None else stats_addr(AF_INET, 6379, bytes((10, 0, 0, 2)))
+    head = struct.pack("<IIBBH", in_use, seq, role, state, pad)
+    tail = struct.pack("<IQIIQIIQQQQQ", pad2, 1700000000002, streams, 255, 1 << 20, 64, 5,
+                       1000, 999, 123456, 654321, 9)
+    return head + local + peer + tail
+
+
 def stats_seeds():
     v6 = stats_addr(AF_INET6, 443, bytes.fromhex("fe800000000000000000000000000001"))
     rdma = stats_slot(fd=9, role=ROLE["SERVER"], path=PATH["RDMA"], reason=REASON["NONE"],
                       local=v6, remote=v6)
     listener = stats_slot(fd=3, role=ROLE["LISTENER"], remote=stats_addr())
     free_slot = bytes(184)
+    free_link = bytes(128)
+    assert len(stats_header(1)) == 432 and len(stats_slot()) == 184 and len(stats_link()) == 128
     return {
-        "one-free-slot": stats_header(1) + free_slot,
-        "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot,
-        "hostile-comm": stats_header(1, comm=b'a"b\\c\n\x7f\xff' + b"x" * 56) + stats_slot(),
-        "slot-being-written": stats_header(2) + stats_slot(seq=3) + stats_slot(in_use=2),
+        "one-free-slot": stats_header(1) + free_slot + free_link,
+        "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot +
+                                     free_link,
+        "hostile-comm": stats_header(1, comm=b'a"b\\c\n\x7f\xff' + b"x" * 56) + stats_slot() +
+                        free_link,
+        "slot-being-written": stats_header(2) + stats_slot(seq=3) + stats_slot(in_use=2) +
+                              free_link,
         "slot-bad-fields": stats_header(3) + stats_slot(reason=0xffff) +
-                           stats_slot(path=7) + stats_slot(local=stats_addr(1, 1)),
-        "longer-than-its-slots": stats_header(1) + stats_slot() + b"trailing",
+                           stats_slot(path=7) + stats_slot(local=stats_addr(1, 1)) + free_link,
+        "longer-than-its-slots": stats_header(1) + stats_slot() + free_link + b"trailing",
+        "links-client-server-v6": stats_header(1, links=3) + stats_slot() + stats_link() +
+                                  stats_link(role=LINK_ROLE["SERVER"], local=v6, peer=v6) +
+                                  free_link,
+        "links-bad-fields": stats_header(1, links=6) + free_slot + stats_link(role=3) +
+                            stats_link(state=4) + stats_link(pad=1) + stats_link(pad2=1) +
+                            stats_link(peer=stats_addr(1, 1)) + stats_link(seq=5),
+        "links-being-set-up": stats_header(1, links=2) + free_slot + stats_link(in_use=2) +
+                              stats_link(),
         # near-valid: one rule broken
-        "bad-magic": stats_header(1, magic=STATS_MAGIC ^ 1) + stats_slot(),
-        "bad-version-2": stats_header(1, version=2) + stats_slot(),
-        "bad-slots-0": stats_header(0),
+        "bad-magic": stats_header(1, magic=STATS_MAGIC ^ 1) + stats_slot() + free_link,
+        "bad-version-1": stats_header(1, version=1) + stats_slot() + free_link,
+        "bad-slots-0": stats_header(0) + free_link,
         "bad-slots-past-end": stats_header(3) + stats_slot() + stats_slot(),
-        "bad-slots-huge": stats_header(0xffffffff) + stats_slot(),
-        "bad-pid-0": stats_header(1, pid=0) + stats_slot(),
+        "bad-slots-huge": stats_header(0xffffffff) + stats_slot() + free_link,
+        "bad-pid-0": stats_header(1, pid=0) + stats_slot() + free_link,
+        "bad-links-0": stats_header(1, links=0) + stats_slot(),
+        "bad-links-past-end": stats_header(1, links=2) + stats_slot() + stats_link(),
+        "bad-links-huge": stats_header(1, links=0x10001) + stats_slot() + free_link,
         "bad-short": stats_header(1)[:-1],
         "garbage": b"junk\n",
     }

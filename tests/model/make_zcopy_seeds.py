@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 OPS = ["EXEC", "COMPLETE", "NET", "DATA", "SRC", "SRC_CANCEL", "SRC_DROP", "SINK_ANSWER",
        "SINK_CANCEL_ACK", "READ", "RD_COMPL", "RD_COMPL_ANY", "SINK_AVAIL", "SINK_CANCEL",
        "CREDIT", "ABORT", "DISCONN", "RAW", "DISCONNECTED", "QP_FAIL", "ADVANCE", "RECV",
-       "SEND", "HOLD", "RELEASE", "PROBE", "FIONREAD", "FINISH", "AUTO"]
+       "SEND", "HOLD", "RELEASE", "PROBE", "FIONREAD", "FINISH", "AUTO", "BUDGET"]
 OP = {name: i for i, name in enumerate(OPS)}
 # The harness's tables (choose_len, choose_ms), by value.
 LENS = [1, 100, 4079, 4080, 4081, 8192, 16383, 16384, 32768, 65535, 65536, 100000, 131072,
@@ -115,6 +115,21 @@ def seeds():
     s["disconn-after-data"] = b"".join([
         data(4080), data(10), op("DISCONN"), recv(8192, flags=WAITALL), op("FINISH"),
         recv(8192), op("FINISH")])
+    # The pinned-memory budget spent (issue 15): nothing new can be
+    # registered, so a SrcAvail is declined (RdmaRdCompl 0) and a send copies.
+    s["budget-spent-source-declined"] = b"".join([
+        op("BUDGET"), op("SRC", L(131072)), op("NET"), data(3000), recv(262144), op("FINISH"),
+        op("BUDGET"), op("SRC", L(131072)), op("NET"), recv(262144), op("FINISH")])
+    s["budget-spent-blocked-recv"] = b"".join([
+        op("BUDGET"), recv(262144, ms=10000), op("NET"), op("SRC", L(131072)), op("NET"),
+        data(2000), op("FINISH"), op("PROBE")])
+    s["budget-spent-send"] = b"".join([
+        op("AUTO"), op("BUDGET"), send(262144, ms=10000), op("FINISH"), op("NET")])
+    # A SrcAvail the peer made up, declined: the answer is to a lie (a
+    # fuzzer find: the model once called it an answer to nothing).
+    s["budget-spent-raw-srcavail"] = b"".join([
+        op("BUDGET"), op("RAW", 7, 0, 0, 0, 44, 0, 0, 0, 7, 0, 0, 0, 16, 0), op("NET"),
+        data(1000), recv(8192), op("FINISH")])
     return s
 
 

@@ -129,6 +129,7 @@ struct zcm_peer {
 	uint64_t wire_off;
 	struct zcm_psrc src[ZCM_PSRC_MAX];
 	int nsrc;
+	int raw_srcs;            /* SrcAvails it made up (zcm_peer_raw) not answered yet */
 	uint32_t last_src_read;
 	bool sent_disconn;
 	uint64_t disconn_off;
@@ -213,6 +214,7 @@ struct zcm_state {
 	uint64_t abort_limit;             /* the peer's stream the core took in by then */
 	uint64_t taken_off, taken_before; /* ... after the last completion it polled, before it */
 	int binds_after_abort, binds_posted;
+	bool pin_budget_spent;            /* zcm_pin_budget_spent() */
 	/* progress thread */
 	struct progress_timer *timers[ZCM_TIMERS];
 	struct { void (*fn)(void *); void *arg; } deferred[ZCM_DEFER_MAX];

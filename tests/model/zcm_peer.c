@@ -295,6 +295,12 @@ static void on_our_rd_compl(const struct sdp_ext *x)
 	struct zcm_psrc *s = &P.src[0];
 	struct zcm_pwin *w;
 
+	if ((P.nsrc == 0 || x->d != s->off) && P.raw_srcs > 0) {
+		/* An answer to a SrcAvail it made up: our side may decline one
+		 * it cannot take (no staging buffer), with what it READ. */
+		P.raw_srcs--;
+		return;
+	}
 	if (P.nsrc == 0) {
 		zcm_finding("RdmaRdCompl(%u bytes at %llu) for no SrcAvail of the peer", x->a,
 			    (unsigned long long)x->d);
@@ -627,6 +633,8 @@ void zcm_peer_raw(uint8_t mid, const struct sdp_ext *ext)
 
 	if (mid == SDP_MID_DATA || sdp_mid_fixed_len(mid) == 0)
 		return;
+	if (mid == SDP_MID_SRC_AVAIL)
+		P.raw_srcs++;
 	if (mid == SDP_MID_SRC_AVAIL || mid == SDP_MID_RDMA_WR_COMPL) {
 		P.tx_ambiguous = true; /* its books no longer say where its stream is */
 		P.wire_off += ext ? ext->a : 0; /* bytes our side may take on its word */

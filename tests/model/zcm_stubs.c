@@ -245,9 +245,13 @@ WEAK int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool nee
 {
 	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)4095;
 	uintptr_t end = ((uintptr_t)addr + len + 4095) & ~(uintptr_t)4095;
-	struct zcm_mr *m = zcm_mr_add(start, end, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND, NULL);
-	struct mrc_entry *e = calloc(1, sizeof(*e));
+	struct zcm_mr *m;
+	struct mrc_entry *e;
 
+	if (zcm.pin_budget_spent)
+		return -ENOBUFS;
+	m = zcm_mr_add(start, end, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND, NULL);
+	e = calloc(1, sizeof(*e));
 	if (!e)
 		abort();
 	e->start = start;
@@ -262,6 +266,11 @@ WEAK int mrcache_get(struct sdp_dev *dev, const void *addr, size_t len, bool nee
 	return 0;
 }
 
+void zcm_pin_budget_spent(bool spent)
+{
+	zcm.pin_budget_spent = spent;
+}
+
 WEAK void mrcache_put(struct mrc_entry *e)
 {
 	if (--e->users < 0)
@@ -273,6 +282,10 @@ WEAK void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr *
 	void *mem = NULL;
 	struct zcm_mr *m;
 
+	if (zcm.pin_budget_spent) {
+		*err = -ENOBUFS;
+		return NULL;
+	}
 	if (posix_memalign(&mem, 4096, len) != 0) {
 		*err = -ENOMEM;
 		return NULL;

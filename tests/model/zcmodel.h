@@ -143,6 +143,12 @@ void zcm_carrier_drop(void);
 /* The peer's QP failed: our outstanding requests complete in error. */
 void zcm_remote_qp_error(void);
 
+/* The process's pinned-memory budget is spent (true) or has room again:
+ * while spent, every new registration is refused with -ENOBUFS, the
+ * registration cache's (an app buffer for zero-copy) and a buffer's (the
+ * staging buffer), as core/mrcache.c and core/dev.c refuse them. */
+void zcm_pin_budget_spent(bool spent);
+
 /* ------------------------------------------------------------ the peer */
 
 /* Its stream to us. */

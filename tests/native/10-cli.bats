@@ -29,25 +29,7 @@ no_rdma_here() {
 # sends 5000 bytes each way, writes the listener's port to READY_FILE and sleeps.
 start_loopback_pair() {
   local ready=$BATS_TEST_TMPDIR/ready script=$BATS_TEST_TMPDIR/pair.py
-  cat >"$script" <<'EOF'
-import socket, sys, time
-lsock = socket.socket()
-lsock.bind(("127.0.0.1", 0))
-lsock.listen(1)
-client = socket.create_connection(lsock.getsockname())
-server, _ = lsock.accept()
-client.sendall(b"c" * 5000)
-server.sendall(b"s" * 5000)
-for sock in (client, server):
-    got = 0
-    while got < 5000:
-        got += len(sock.recv(65536))
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write("%d\n" % lsock.getsockname()[1])
-import os
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(120)
-EOF
+  write_pair_py "$script"
   "$SDPSHIM_BIN" run -- python3 "$script" "$ready" 3>&- &
   echo $! >"$BATS_TEST_TMPDIR/pair.pid"
   disown                                  # teardown's kill -9 is not news

@@ -129,25 +129,27 @@ for path in sys.argv[2:]:
         else:
             with open(path, "r+b") as f:
                 f.seek(12); f.write(struct.pack("<I", 0xffffffff))   # slot_count
-                f.seek(400); f.write(struct.pack("<I", 0x7ffffff0))  # was alloc_hint
+                f.seek(400); f.write(struct.pack("<I", 0x7ffffff0))  # link_count
         print("%s: %s done" % (path, mode))
     except OSError as e:
         print("%s: %s refused: %s" % (path, mode, e.strerror))
 EOF
   # mkseg.py PATH PID UID [SLOT_COUNT [TRUNCATE_TO]]: a segment image (layout
-  # of base/stats_shm.h) with 8 slots, one live connection to 6.6.6.6:666.
+  # of base/stats_shm.h, version 2) with 8 slots, one live connection to
+  # 6.6.6.6:666, and one free link record.
   cat >"$d/mkseg.py" <<'EOF'
 import struct, sys
 
-def image(pid, uid, slot_count=8, slots=8):
+def image(pid, uid, slot_count=8, slots=8, links=1):
     by_reason = [0] * 32
-    hdr = struct.pack("<QIIiIQ64s3Q32QQQQII", 0x3154415453504453, 1, slot_count, pid, uid,
-                      1700000000000, b"forged", 0, 1, 0, *by_reason, 1, 1, 0, 0, 0)
+    hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQ", 0x3154415453504453, 2, slot_count, pid, uid,
+                      1700000000000, b"forged", 0, 1, 0, *by_reason, 1, 1, 0, links, 0,
+                      268435456, 0, 0)
     addr = struct.pack("<HH16s", 2, 666, bytes((6, 6, 6, 6)))
     live = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 1, 0, 0, 0, 0) + addr + addr + bytes(4) +
             struct.pack("<13Q", 1, 666, 666, *([0] * 10)) + bytes(16))
-    assert len(hdr) == 408 and len(live) == 184
-    return hdr + live + bytes(184 * (slots - 1))
+    assert len(hdr) == 432 and len(live) == 184
+    return hdr + live + bytes(184 * (slots - 1)) + bytes(128 * links)
 
 if __name__ == "__main__":
     path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -179,29 +181,11 @@ while time.time() < end:
     os.pwrite(fd, normal, 12)
     os.ftruncate(fd, 0)
     os.ftruncate(fd, len(img))
-    os.pwrite(fd, img[:408], 0)
+    os.pwrite(fd, img[:432], 0)
 EOF
-  # pair.py READY: a listener, one connection to itself, 5000 bytes each way,
-  # its port in READY, then sleeps.
-  cat >"$d/pair.py" <<'EOF'
-import os, socket, sys, time
-lsock = socket.socket()
-lsock.bind(("127.0.0.1", 0))
-lsock.listen(1)
-client = socket.create_connection(lsock.getsockname())
-server, _ = lsock.accept()
-client.sendall(b"c" * 5000)
-server.sendall(b"s" * 5000)
-for sock in (client, server):
-    got = 0
-    while got < 5000:
-        got += len(sock.recv(65536))
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write("%d\n" % lsock.getsockname()[1])
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-if len(sys.argv) < 3:
-    time.sleep(120)
-EOF
+  # pair.py READY [once]: a listener, one connection to itself, 5000 bytes
+  # each way, its port in READY, then sleeps (tests/helpers.bash).
+  write_pair_py "$d/pair.py"
   # victim.sh N: plants nobody's file under this process's segment name, then
   # execs (same pid) into the preloaded victim.
   cat >"$d/victim.sh" <<'EOF'

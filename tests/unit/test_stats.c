@@ -2,11 +2,13 @@
  * base/stats_read.c): the writer creates its file exclusively and never
  * opens one someone else put under its name (another user's file, a
  * symlink, a file with two links), reuses only a stale file of its own, and
- * allocates slots from private geometry whatever the shared header says; the
- * reader refuses FIFOs (without blocking), symlinks, other owners, short or
- * lying headers and another pid's segment, and copies out only live slots
- * with fields in range.  Cases that need a file of another user run as root
- * only (they pass, saying so, otherwise). */
+ * allocates slots and link records from private geometry whatever the
+ * shared header says; the reader refuses FIFOs (without blocking), symlinks,
+ * other owners, short or lying headers and another pid's segment, and copies
+ * out only live slots and link records with fields in range; the header's
+ * pinned-memory fields and the link records read back as written.  Cases
+ * that need a file of another user run as root only (they pass, saying so,
+ * otherwise). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define OTHER_UID 65534u /* nobody */
 #define SLOTS 16u
+#define LINKS 8u
 
 static char dir[64];
 
@@ -88,7 +91,7 @@ static bool is_fallback_name(const char *path)
 
 static int create(struct stats_seg *seg)
 {
-	return stats_seg_create(seg, dir, getpid(), geteuid(), "unit", SLOTS);
+	return stats_seg_create(seg, dir, getpid(), geteuid(), "unit", SLOTS, LINKS);
 }
 
 /* ---- writer ------------------------------------------------------------------ */
@@ -110,7 +113,8 @@ static int test_create_exclusive(void)
 	     check((st.st_mode & 0777) == 0600, "mode %o", (unsigned)(st.st_mode & 0777)) &&
 	     check(st.st_uid == geteuid() && st.st_nlink == 1, "owner %u, %lu links",
 		   (unsigned)st.st_uid, (unsigned long)st.st_nlink) &&
-	     check((size_t)st.st_size == stats_seg_len(SLOTS), "size %lld", (long long)st.st_size);
+	     check((size_t)st.st_size == stats_link_off(SLOTS, LINKS), "size %lld",
+		   (long long)st.st_size);
 	if (err == 0)
 		stats_seg_destroy(&seg);
 	ok = ok && check(access(name, F_OK) != 0, "destroy left %s", name);
@@ -132,7 +136,7 @@ static int test_stale_own_file_reused(void)
 	ok = check(err == 0, "create: %s", strerror(-err)) &&
 	     check(strcmp(seg.path, name) == 0, "path %s", seg.path) &&
 	     check(seg.taken[0] == '\0', "taken '%s'", seg.taken) &&
-	     check(stat(name, &st) == 0 && (size_t)st.st_size == stats_seg_len(SLOTS),
+	     check(stat(name, &st) == 0 && (size_t)st.st_size == stats_link_off(SLOTS, LINKS),
 		   "not the new segment");
 	if (err == 0)
 		stats_seg_destroy(&seg);
@@ -222,20 +226,34 @@ static int test_private_geometry(void)
 	err = create(&seg);
 	ok = check(err == 0, "create: %s", strerror(-err));
 	if (err == 0) {
+		const char *base = (const char *)seg.hdr;
+		unsigned links = 0, links_inside = 0;
+
 		seg.hdr->slot_count = UINT32_MAX;
+		seg.hdr->link_count = 0x7ffffff0u;
 		seg.hdr->reserved = 0x7ffffff0u;
 		for (unsigned i = 0; i < SLOTS + 4; i++) {
 			struct sdp_conn_stats *s = stats_slot_alloc(&seg);
-			const char *base = (const char *)seg.hdr;
 
 			if (!s)
 				continue;
 			got++;
 			inside += (const char *)s >= base + sizeof(*seg.hdr) &&
-				  (const char *)(s + 1) <= base + seg.map_len;
+				  (const char *)(s + 1) <= base + stats_seg_len(SLOTS);
 		}
-		ok = check(got == SLOTS && inside == SLOTS, "%u slots, %u inside the mapping", got,
-			   inside);
+		for (unsigned i = 0; i < LINKS + 4; i++) {
+			struct sdp_link_stats *l = stats_link_alloc(&seg);
+
+			if (!l)
+				continue;
+			links++;
+			links_inside += (const char *)l >= base + stats_seg_len(SLOTS) &&
+					(const char *)(l + 1) <= base + seg.map_len;
+		}
+		ok = check(got == SLOTS && inside == SLOTS, "%u slots, %u inside their table", got,
+			   inside) &&
+		     check(links == LINKS && links_inside == LINKS,
+			   "%u link records, %u inside their table", links, links_inside);
 		stats_seg_destroy(&seg);
 	}
 	remove_dir();
@@ -373,7 +391,20 @@ static int test_read_bad_images(void)
 		/* Cut mid-slots: the header's slot count no longer fits. */
 		ok = check(truncate(seg.path, (off_t)stats_seg_len(SLOTS / 2)) == 0, "truncate") &&
 		     read_expect(seg.path, geteuid(), getpid(), -EINVAL, "not a valid stats segment");
-		ok = check(truncate(seg.path, (off_t)stats_seg_len(SLOTS)) == 0, "extend") && ok;
+		/* Cut mid-links: the slots fit, the link records do not. */
+		ok = check(truncate(seg.path, (off_t)stats_link_off(SLOTS, LINKS - 1)) == 0,
+			   "truncate") &&
+		     read_expect(seg.path, geteuid(), getpid(), -EINVAL, "link count") && ok;
+		ok = check(truncate(seg.path, (off_t)stats_link_off(SLOTS, LINKS)) == 0, "extend") && ok;
+		seg.hdr->link_count = 0;
+		ok = read_expect(seg.path, geteuid(), getpid(), -EINVAL, "link count") && ok;
+		seg.hdr->link_count = STATS_LINKS_MAX + 1;
+		ok = read_expect(seg.path, geteuid(), getpid(), -EINVAL, "link count") && ok;
+		seg.hdr->link_count = LINKS;
+		ok = read_expect(seg.path, geteuid(), getpid(), 0, NULL) && ok;
+		seg.hdr->version = 1; /* the layout before link records */
+		ok = read_expect(seg.path, geteuid(), getpid(), -EINVAL, "unknown version") && ok;
+		seg.hdr->version = STATS_VERSION;
 		seg.hdr->slot_count = UINT32_MAX;
 		ok = read_expect(seg.path, geteuid(), getpid(), -EINVAL, "slot count") && ok;
 		seg.hdr->slot_count = SLOTS;
@@ -399,13 +430,159 @@ static int test_read_dead_process(void)
 		_exit(0);
 	waitpid(child, NULL, 0);
 	fresh_dir();
-	err = stats_seg_create(&seg, dir, child, geteuid(), "gone", SLOTS);
+	err = stats_seg_create(&seg, dir, child, geteuid(), "gone", SLOTS, LINKS);
 	ok = check(err == 0, "create: %s", strerror(-err)) &&
 	     read_expect(seg.path, geteuid(), child, -ESRCH, NULL);
 	if (err == 0)
 		stats_seg_destroy(&seg);
 	remove_dir();
 	return ok;
+}
+
+
+/* ---- the pinned-memory budget and link records --------------------------------- */
+
+static int test_read_pin_fields(void)
+{
+	struct stats_seg seg;
+	struct stats_snapshot snap;
+	char why[160];
+	int err, ok;
+
+	fresh_dir();
+	err = make_segment(&seg);
+	ok = check(err == 0, "create: %s", strerror(-err));
+	if (err == 0) {
+		atomic_store(&seg.hdr->pin_budget, 8388608);
+		atomic_store(&seg.hdr->pinned_bytes, 4268032);
+		atomic_store(&seg.hdr->budget_refusals, 7);
+		err = stats_seg_read(seg.path, geteuid(), getpid(), &snap, why, sizeof(why));
+		ok = check(err == 0, "read: %s", why) &&
+		     check(snap.info.pin_budget == 8388608 && snap.info.pinned_bytes == 4268032 &&
+			   snap.info.budget_refusals == 7, "budget %llu, pinned %llu, refusals %llu",
+			   (unsigned long long)snap.info.pin_budget,
+			   (unsigned long long)snap.info.pinned_bytes,
+			   (unsigned long long)snap.info.budget_refusals) &&
+		     check(snap.info.link_count == LINKS, "link_count %u", snap.info.link_count) &&
+		     check(snap.link_count == 0, "%zu live links in a segment with none",
+			   snap.link_count);
+		if (err == 0)
+			stats_snapshot_free(&snap);
+		stats_seg_destroy(&seg);
+	}
+	remove_dir();
+	return ok;
+}
+
+static void fill_link(struct sdp_link_stats *l, uint8_t role, uint16_t peer_port)
+{
+	stats_link_begin(l);
+	l->role = role;
+	l->state = STATS_LINK_UP;
+	l->local.family = AF_INET;
+	l->local.port = 4791;
+	l->local.addr[0] = 10;
+	l->peer.family = AF_INET6;
+	l->peer.port = peer_port;
+	l->peer.addr[15] = 1;
+	stats_link_end(l);
+	atomic_store(&l->streams, 3);
+	atomic_store(&l->streams_max, 255);
+	atomic_store(&l->pinned_bytes, 1u << 20);
+	atomic_store(&l->credits_total, 64);
+	atomic_store(&l->credits_in_use, 5);
+	atomic_store(&l->msgs_sent, 1000);
+	atomic_store(&l->msgs_received, 999);
+	atomic_store(&l->bytes_sent, 123456);
+	atomic_store(&l->bytes_received, 654321);
+	atomic_store(&l->streams_opened, 9);
+}
+
+/* Two good link records read back byte for byte; a record with a bad role,
+ * one with a bad state, one with a pad set, one being written (seq odd) and
+ * a released one are skipped. */
+static int test_read_links(void)
+{
+	struct stats_seg seg;
+	struct stats_snapshot snap;
+	struct sdp_link_stats *l[7];
+	char why[160];
+	int err, ok;
+
+	fresh_dir();
+	err = make_segment(&seg);
+	ok = check(err == 0, "create: %s", strerror(-err));
+	if (err != 0) {
+		remove_dir();
+		return ok;
+	}
+	for (int i = 0; i < 7; i++) {
+		l[i] = stats_link_alloc(&seg);
+		ok = check(l[i] != NULL, "link %d not allocated", i) && ok;
+	}
+	if (!ok) {
+		stats_seg_destroy(&seg);
+		remove_dir();
+		return ok;
+	}
+	fill_link(l[0], STATS_LINK_CLIENT, 7000);
+	fill_link(l[1], STATS_LINK_SERVER, 7001);
+	fill_link(l[2], 9, 7002);                 /* no such role */
+	fill_link(l[3], STATS_LINK_CLIENT, 7003);
+	l[3]->state = 4;                          /* no such state */
+	fill_link(l[4], STATS_LINK_CLIENT, 7004);
+	l[4]->pad2 = 1;
+	fill_link(l[5], STATS_LINK_CLIENT, 7005);
+	stats_link_begin(l[5]);                   /* being written */
+	fill_link(l[6], STATS_LINK_SERVER, 7006);
+	stats_link_release(&seg, l[6]);
+	err = stats_seg_read(seg.path, geteuid(), getpid(), &snap, why, sizeof(why));
+	ok = check(err == 0, "read: %s", why);
+	if (err == 0) {
+		ok = check(snap.link_count == 2, "%zu live links, expected 2", snap.link_count) &&
+		     check(memcmp(&snap.link[0], l[0], sizeof(*l[0])) == 0, "link 0 differs") &&
+		     check(memcmp(&snap.link[1], l[1], sizeof(*l[1])) == 0, "link 1 differs") &&
+		     check(snap.count == 2, "%zu live slots beside them", snap.count) && ok;
+		stats_snapshot_free(&snap);
+	}
+	/* Released records are given out again, fresh: with l[0] and l[6] free
+	 * and one never used, three allocations succeed and a fourth fails. */
+	stats_link_release(&seg, l[0]);
+	bool reused0 = false, reused6 = false, fresh = true;
+	for (int i = 0; i < 3; i++) {
+		struct sdp_link_stats *again = stats_link_alloc(&seg);
+
+		reused0 |= again == l[0];
+		reused6 |= again == l[6];
+		fresh = fresh && again && again->role == 0 && atomic_load(&again->msgs_sent) == 0 &&
+			(atomic_load(&again->seq) & 1) == 0 && again->opened_ms != 0;
+	}
+	ok = check(reused0 && reused6, "released records not reused: %d %d", reused0, reused6) &&
+	     check(fresh, "a record given out is not fresh") &&
+	     check(stats_link_alloc(&seg) == NULL, "more records than LINKS") && ok;
+	stats_seg_destroy(&seg);
+	remove_dir();
+	return ok;
+}
+
+static int test_link_json(void)
+{
+	struct sdp_link_stats l;
+	char buf[1024];
+	int n;
+
+	memset(&l, 0, sizeof(l));
+	fill_link(&l, STATS_LINK_SERVER, 7001);
+	l.opened_ms = 1700000000000ull;
+	n = stats_link_json(&l, buf, sizeof(buf));
+	return check(n > 0 && (size_t)n == strlen(buf), "length %d", n) &&
+	       check(strcmp(buf, "{\"role\":\"server\",\"state\":\"up\",\"local\":\"10.0.0.0:4791\","
+			    "\"peer\":\"[::1]:7001\",\"streams\":3,\"streams_max\":255,"
+			    "\"streams_opened\":9,\"pinned_bytes\":1048576,\"credits_total\":64,"
+			    "\"credits_in_use\":5,\"msgs_sent\":1000,\"msgs_received\":999,"
+			    "\"bytes_sent\":123456,\"bytes_received\":654321,"
+			    "\"opened_ms\":1700000000000}") == 0, "%s", buf) &&
+	       check(stats_link_json(&l, buf, 40) == -1, "a short buffer was not refused");
 }
 
 static const struct tap_case cases[] = {
@@ -426,6 +603,11 @@ static const struct tap_case cases[] = {
 	{ "reader: a file of another owner is refused", test_read_other_owner },
 	{ "reader: short, truncated, lying or foreign-pid images are refused", test_read_bad_images },
 	{ "reader: a valid segment of a dead process is -ESRCH", test_read_dead_process },
+	{ "reader: the header's budget, pinned bytes, refusals and link count read back",
+	  test_read_pin_fields },
+	{ "reader: live link records read back byte for byte; corrupt, unsettled or freed "
+	  "ones are skipped", test_read_links },
+	{ "a link record's JSON", test_link_json },
 };
 
 int main(void)

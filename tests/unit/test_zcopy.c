@@ -564,6 +564,100 @@ static int test_no_read_after_reset(void)
 	return ok;
 }
 
+/* ---- the pinned-memory budget (issue 15) ---- */
+
+/* The SrcAvail just sent was declined: nothing READ, an RdmaRdCompl of 0,
+ * no reset. */
+static int source_declined(void)
+{
+	struct zcm_msg m;
+	int ok = 1;
+
+	ok &= check(zcm_sq_unexecuted(IBV_WR_RDMA_READ) == 0, "a READ was posted");
+	ok &= check(zcm_peer_msgs(SDP_MID_RDMA_RD_COMPL, &m) == 1, "no RdmaRdCompl");
+	ok &= check(m.ext.a == 0, "RdmaRdCompl says %u bytes, none were READ", m.ext.a);
+	ok &= check(!zcm_peer_got_abort(), "the connection was reset");
+	return ok;
+}
+
+/* (15) The budget is spent and no recv waits: the staging buffer cannot be
+ * registered, so the SrcAvail is declined (RdmaRdCompl 0, nothing READ),
+ * not the connection aborted; the peer sends those bytes as DATA and the
+ * app gets them, byte-exact. */
+static int test_budget_spent_source_declined(void)
+{
+	int ok = 1;
+	struct zcm_call k = recv_call(BIG, 1000);
+	ssize_t r;
+
+	zcm_open(&opts);
+	zcm_pin_budget_spent(true);
+	zcm_peer_src_avail(SRC);
+	zcm_run_network();
+	ok &= source_declined();
+	zcm_peer_data(3000);              /* the declined bytes, by buffer copy */
+	r = zcm_app_do(&k);
+	ok &= check(r == 3000, "recv returned %zd, want 3000", r);
+	zcm_app_check_readable();
+	zcm_pin_budget_spent(false);      /* room again: zero-copy works again */
+	zcm_peer_src_avail(SRC);
+	zcm_run_network();
+	ok &= check(zcm_sq_unexecuted(IBV_WR_RDMA_READ) + zcm_peer_src_read_bytes() > 0,
+		    "with room again the next SrcAvail is not READ");
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
+/* (15) The same with a blocked recv: it offers no sink (its buffer cannot
+ * be registered), cannot READ directly, and the SrcAvail is declined; the
+ * bytes that follow as DATA end the recv. */
+static int test_budget_spent_blocked_recv(void)
+{
+	int ok = 1;
+	struct zcm_call k = recv_call(BIG, 1000);
+	ssize_t r;
+
+	zcm_open(&opts);
+	zcm_pin_budget_spent(true);
+	zcm_app_start(&k);
+	zcm_run_network();
+	ok &= check(zcm_peer_msgs(SDP_MID_SINK_AVAIL, NULL) == 0, "a sink was offered");
+	ok &= check(zcm_app_busy(), "recv returned %zd with nothing sent", zcm_app_result());
+	zcm_peer_src_avail(SRC);
+	zcm_run_network();
+	ok &= source_declined();
+	zcm_peer_data(2000);
+	r = zcm_app_finish();
+	ok &= check(r == 2000, "recv returned %zd, want 2000", r);
+	ok &= check(!zcm_peer_got_abort(), "the connection was reset after the recv");
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
+/* (15) A large send with the budget spent: no window, no SrcAvail; the
+ * bytes go by buffer copy, all of them. */
+static int test_budget_spent_send_copies(void)
+{
+	int ok = 1;
+	struct zcm_call k = send_call(BIG, 1000);
+	ssize_t r;
+
+	zcm_open(&opts);
+	zcm_peer_set_auto(true);
+	zcm_pin_budget_spent(true);
+	r = zcm_app_do(&k);
+	zcm_run_network();
+	ok &= check(r == (ssize_t)BIG, "send returned %zd, want %u", r, BIG);
+	ok &= check(zcm_peer_msgs(SDP_MID_SRC_AVAIL, NULL) == 0, "a SrcAvail was sent");
+	ok &= check(zcm_peer_rx_off() == BIG, "the peer got %llu bytes",
+		    (unsigned long long)zcm_peer_rx_off());
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
 static const struct tap_case cases[] = {
 	{ "model baseline: data both ways, a SrcAvail, a zero-copy send", test_model_baseline },
 	{ "(1) SrcAvailCancel crossing a direct READ: bytes once, answered with the count READ",
@@ -605,6 +699,12 @@ static const struct tap_case cases[] = {
 	{ "(3) a signal due when a held app finds its MSG_WAITALL sink void ends the recv",
 	  test_signal_with_void_waitall_sink },
 	{ "(2) a SrcAvail that arrives after we reset the connection is not delivered", test_no_read_after_reset },
+	{ "(15) pinned-memory budget spent, no recv waiting: the SrcAvail is declined, its bytes "
+	  "come as DATA", test_budget_spent_source_declined },
+	{ "(15) pinned-memory budget spent, a blocked recv: no sink, the SrcAvail declined, the "
+	  "recv ends on DATA", test_budget_spent_blocked_recv },
+	{ "(15) pinned-memory budget spent: a large send goes by buffer copy",
+	  test_budget_spent_send_copies },
 };
 
 /* Each case in a child: a sanitizer report or a hang fails it alone. */

@@ -149,3 +149,67 @@ connect_ms() {
   # under one TTL in all.
   [ "$ms" -lt 20000 ]
 }
+
+# --- the pinned-memory budget (issue 15) ----------------------------------------
+# One connection pins 2134016 bytes (core/geometry.c: 32 x 32 KiB receive
+# buffers and 32 control slots, 33 send slots, in whole pages): a budget of
+# 1 MiB cannot hold its receive buffers.
+
+@test "a client's pin budget below one connection: TCP with reason resources, said once, bytes verified" {
+  local port out=$T/client.out
+  port=$(free_port)
+  start_bg server timeout -k 5 90 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 3
+  wait_port "$RXE_IP" "$port"
+  run_timeout 60 env SDPSHIM_PIN_BUDGET=1M "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" \
+    -n 3 -b 262144 >"$out" 2>&1
+  wait_bg server
+  show "$(cat "$out")" "$(stats_lines "$STATS")"
+  grep -qx "ok 3" "$out"
+  # Not remembered against the peer: each connect meets the budget again.
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=resources negcached=false | wc -l)" -eq 3 ]
+  [ "$(stats_lines "$STATS" role=server path=tcp | wc -l)" -eq 3 ]
+  [ "$(grep -c "pinned-memory budget of 1048576 bytes (SDPSHIM_PIN_BUDGET) has no room" "$out")" -eq 1 ]
+  [ "$(grep -c "cannot set up an RDMA channel" "$out")" -eq 0 ]   # not once per connection
+}
+
+@test "a server's pin budget below one connection: the client is refused (resources), bytes verified" {
+  local port
+  port=$(free_port)
+  start_bg server timeout -k 5 90 env SDPSHIM_PIN_BUDGET=1M "${PRE[@]}" "$CONNECTS" -s "$port" \
+    -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  run run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 262144
+  show "$output" "server: $(bg_log server)" "$(stats_lines "$STATS")"
+  [ "$status" -eq 0 ]
+  grep -qx "ok 1" <<<"$output"
+  wait_bg server
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=resources | wc -l)" -eq 1 ]
+  [ "$(bg_log server | grep -c "pinned-memory budget of 1048576 bytes")" -eq 1 ]
+}
+
+@test "a live process's budget and pinned bytes in sdpshim stat" {
+  local port json
+  port=$(free_port)
+  start_bg server timeout -k 5 90 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  # 3 MiB holds one connection's channel (2134016 bytes); 64 KiB writes stay
+  # under the zero-copy threshold, so nothing else is registered.
+  start_bg client timeout -k 5 90 env SDPSHIM_PIN_BUDGET=3M "${PRE[@]}" "$CONNECTS" \
+    -c "$RXE_IP" -p "$port" -n 1 -b 65536 -w "$T/release"
+  wait_for_line "$T/client.log" '^holding$' 60
+  json=$("$SDPSHIM_BIN" stat --json)
+  show "$json"
+  touch "$T/release"
+  wait_bg client
+  wait_bg server
+  "$PY" -S -c '
+import json, sys
+doc = json.loads(sys.argv[1])
+p = [p for p in doc["processes"] if p["pin_budget"] == 3145728]
+assert len(p) == 1, doc
+p = p[0]
+assert p["pinned_bytes"] == 2134016, p
+assert p["budget_refusals"] == 0 and p["links"] == [], p
+assert [c["path"] for c in p["connections"] if c["role"] == "client"] == ["rdma"], p' "$json"
+  grep -qx "ok 1" "$T/client.log"
+}
