@@ -3,7 +3,7 @@
  *   connects -s PORT [-a ADDR] [-n COUNT]
  *       echo server: a thread per connection echoes every byte until EOF.  With -n it
  *       exits after COUNT connections have ended (status 1 if one failed), else never.
- *   connects -c HOST -p PORT [-n COUNT] [-b BYTES] [-w FILE]
+ *   connects -c HOST -p PORT [-n COUNT] [-b BYTES] [-w FILE] [-g GUARD_SECS]
  *       COUNT connects one after another, in this one process (so a per-process cache
  *       of the peer's capabilities carries over).  On each: time connect(), send BYTES
  *       of seeded data (default 64 KiB) while reading the echo back, compare, close.
@@ -11,10 +11,16 @@
  *       it open until FILE exists (another test step controls when it closes).
  *
  * Client lines: "conn I connect_ms=X.Y first_ms=X.YY bytes=N sha256=HEX ok", one per
- * connection, then "ok COUNT".  connect_ms: the connect() call; first_ms: from the start
- * of connect() to the first echoed byte read back (includes whatever the path still does
- * after connect() returns, e.g. sdpshim's binding handshake; with BYTES 0: connect_ms).
- * Any failure prints "FAIL ..." and exits 1.  GUARD_SECS bounds the run. */
+ * connection, then "ok COUNT", then the summary
+ * "rate cycles=COUNT elapsed_ms=X.Y per_s=R after_first_per_s=R2": X from the start of
+ * the first connect() to the end of the last close(); R = COUNT / X; R2 the same without
+ * cycle 1 (which also opens the device, sdpshim's first contact with the peer), "-" when
+ * COUNT is 1 (with -w the hold is inside cycle 1).  connect_ms: the connect() call;
+ * first_ms: from the start of connect() to the first echoed byte read back (includes
+ * whatever the path still does after connect() returns, e.g. sdpshim's binding
+ * handshake; with BYTES 0: connect_ms).
+ * Any failure prints "FAIL ..." and exits 1.  GUARD_SECS (default 120, -g) bounds the
+ * client's run. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -232,12 +238,13 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 int main(int argc, char **argv)
 {
 	const char *host = NULL, *addr = NULL, *port = NULL, *hold_file = NULL;
-	int count = -1, c, serve = 0;
+	int count = -1, c, serve = 0, guard = GUARD_SECS;
+	double t_start, t_second = 0, t_end;
 	size_t bytes = 65536;
 	struct addrinfo *ai;
 
 	signal(SIGPIPE, SIG_IGN);
-	while ((c = getopt(argc, argv, "s:a:c:p:n:b:w:")) != -1) {
+	while ((c = getopt(argc, argv, "s:a:c:p:n:b:w:g:")) != -1) {
 		switch (c) {
 		case 's': serve = 1; port = optarg; break;
 		case 'a': addr = optarg; break;
@@ -246,9 +253,10 @@ int main(int argc, char **argv)
 		case 'n': count = atoi(optarg); break;
 		case 'b': bytes = (size_t)strtoull(optarg, NULL, 0); break;
 		case 'w': hold_file = optarg; break;
+		case 'g': guard = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: connects -s PORT [-a ADDR] [-n COUNT]\n"
-					"       connects -c HOST -p PORT [-n COUNT] [-b BYTES] [-w FILE]\n");
+					"       connects -c HOST -p PORT [-n COUNT] [-b BYTES] [-w FILE] [-g GUARD_SECS]\n");
 			return 2;
 		}
 	}
@@ -256,16 +264,28 @@ int main(int argc, char **argv)
 		return server(addr, port, count > 0 ? count : 0);
 	if (count < 0)
 		count = 1;
-	if (!host || !port || count < 1) {
+	if (!host || !port || count < 1 || guard < 1) {
 		fprintf(stderr, "connects: -c HOST -p PORT needed\n");
 		return 2;
 	}
 	signal(SIGALRM, on_alarm);
-	alarm(GUARD_SECS);
+	alarm((unsigned)guard);
 	ai = resolve(host, port, 0);
-	for (int i = 1; i <= count; i++)
+	t_start = prog_mono_ms();
+	for (int i = 1; i <= count; i++) {
+		if (i == 2)
+			t_second = prog_mono_ms();
 		one_connection(ai, i, bytes, hold_file);
+	}
+	t_end = prog_mono_ms();
 	freeaddrinfo(ai);
 	printf("ok %d\n", count);
+	if (count > 1)
+		printf("rate cycles=%d elapsed_ms=%.1f per_s=%.1f after_first_per_s=%.1f\n", count,
+		       t_end - t_start, count * 1000.0 / (t_end - t_start),
+		       (count - 1) * 1000.0 / (t_end - t_second));
+	else
+		printf("rate cycles=%d elapsed_ms=%.1f per_s=%.1f after_first_per_s=-\n", count,
+		       t_end - t_start, count * 1000.0 / (t_end - t_start));
 	return 0;
 }

@@ -6,13 +6,19 @@
  *
  * Every connection's bytes go back to it.  A write() passes whatever is
  * buffered, up to MAXWRITE bytes (default 4 MiB, also the buffer per
- * connection).  -m MIN holds the bytes back until MIN are buffered, the
+ * connection, allocated at the connection's first byte: an idle connection
+ * costs no buffer).  -m MIN holds the bytes back until MIN are buffered, the
  * client half-closed, or the oldest waited HOLD_MS (default 200): large
  * writes then come out of a stream that arrives in small pieces.
+ * RLIMIT_NOFILE's soft limit is raised to the hard one at start, so it
+ * serves as many connections as the hard limit allows (tests/vm/80-scale.bats:
+ * thousands, each with sdpshim's own fds beside it).
  *
  * Lines (stdout, flushed, each ending in t_ms=N since start):
- *   "listening addr=A port=P pid=N"
+ *   "listening addr=A port=P pid=N nofile=N"
  *   "accept conn=I peer=A:P"
+ *   "accept_failed errno=E open=N"                    accept() failed other than EAGAIN
+ *                                                     (once per errno in a row)
  *   "slow_write conn=I bytes=N ret=R errno=E ms=M"   a write() that took >= 100 ms
  *   "close conn=I peer=A:P in=N out=N end=eof|ERRNAME"
  *   "totals conns=N open=N in=N out=N"                at SIGTERM/SIGINT, then exit 0
@@ -27,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "progutil.h"
@@ -56,6 +63,7 @@ static int ep;
 static unsigned nconns, nopen;
 static unsigned long long total_in, total_out;
 static struct conn *conns;
+static int accept_err;                  /* the errno of the last failed accept() */
 
 static void on_signal(int sig)
 {
@@ -117,6 +125,10 @@ static int conn_read(struct conn *c, double now)
 {
 	if (c->head == c->tail)
 		c->head = c->tail = 0;
+	if (!c->buf && !(c->buf = malloc(opt.max_write))) {
+		prog_logline("out_of_memory conn=%d", c->id);
+		return ENOMEM;
+	}
 	while (!c->eof && c->tail < opt.max_write) {
 		ssize_t n = read(c->fd, c->buf + c->tail, opt.max_write - c->tail);
 
@@ -187,12 +199,17 @@ static void accept_all(int lfd)
 		int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct conn *c;
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != accept_err)
+				prog_logline("accept_failed errno=%s open=%u", err_name(errno), nopen);
+			if (errno != EAGAIN && errno != EINTR)
+				accept_err = errno;
 			return;
+		}
+		accept_err = 0;
 		c = calloc(1, sizeof(*c));
-		if (!c || !(c->buf = malloc(opt.max_write))) {
+		if (!c) {
 			prog_logline("out_of_memory");
-			free(c);
 			close(fd);
 			continue;
 		}
@@ -224,7 +241,7 @@ static int listen_on(const char *addr, const char *port)
 	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
 		fprintf(stderr, "evecho: listen %s:%s: %s\n", addr ? addr : "*", port, strerror(errno));
 		exit(1);
 	}
@@ -237,6 +254,10 @@ static int next_timeout(void)
 {
 	double now = prog_mono_ms(), best = 1000;
 
+	/* Without -m nothing is ever held back: no need to walk thousands of
+	 * connections per event. */
+	if (opt.min_flush <= 1)
+		return (int)best + 1;
 	for (struct conn *c = conns; c; c = c->next) {
 		double left = c->first_ms + opt.hold_ms - now;
 
@@ -251,10 +272,25 @@ static void flush_held(void)
 {
 	double now = prog_mono_ms();
 
+	if (opt.min_flush <= 1)
+		return;
 	for (struct conn *c = conns, *next; c; c = next) {
 		next = c->next;
 		if (pending(c) > 0 && !(c->events & EPOLLOUT) && flush_due(c, now))
 			conn_event(c, 0);
+	}
+}
+
+/* The soft limit up to the hard one: an event loop serves as many connections
+ * as it may have fds (sdpshim's own fds for each connection count too). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			fprintf(stderr, "evecho: setrlimit(RLIMIT_NOFILE): %s\n", strerror(errno));
 	}
 }
 
@@ -293,13 +329,20 @@ int main(int argc, char **argv)
 	}
 	if (!port || optind != argc)
 		usage();
+	raise_nofile();
 	sigaction(SIGTERM, &sa, NULL); /* no SA_RESTART: epoll_wait returns EINTR */
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	lfd = listen_on(addr, port);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &(struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL });
-	prog_logline("listening addr=%s port=%s pid=%d", addr ? addr : "*", port, (int)getpid());
+	{
+		struct rlimit rl = { 0, 0 };
+
+		getrlimit(RLIMIT_NOFILE, &rl);
+		prog_logline("listening addr=%s port=%s pid=%d nofile=%llu", addr ? addr : "*", port,
+			     (int)getpid(), (unsigned long long)rl.rlim_cur);
+	}
 	while (!stop) {
 		struct epoll_event ev[MAX_EVENTS];
 		int n = epoll_wait(ep, ev, MAX_EVENTS, next_timeout());

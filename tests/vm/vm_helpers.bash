@@ -731,3 +731,137 @@ honest_ok() {
 stream_listening() {
   wait_port "$RXE_IP" "$2" && wait_for_line "$BATS_TEST_TMPDIR/$1.log" "^stream: listening on $2\$"
 }
+
+# --- scale (tests/vm/80-scale.bats, bench/scale_inside.sh): many connections per process ---
+#
+#   rdma_usage PID...         RDMA resources per process from `rdma -j resource show mr|qp`
+#                             (iproute2's JSON; its text output when -j gives none): one line
+#                             per PID "pid=P comm=C mr_bytes=B mrs=M rc_qps=Q vmpin_kb=K",
+#                             then "other mr_bytes=B mrs=M rc_qps=Q" (user resources of every
+#                             other process, and of threads that are gone) and "all ...".
+#                             rdma names the thread (TID) that created a resource: each is
+#                             counted for the process (Tgid) that thread belongs to.  MRs
+#                             and RC QPs with no pid (the kernel's) are left out.
+#   usage_field FILE PID|other|all FIELD   one value of a saved rdma_usage output
+#   live_paths PID ROLE [--all-users]   "RDMA_NONE TOTAL" for the live connections of PID with
+#                             ROLE (client|server) in `sdpshim stat --json`: how many are on
+#                             path=rdma with reason=none, of how many
+#   bg_wait_line NAME REGEX SECS   waits until start_bg NAME's log has a line matching REGEX;
+#                             fails at once when NAME exits first, or after SECS
+
+rdma_usage() {
+  "$PY" -S - "$@" <<'PYEOF'
+import json, re, subprocess, sys
+pids = [int(a) for a in sys.argv[1:]]
+
+def rdma(kind):
+    """The entries of `rdma resource show KIND` as dicts, and where they came from."""
+    try:
+        out = subprocess.run(["rdma", "-j", "resource", "show", kind], capture_output=True,
+                             text=True, timeout=120).stdout
+        data = json.loads(out) if out.strip() else []
+        if isinstance(data, list) and all(isinstance(e, dict) for e in data):
+            return data, "json"
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    out = subprocess.run(["rdma", "resource", "show", kind], capture_output=True, text=True,
+                         timeout=120).stdout
+    rows = []
+    for line in out.splitlines():
+        e = {}
+        for key in ("mrlen", "pid", "lqpn"):
+            m = re.search(r"\b%s (\d+)" % key, line)
+            if m:
+                e[key] = int(m.group(1))
+        for key in ("type", "comm"):
+            m = re.search(r"\b%s (\S+)" % key, line)
+            if m:
+                e[key] = m.group(1)
+        if e:
+            rows.append(e)
+    return rows, "text"
+
+tgids = {}
+def tgid(tid):
+    if tid not in tgids:
+        tgids[tid] = None
+        try:
+            for line in open("/proc/%d/status" % tid):
+                if line.startswith("Tgid:"):
+                    tgids[tid] = int(line.split()[1])
+        except OSError:
+            pass
+    return tgids[tid]
+
+def proc_field(pid, name, key):
+    try:
+        for line in open("/proc/%d/%s" % (pid, name)):
+            if line.startswith(key):
+                return line.split()[1]
+    except OSError:
+        pass
+    return "0"
+
+acc = {p: [0, 0, 0] for p in pids + ["other", "all"]}
+mrs, src_mr = rdma("mr")
+qps, src_qp = rdma("qp")
+for e in mrs:
+    if "pid" not in e or not e.get("pid"):
+        continue
+    owner = tgid(int(e["pid"]))
+    for k in (owner if owner in pids else "other", "all"):
+        acc[k][0] += int(e.get("mrlen", 0))
+        acc[k][1] += 1
+for e in qps:
+    if "pid" not in e or not e.get("pid") or e.get("type") != "RC":
+        continue
+    owner = tgid(int(e["pid"]))
+    for k in (owner if owner in pids else "other", "all"):
+        acc[k][2] += 1
+for p in pids:
+    comm = proc_field(p, "status", "Name:")
+    print("pid=%d comm=%s mr_bytes=%d mrs=%d rc_qps=%d vmpin_kb=%s" % (
+        p, comm, acc[p][0], acc[p][1], acc[p][2], proc_field(p, "status", "VmPin:")))
+for k in ("other", "all"):
+    print("%s mr_bytes=%d mrs=%d rc_qps=%d source=%s/%s" % (k, acc[k][0], acc[k][1], acc[k][2], src_mr, src_qp))
+PYEOF
+}
+
+usage_field() {   # usage_field FILE PID|other|all FIELD
+  awk -v who="$2" -v f="$3" '
+    ($1 == "pid=" who) || ($1 == who) {
+      for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == f) { print kv[2]; exit } }
+    }' "$1"
+}
+
+live_paths() {   # live_paths PID ROLE [--all-users]
+  "$SDPSHIM_BIN" stat --json ${3:-} 2>/dev/null | "$PY" -S -c '
+import json, sys
+pid, role = int(sys.argv[1]), sys.argv[2]
+rdma = total = 0
+for p in json.load(sys.stdin).get("processes", []):
+    if p.get("pid") != pid:
+        continue
+    for c in p.get("connections", []):
+        if c.get("role") == role:
+            total += 1
+            rdma += c.get("path") == "rdma" and c.get("reason") == "none"
+print(rdma, total)' "$1" "$2"
+}
+
+bg_wait_line() {   # bg_wait_line NAME REGEX SECS
+  local name=$1 re=$2 until=$(( $(date +%s) + $3 ))
+  until grep -Eq -- "$re" "$BATS_TEST_TMPDIR/$name.log" 2>/dev/null; do
+    if ! bg_running "$name"; then
+      echo "bg_wait_line: $name exited before a line matching '$re'; its log:" >&2
+      tail -20 "$BATS_TEST_TMPDIR/$name.log" >&2
+      return 1
+    fi
+    if [ "$(date +%s)" -ge "$until" ]; then
+      echo "bg_wait_line: no line matching '$re' from $name after $3 s; its log:" >&2
+      tail -20 "$BATS_TEST_TMPDIR/$name.log" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}

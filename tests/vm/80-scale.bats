@@ -1,0 +1,380 @@
+#!/usr/bin/env bats
+# VM suite, part 80: many connections per process (issue 15), both ends
+# preloaded, on rxe0 ($RXE_IP).  Each case checks the bytes end to end and the
+# path of every connection by the shim's own counters (`sdpshim stat --json`
+# while the connections are open, SDPSHIM_STATS_FILE after they closed, each
+# client line paired with its server line, both ends' byte counts equal).
+#
+#  - concurrent: SDPSHIM_SCALE_CONNS (default 1000) connections from one
+#    tests/progs/manyconn process to one tests/progs/evecho process, all open at
+#    once, each echoing 256 bytes of its own seeded stream, compared byte by
+#    byte and by a combined SHA-256 against `manyconn -R` (no sockets).  While
+#    all are open: every one on RDMA, and per process at most 256 MiB pinned
+#    (the sum of mrlen over `rdma -j resource show mr`) and at most 64 RC QPs
+#    (`rdma -j resource show qp`, also never more while it ran).  The soak of the
+#    issue is SDPSHIM_SCALE_CONNS=10000 (see "Soak" below).
+#  - redis: redis-server and redis-benchmark -c SDPSHIM_SCALE_REDIS_CLIENTS
+#    (default 1000) -n SDPSHIM_SCALE_REDIS_REQUESTS (default 4 per client) -t
+#    get,set -d 64, both preloaded, maxclients and RLIMIT_NOFILE raised: no
+#    error from either, none rejected, the SET values 64 bytes long, 40 keys
+#    and a 4 MiB value back by SHA-256 (redis_data), every connection on RDMA.
+#  - cycles: SDPSHIM_SCALE_CYCLES (default 1000) sequential connect-echo-close
+#    cycles of tests/progs/connects, 1 KiB each, SHA-256-checked, all on RDMA; a
+#    connection to a peer already linked opens no queue pair of its own, so at
+#    most 128 distinct RC QPs of connects (64 per process) are seen over the
+#    whole run.  Its rate is printed, never asserted (bench/scale.sh measures it).
+#  - stopped readers: tests/progs/hol, 8 streams whose server stops reading
+#    (the client fills their windows) and 8 the client stops reading (the server
+#    fills them), then a 4 MiB echo between the same two processes must finish
+#    within 60 s, checked byte by byte; then every stopped stream resumes and
+#    its bytes are checked (count and SHA-256 against the writer's).
+#  - unprivileged: manyconn and evecho as nobody with RLIMIT_MEMLOCK 8 MiB
+#    (ulimit -l 8192), 100 concurrent connections, all on RDMA, byte-exact.
+#
+# Soak (issue 15's "Done when"): run-bats.sh forwards SDPSHIM_* into the guest;
+#   SDPSHIM_SCALE_CONNS=10000 SDPSHIM_SCALE_REDIS_CLIENTS=10000 \
+#   SDPSHIM_VM_MEM=3G SDPSHIM_VM_TIMEOUT=7200 make vm
+# setup_file then widens net.ipv4.ip_local_port_range (the shim binds every
+# client socket before it connects, so each one holds its port, TIME_WAIT
+# included, for 60 s after it closed: 10000 + 2 x 10000 redis clients do not
+# fit the default 28232 ports) and raises fs.file-max; both are restored in
+# teardown_file.  Every process of a case runs with RLIMIT_NOFILE
+# SDPSHIM_SCALE_NOFILE (default 1048576, the kernel's nr_open): above 65536 the
+# shim keeps its own fds at 49152 and up, so the application's fds stay low
+# (redis-benchmark's event loop takes fds below 10240 only).
+
+load ../helpers
+load vm_helpers
+
+CONNS=${SDPSHIM_SCALE_CONNS:-1000}
+REDIS_CLIENTS=${SDPSHIM_SCALE_REDIS_CLIENTS:-1000}
+REDIS_REQUESTS=${SDPSHIM_SCALE_REDIS_REQUESTS:-$((4 * REDIS_CLIENTS))}
+CYCLES=${SDPSHIM_SCALE_CYCLES:-1000}
+NOFILE=${SDPSHIM_SCALE_NOFILE:-1048576}
+ECHO_BYTES=256
+PIN_MAX=$((256 << 20))   # pinned bytes (sum of mrlen) per process
+QP_MAX=64                # RC QPs per process
+
+setup_file() {
+  requires_rdma
+  local f=$BATS_FILE_TMPDIR/sysctl.restore need files
+  : >"$f"
+  need=$(( CONNS + 2 * REDIS_CLIENTS + CYCLES ))
+  if [ "$need" -gt 20000 ]; then
+    echo "net.ipv4.ip_local_port_range=$(sysctl -n net.ipv4.ip_local_port_range | tr -s '\t ' ' ')" >>"$f"
+    sysctl -qw net.ipv4.ip_local_port_range="10000 65000"
+  fi
+  files=$(( 16 * (CONNS > REDIS_CLIENTS ? CONNS : REDIS_CLIENTS) + 65536 ))
+  if [ "$(sysctl -n fs.file-max)" -lt "$files" ]; then
+    echo "fs.file-max=$(sysctl -n fs.file-max)" >>"$f"
+    sysctl -qw fs.file-max="$files"
+  fi
+}
+
+teardown_file() {
+  local line f=$BATS_FILE_TMPDIR/sysctl.restore
+  [ -f "$f" ] || return 0
+  while IFS= read -r line; do
+    sysctl -qw "$line" || true
+  done <"$f"
+}
+
+setup() {
+  vm_setup
+  local p
+  for p in manyconn evecho connects hol; do
+    [ -x "$PROGS/$p" ] || { echo "missing $PROGS/$p: run make" >&2; return 1; }
+  done
+}
+
+teardown() { vm_teardown; }
+
+need() {
+  local prog
+  for prog in "$@"; do
+    if ! command -v "$prog" >/dev/null; then
+      [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "$prog is not installed" >&2; return 1; }
+      skip "$prog is not installed"
+    fi
+  done
+}
+
+# qpmax_start COMM...: every 0.25 s, the RC QPs of each COMM (`rdma resource show qp`) as
+# one line "COMM=N ..." in $T/qpmax.samples (counts only: with thousands of QPs the whole
+# listing would fill the guest's memory); qpmax_stop; qpmax_seen COMM: the most in one sample
+qpmax_start() {
+  : >"$T/qpmax.samples"
+  (
+    while :; do
+      rdma resource show qp 2>/dev/null | awk -v comms="$*" '
+        BEGIN { n = split(comms, c, " "); for (i = 1; i <= n; i++) k[c[i]] = 0 }
+        / type RC / { for (i = 1; i < NF; i++) if ($i == "comm" && ($(i + 1) in k)) k[$(i + 1)]++ }
+        END { s = ""; for (x in k) s = s x "=" k[x] " "; print s }'
+      sleep 0.25
+    done
+  ) >>"$T/qpmax.samples" 2>/dev/null 3>&- &
+  echo $! >"$T/qpmax.pid"
+}
+
+qpmax_stop() {
+  local pid
+  pid=$(cat "$T/qpmax.pid" 2>/dev/null) || return 0
+  rm -f "$T/qpmax.pid"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+qpmax_seen() {
+  awk -v comm="$1" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == comm && kv[2] + 0 > m) m = kv[2] + 0 } }
+    END { print m + 0 }' "$T/qpmax.samples" 2>/dev/null
+}
+
+# stats_count K=V...: how many stats lines match every K=V
+stats_count() { stats_lines "$STATS" "$@" | wc -l; }
+
+# reasons: the stats lines grouped by comm, role, path and reason
+reasons() {
+  "$PY" -S - "$STATS" <<'EOF'
+import collections, json, os, sys
+lines = [json.loads(l) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
+groups = collections.Counter((c["comm"], c["role"], c["path"], c["reason"]) for c in lines)
+print("stats: %d lines%s" % (len(lines), "".join(
+    "\n  %6d x %s %s path=%s reason=%s" % ((n,) + k) for k, n in sorted(groups.items()))))
+EOF
+}
+
+# wait_count FILE REGEX N SECS: until FILE has at least N lines matching REGEX
+wait_count() {
+  local until=$(( $(date +%s) + $4 )) n
+  while :; do
+    n=$(grep -Ec -- "$2" "$1" 2>/dev/null) || n=0
+    [ "$n" -ge "$3" ] && return 0
+    [ "$(date +%s)" -ge "$until" ] && { echo "wait_count: $n of $3 lines matching '$2' in $1 after $4 s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# manyconn_case N WHO: N concurrent connections, manyconn -> evecho, both preloaded, as root
+# (RLIMIT_NOFILE $NOFILE) or as nobody (RLIMIT_MEMLOCK 8 MiB, RLIMIT_NOFILE 65536).  Holds
+# them open while it takes `rdma_usage` ($T/usage.txt) and the live paths (LIVE_C, LIVE_S:
+# "RDMA TOTAL"), then closes them and checks everything but the resource bounds.
+manyconn_case() {
+  local n=$1 who=$2 port secs crc=0 erc=0 ref got cpid spid pre=() stat_args=() t0
+  secs=$(( 240 + n / 10 ))
+  if [ "$who" = nobody ]; then
+    # The processes as nobody must reach the run directory, the stats file, the hold file.
+    local d=$T
+    while [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
+    chmod 1777 "$SDPSHIM_RUN_DIR"
+    touch "$STATS"
+    chmod 666 "$STATS"
+    pre=(prlimit --nofile=65536:65536 --memlock=8388608:8388608 "${PRE[@]}" "${AS_NOBODY[@]}")
+    stat_args=(--all-users)
+  else
+    pre=(prlimit --nofile="$NOFILE:$NOFILE" "${PRE[@]}")
+  fi
+  ref=$("$PROGS/manyconn" -R -n "$n" -b "$ECHO_BYTES" | sed -nE 's/^reference [0-9]+ sha256=([0-9a-f]{64})$/\1/p')
+  port=$(free_port)
+  start_bg evecho timeout -k 5 "$secs" "${pre[@]}" "$PROGS/evecho" -s "$port" -a "$RXE_IP" -w 4096
+  bg_wait_line evecho '^listening ' 60
+  spid=$(sed -nE 's/^listening .* pid=([0-9]+) .*/\1/p' "$T/evecho.log")
+  qpmax_start manyconn evecho
+  t0=$(now_ms)
+  start_bg client timeout -k 5 "$secs" "${pre[@]}" "$PROGS/manyconn" -c "$RXE_IP" -p "$port" \
+    -n "$n" -b "$ECHO_BYTES" -j 64 -w "$T/release" -g "$secs"
+  if ! bg_wait_line client '^holding$' "$secs"; then
+    qpmax_stop
+    show "manyconn -n $n ($who) never held all its connections: $(bg_log client | tail -5)" \
+         "evecho: $(grep -Ev '^(accept|close) ' "$T/evecho.log" | tail -5)" \
+         "RC QPs seen: manyconn $(qpmax_seen manyconn), evecho $(qpmax_seen evecho)" "$(reasons)"
+    return 1
+  fi
+  cpid=$(sed -nE 's/^start pid=([0-9]+) .*/\1/p' "$T/client.log")
+  # Every connection is open now: resources and paths per process.
+  rdma_usage "$cpid" "$spid" >"$T/usage.txt"
+  LIVE_C=$(live_paths "$cpid" client "${stat_args[@]}")
+  LIVE_S=$(live_paths "$spid" server "${stat_args[@]}")
+  touch "$T/release"
+  wait_bg client || crc=$?
+  # evecho closes each connection at the client's EOF; then SIGTERM makes it print its totals.
+  wait_count "$T/evecho.log" '^close conn=' "$n" 120 || true
+  kill -TERM "$(cat "$T/evecho.pid")" 2>/dev/null || true
+  wait_bg evecho || erc=$?
+  qpmax_stop
+  got=$(sed -nE 's/^verified [0-9]+ sha256=([0-9a-f]{64})$/\1/p' "$T/client.log")
+  show "manyconn -n $n -b $ECHO_BYTES -j 64 ($who), evecho -w 4096: $(( $(now_ms) - t0 )) ms" \
+       "client (rc=$crc): $(grep -v '^FAIL' "$T/client.log" | tr '\n' ';')" \
+       "$(grep '^FAIL' "$T/client.log")" \
+       "evecho (rc=$erc): $(grep -Ev '^(accept|close) ' "$T/evecho.log" | tr '\n' ';')" \
+       "evecho closes: $(grep -c '^close conn=.* end=eof ' "$T/evecho.log") eof of $(grep -c '^close conn=' "$T/evecho.log")" \
+       "echo: verified sha256 ${got:-none}, reference $ref" \
+       "live, all open: client $LIVE_C, server $LIVE_S (rdma total)" \
+       "while all were open:" "$(sed 's/^/  /' "$T/usage.txt")" \
+       "most RC QPs seen in one sample: manyconn $(qpmax_seen manyconn), evecho $(qpmax_seen evecho)" \
+       "$(reasons)"
+  [ "$crc" -eq 0 ]
+  [ "$erc" -eq 0 ]
+  grep -qx "connected $n" "$T/client.log"
+  grep -qx "ok $n" "$T/client.log"
+  [ -n "$ref" ]
+  [ "$got" = "$ref" ]
+  # The server saw every byte once, each connection ended by the client's EOF.
+  grep -Eq "^totals conns=$n open=0 in=$(( n * ECHO_BYTES )) out=$(( n * ECHO_BYTES )) " "$T/evecho.log"
+  [ "$(grep -c '^close conn=.* end=eof ' "$T/evecho.log")" -eq "$n" ]
+  # All N open at once, every one on RDMA, on both ends.
+  [ "$LIVE_C" = "$n $n" ]
+  [ "$LIVE_S" = "$n $n" ]
+  # And after they closed: one line per end, all RDMA, paired, bytes equal.
+  [ "$(stats_count comm=manyconn role=client)" -eq "$n" ]
+  [ "$(stats_count comm=evecho role=server)" -eq "$n" ]
+  assert_all_rdma "$STATS" manyconn evecho
+  assert_exact_bytes "$STATS"
+  CPID=$cpid SPID=$spid
+}
+
+# resource_bounds MAX_PIN: per process at most MAX_PIN pinned bytes and QP_MAX RC QPs
+# while all connections were open (and no more QPs in any sample), at least one of each
+# (on RDMA a process has its QP and MRs: zero means the counting failed).
+resource_bounds() {
+  local max=$1 pid v
+  for pid in "$CPID" "$SPID"; do
+    v=$(usage_field "$T/usage.txt" "$pid" mr_bytes)
+    [ "${v:-0}" -gt 0 ] || { echo "no MR found for pid $pid" >&2; return 1; }
+    [ "$v" -le "$max" ] || { echo "pid $pid pins $v bytes in MRs, more than $max" >&2; return 1; }
+    v=$(usage_field "$T/usage.txt" "$pid" rc_qps)
+    [ "${v:-0}" -ge 1 ] || { echo "no RC QP found for pid $pid" >&2; return 1; }
+    [ "$v" -le "$QP_MAX" ] || { echo "pid $pid has $v RC QPs, more than $QP_MAX" >&2; return 1; }
+  done
+  # Nothing was left out: every user MR and QP of the guest is one of the two's.
+  [ "$(usage_field "$T/usage.txt" all mr_bytes)" -le $(( 2 * max )) ]
+  [ "$(usage_field "$T/usage.txt" all rc_qps)" -le $(( 2 * QP_MAX )) ]
+  [ "$(qpmax_seen manyconn)" -le "$QP_MAX" ]
+  [ "$(qpmax_seen evecho)" -le "$QP_MAX" ]
+}
+
+@test "scale: $CONNS concurrent connections, one process each end, all on RDMA, each echo checked; per process <= 256 MiB pinned and <= 64 QPs" {
+  manyconn_case "$CONNS" root
+  resource_bounds "$PIN_MAX"
+}
+
+@test "scale: redis-benchmark -c $REDIS_CLIENTS -t get,set against redis-server, both preloaded: no errors, every connection on RDMA" {
+  need redis-server redis-benchmark redis-cli
+  local c=$REDIS_CLIENTS n=$REDIS_REQUESTS port secs rc=0 out=$T/bench.out t0 v info rejected received
+  secs=$(( 300 + c / 5 ))
+  port=$(free_port)
+  # maxclients: the clients, redis-cli's and room for fds the shim may keep low.
+  start_bg redis timeout -k 5 $(( 3 * secs )) prlimit --nofile="$NOFILE:$NOFILE" "${PRE[@]}" \
+    redis-server --port "$port" --bind "$RXE_IP" --protected-mode no --save '' --appendonly no \
+    --daemonize no --maxclients $(( 4 * c + 1000 ))
+  wait_port "$RXE_IP" "$port" 30 || { bg_log redis >&2; return 1; }
+  # Logged after listen() returned, so after the shim's RDMA listener is up too.
+  bg_wait_line redis 'Ready to accept connections' 30
+  qpmax_start redis-benchmark redis-server
+  t0=$(now_ms)
+  run_timeout "$secs" prlimit --nofile="$NOFILE:$NOFILE" "${PRE[@]}" redis-benchmark -h "$RXE_IP" \
+    -p "$port" -c "$c" -n "$n" -t get,set -d 64 -q >"$out" 2>&1 || rc=$?
+  qpmax_stop
+  show "redis-benchmark -c $c -n $n -t get,set -d 64: rc=$rc, $(( $(now_ms) - t0 )) ms" \
+       "$(tr '\r' '\n' <"$out" | grep -E 'requests per second' | sed -E 's/^.*(SET|GET)/\1/')" \
+       "most RC QPs seen in one sample: redis-benchmark $(qpmax_seen redis-benchmark), redis-server $(qpmax_seen redis-server)"
+  [ "$rc" -eq 0 ] || { tr '\r' '\n' <"$out" | tail -20 >&2; return 1; }
+  tr '\r' '\n' <"$out" | grep -Eq '^SET: [0-9.]+ requests per second'
+  tr '\r' '\n' <"$out" | grep -Eq '^GET: [0-9.]+ requests per second'
+  # redis-benchmark 7 stops at the first error reply and prints it; redis-server logs its
+  # own (e.g. "Error registering fd event for the new client"); the shim's lines aside.
+  if grep -qi 'error' "$out" || grep -v '^sdpshim\[' "$T/redis.log" | grep -qi 'error'; then
+    echo "errors:" >&2
+    grep -i 'error' "$out" | head -10 >&2
+    grep -v '^sdpshim\[' "$T/redis.log" | grep -i 'error' | head -10 >&2
+    return 1
+  fi
+  # The values SET arrived whole (redis-benchmark's key without -r; its value is random).
+  v=$(run_timeout 60 "${PRE[@]}" redis-cli -h "$RXE_IP" -p "$port" STRLEN key:__rand_int__)
+  info=$(run_timeout 60 "${PRE[@]}" redis-cli -h "$RXE_IP" -p "$port" INFO stats | tr -d '\r')
+  rejected=$(sed -n 's/^rejected_connections://p' <<<"$info")
+  received=$(sed -n 's/^total_connections_received://p' <<<"$info")
+  show "STRLEN key:__rand_int__ = $v; rejected_connections $rejected, total_connections_received $received"
+  [ "$v" = 64 ]
+  [ "$rejected" = 0 ]
+  [ "$received" -ge $(( 2 * c + 1 )) ]
+  # Bytes end to end by SHA-256: 40 keys and a 4 MiB value through redis-cli.
+  redis_data "$RXE_IP" "$port"
+  redis_stop
+  show "$(reasons)"
+  # SET's clients, GET's, the benchmark's CONFIG connection, redis-cli's: every line on
+  # RDMA, each client line paired with its server line, both ends' byte counts equal.
+  [ "$(stats_count comm=redis-benchmark role=client)" -ge $(( 2 * c + 1 )) ]
+  assert_all_rdma "$STATS" redis-server redis-benchmark redis-cli
+  assert_exact_bytes "$STATS"
+}
+
+@test "scale: $CYCLES sequential connect-echo-close cycles, each byte-exact, all on RDMA, no queue pair per connection" {
+  local port rc=0 src=0 secs ok distinct
+  secs=$(( 120 + CYCLES / 2 ))
+  port=$(free_port)
+  start_bg server timeout -k 5 "$secs" "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n "$CYCLES"
+  bg_wait_line server "^listening on $port\$" 60
+  qp_watch_start
+  run_timeout "$secs" "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n "$CYCLES" -b 1024 \
+    -g "$secs" >"$T/client.out" 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  qp_watch_stop
+  ok=$(grep -cE '^conn [0-9]+ connect_ms=[0-9.]+ first_ms=[0-9.]+ bytes=1024 sha256=[0-9a-f]{64} ok$' "$T/client.out" || true)
+  # Distinct RC QPs of connects over all samples (a QP number is unique on rxe0).
+  distinct=$(awk '/ type RC / && / comm connects( |$)/ {
+      for (i = 1; i < NF; i++) if ($i == "lqpn") seen[$(i + 1)] = 1 }
+    END { n = 0; for (q in seen) n++; print n }' "$T/qp.samples")
+  show "connects -n $CYCLES -b 1024 (rc=$rc): $ok cycles ok; $(grep -E '^(rate|FAIL)' "$T/client.out")" \
+       "server (rc=$src): $(tail -2 "$T/server.log" | tr '\n' ';')" \
+       "distinct RC QPs of connects seen: $distinct (at most $(( 2 * QP_MAX )))" "$(reasons)"
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$ok" -eq "$CYCLES" ]
+  grep -qx "ok $CYCLES" "$T/client.out"
+  grep -Eq '^rate cycles=[0-9]+ elapsed_ms=' "$T/client.out"
+  grep -qx "server: $CYCLES connections, 0 failed" "$T/server.log"
+  [ "$(stats_count comm=connects role=client)" -eq "$CYCLES" ]
+  [ "$(stats_count comm=connects role=server)" -eq "$CYCLES" ]
+  assert_all_rdma "$STATS" connects
+  assert_exact_bytes "$STATS"
+  [ "$distinct" -ge 1 ]
+  [ "$distinct" -le $(( 2 * QP_MAX )) ]
+}
+
+@test "scale: readers that stop on 16 streams (8 each way) do not stall a 4 MiB echo between the same two processes; every stopped stream resumes byte-exact" {
+  local port rc=0 src=0 k=8 i
+  port=$(free_port)
+  start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/hol" -s "$port" -a "$RXE_IP" -n $(( 2 * k + 1 ))
+  bg_wait_line server "^listening on $port\$" 60
+  qp_watch_start
+  run_timeout 600 "${PRE[@]}" "$PROGS/hol" -c "$RXE_IP" -p "$port" -m hol -k "$k" -b 4194304 -t 60 \
+    >"$T/client.out" 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  qp_watch_stop
+  show "hol -m hol -k $k -b 4194304 -t 60 (rc=$rc):" "$(cat "$T/client.out")" \
+       "server (rc=$src):" "$(bg_log server)" \
+       "most RC QPs seen in one sample: hol $(qp_seen hol)" "$(reasons)"
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -qx "ok hol stopped=$k bytes=4194304" "$T/client.out"
+  grep -Eq '^busy: echoed 4194304 bytes in [0-9]+ ms = [0-9.]+ MB/s sha256=[0-9a-f]{64} ok$' "$T/client.out"
+  for i in $(seq 0 $(( k - 1 ))); do
+    grep -Eq "^stopped S $i: window full after [1-9][0-9]* bytes\$" "$T/client.out"
+    grep -Eq "^stopped S $i: server received [1-9][0-9]* bytes sha256=[0-9a-f]{64} ok\$" "$T/client.out"
+    grep -Eq "^stopped W $i: received [1-9][0-9]* bytes sha256=[0-9a-f]{64} ok\$" "$T/client.out"
+    grep -Eq "^server: W $i stalled after [1-9][0-9]* bytes\$" "$T/server.log"
+  done
+  [ "$(stats_count comm=hol role=client)" -eq $(( 2 * k + 1 )) ]
+  [ "$(stats_count comm=hol role=server)" -eq $(( 2 * k + 1 )) ]
+  assert_all_rdma "$STATS" hol
+  assert_exact_bytes "$STATS"
+}
+
+@test "scale: as nobody with RLIMIT_MEMLOCK 8 MiB, 100 concurrent connections all on RDMA, each echo checked" {
+  manyconn_case 100 nobody
+  grep -Eq '^start pid=[0-9]+ uid=65534 nofile=65536 memlock=8388608$' "$T/client.log"
+  # What the kernel let them pin (RLIMIT_MEMLOCK) was enough for all 100.
+  resource_bounds $((8 << 20))
+}
