@@ -159,6 +159,8 @@ void conn_layer_atfork_child(void);
  * so `sdpshim doctor` calls it too).  Zero-copy's staging buffer and
  * registration cache come on top, only while zero-copy runs. */
 size_t conn_pinned_bytes_estimate(void);
+/* What one link pins (docs/links.md), with this process's tunables. */
+size_t link_pinned_bytes_estimate(void);
 
 /* Sentinel from conn_send/conn_recv: the socket now uses kernel TCP. */
 #define CONN_USE_TCP (-10000)

@@ -8,11 +8,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/config.h"
 #include "base/guard.h"
 #include "base/log.h"
+#include "base/stats_shm.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
 #include "core/link.h"
@@ -108,6 +110,7 @@ struct sdp_link {
 	uint8_t *peer_holds;   /* client: the server has not released this index yet */
 	uint32_t streams_max, nstreams;
 	struct progress_timer timer; /* client: idle lifetime; connect bound */
+	struct sdp_link_stats *st;   /* its record for `sdpshim stat`, or NULL */
 };
 
 static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -117,6 +120,65 @@ static unsigned links_count;
 static void link_get(struct sdp_link *link)
 {
 	atomic_fetch_add(&link->refs, 1);
+}
+
+/* ---------------------------------------------------------------- stats */
+
+#define LINK_COUNT(link, field, n) \
+	do { if ((link)->st) atomic_fetch_add_explicit(&(link)->st->field, (n), memory_order_relaxed); } while (0)
+
+static const uint8_t stats_state_of[] = {
+	[LINK_CONNECTING] = STATS_LINK_CONNECTING, [LINK_UP] = STATS_LINK_UP,
+	[LINK_FAILED] = STATS_LINK_FAILED, [LINK_CLOSING] = STATS_LINK_CLOSING,
+};
+
+static void stats_open(struct sdp_link *link)
+{
+	struct stats_seg *seg = stats_seg_current();
+	struct timespec now;
+
+	link->st = seg ? stats_link_alloc(seg) : NULL;
+	if (!link->st)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	stats_link_begin(link->st);
+	link->st->role = link->is_server ? STATS_LINK_SERVER : STATS_LINK_CLIENT;
+	link->st->state = STATS_LINK_CONNECTING;
+	link->st->opened_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+	atomic_store(&link->st->streams_max, link->is_server ? SDP_LINK_STREAMS_MAX : link->streams_max);
+	stats_link_end(link->st);
+}
+
+/* The identity: addresses and state (link locked, or only this thread). */
+static void stats_identity(struct sdp_link *link)
+{
+	if (!link->st)
+		return;
+	stats_link_begin(link->st);
+	link->st->state = stats_state_of[link->state];
+	if (link->cm_id) {
+		stats_addr_set(&link->st->local, rdma_get_local_addr(link->cm_id));
+		stats_addr_set(&link->st->peer, rdma_get_peer_addr(link->cm_id));
+	}
+	stats_link_end(link->st);
+}
+
+static void stats_credits(struct sdp_link *link)
+{
+	if (!link->st)
+		return;
+	atomic_store_explicit(&link->st->credits_total, link->peer_buf_count, memory_order_relaxed);
+	atomic_store_explicit(&link->st->credits_in_use, link->tx_lseq - link->tx_peer_lack,
+			      memory_order_relaxed);
+}
+
+static void stats_close(struct sdp_link *link)
+{
+	struct stats_seg *seg = stats_seg_current();
+
+	if (link->st && seg && link->pid == getpid())
+		stats_link_release(seg, link->st);
+	link->st = NULL;
 }
 
 static void link_free(struct sdp_link *link)
@@ -133,13 +195,6 @@ static void link_put(struct sdp_link *link)
 {
 	if (atomic_fetch_sub(&link->refs, 1) == 1)
 		link_free(link);
-}
-
-size_t link_pinned_bytes(void)
-{
-	size_t buf = (size_t)sdp_tun.buf_size + SDP_LH_SIZE;
-
-	return buf * sdp_tun.link_bufs * 2;
 }
 
 static void link_timer_fired(void *arg);
@@ -170,6 +225,7 @@ static struct sdp_link *link_alloc(bool is_server)
 		link_free(link);
 		return NULL;
 	}
+	stats_open(link);
 	return link;
 }
 
@@ -241,6 +297,7 @@ static int setup_receive(struct sdp_link *link, struct rdma_cm_id *id)
 	link->rx_mem = dev_alloc_registered(link->dev, link->rx_mem_len, &link->rx_mr, &err);
 	if (!link->rx_mem)
 		return err ? err : -ENOMEM;
+	LINK_COUNT(link, pinned_bytes, link->rx_mem_len);
 	for (uint32_t i = 0; i < link->buf_count; i++)
 		if (post_recv(link, i) != 0)
 			return -EIO;
@@ -262,6 +319,7 @@ static int setup_send(struct sdp_link *link, uint32_t peer_size, uint32_t peer_c
 	link->tx_mem = dev_alloc_registered(link->dev, link->tx_mem_len, &link->tx_mr, &err);
 	if (!link->tx_mem)
 		return err ? err : -ENOMEM;
+	LINK_COUNT(link, pinned_bytes, link->tx_mem_len);
 	link->slot_free = calloc(link->nslots, sizeof(*link->slot_free));
 	link->wrs = calloc(link->sq_depth, sizeof(*link->wrs));
 	if (!link->slot_free || !link->wrs)
@@ -377,6 +435,9 @@ static int post_slot(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, 
 	fill_lh(link, kind, stream, total, mem);
 	if (len)
 		memcpy(mem + SDP_LH_SIZE, body, len);
+	LINK_COUNT(link, msgs_sent, 1);
+	LINK_COUNT(link, bytes_sent, total);
+	stats_credits(link);
 	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, c, wr_id, slot));
 	return post_send_wr(link, &wr);
 }
@@ -577,6 +638,7 @@ static void link_fail_locked(struct sdp_link *link, const char *why)
 		return;
 	link->state = LINK_FAILED;
 	link->why = why;
+	stats_identity(link);
 	if (link->qp) {
 		SDP_GUARD_ENTER();
 		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
@@ -673,6 +735,7 @@ static void destroy_on_progress(void *arg)
 		}
 	} while (n > 0);
 	destroy_resources(link);
+	stats_close(link);
 	if (link->lsn)
 		listener_release(link->lsn);
 	link->lsn = NULL;
@@ -741,6 +804,9 @@ static void stream_attach_locked(struct sdp_link *link, struct sdp_conn *c, uint
 {
 	link->streams[idx] = c;
 	link->nstreams++;
+	LINK_COUNT(link, streams_opened, 1);
+	if (link->st)
+		atomic_store(&link->st->streams, link->nstreams);
 	conn_get(c);
 	link_get(link);
 	c->link = link;
@@ -864,6 +930,8 @@ void link_stream_detach(struct sdp_conn *c)
 	if (link->streams[idx] == c) {
 		link->streams[idx] = NULL;
 		link->nstreams--;
+		if (link->st)
+			atomic_store(&link->st->streams, link->nstreams);
 		conn_put(c);
 	}
 	if (!known)
@@ -1104,6 +1172,8 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 	pthread_mutex_lock(&link->lock);
 	if (link->state == LINK_CONNECTING)
 		link->state = LINK_UP;
+	stats_identity(link);
+	stats_credits(link);
 	if (!link->is_server)
 		progress_timer_cancel(&link->timer);
 	drain_jobs(link); /* a server's answers to OPENs that came first */
@@ -1212,6 +1282,7 @@ static void link_timer_fired(void *arg)
 	}
 	if (link->state == LINK_UP && !link->nstreams) {
 		link->state = LINK_CLOSING;
+		stats_identity(link);
 		disconnect = true;
 	}
 	pthread_mutex_unlock(&link->lock);
@@ -1440,6 +1511,7 @@ static bool take_header(struct sdp_link *link, const struct sdp_lh *lh)
 	if (lh->lseq != link->rx_lseq + 1 || acked > sent)
 		return false;
 	link->tx_peer_lack = lh->lack;
+	stats_credits(link);
 	if (lh->flags & SDP_LINK_FLAG_STARVING)
 		link->credit_due = true;
 	return true;
@@ -1479,6 +1551,8 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc)
 		protocol_violation(link, "completion for an unknown buffer");
 		return;
 	}
+	LINK_COUNT(link, msgs_received, 1);
+	LINK_COUNT(link, bytes_received, wc->byte_len);
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		on_write_imm(link, wc->byte_len, be32toh(wc->imm_data));
 		repost_taken(link, idx, link->rx_lseq + 1);

@@ -54,8 +54,6 @@ void link_stream_stop(struct sdp_conn *c);
 void link_force_fail(struct sdp_conn *c, const char *why);
 /* The stream is being destroyed: leave the link and tell the peer. */
 void link_stream_detach(struct sdp_conn *c);
-/* Pinned bytes one link takes with the current tunables. */
-size_t link_pinned_bytes(void);
 
 /* The progress thread: rdma_cm events of a link's id, and its CQ. */
 void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev);

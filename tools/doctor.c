@@ -304,7 +304,28 @@ static void print_memlock_advice(void)
 /* What RLIMIT_MEMLOCK and the pinned-memory budget allow, with what
  * today's per-connection channels really register (core/geometry.c: every
  * registration in whole pages, the control slots and the spare send slot
- * included).  A line for links (issue 15) goes beside the first. */
+ * included), and with links (docs/links.md): a link pins the same
+ * whatever number of streams it carries. */
+static void report_links(uint64_t per_conn)
+{
+	uint64_t per_link = link_pinned_bytes_estimate(), soft, links;
+	char human[32];
+
+	printf("  links (SDPSHIM_LINKS=%u): one link pins %s (%" PRIu64 " bytes) and carries up to "
+	       "%u connections to one server\n", sdp_tun.links,
+	       human_bytes(per_link, human, sizeof(human)), per_link, sdp_tun.link_streams);
+	if (!pin_memlock_binds(&soft)) {
+		printf("  RLIMIT_MEMLOCK allows unlimited links\n");
+		return;
+	}
+	links = soft / per_link;
+	if (links > sdp_tun.link_max)
+		links = sdp_tun.link_max;
+	printf("  RLIMIT_MEMLOCK allows %" PRIu64 " links: %" PRIu64 " connections to one server "
+	       "with links (%" PRIu64 " with per-connection channels)\n", links,
+	       links * sdp_tun.link_streams, soft / per_conn);
+}
+
 static void report_pin_budget(void)
 {
 	uint64_t per_conn = conn_pinned_bytes_estimate(), soft, budget, set;
@@ -320,14 +341,17 @@ static void report_pin_budget(void)
 	else
 		printf("  RLIMIT_MEMLOCK allows unlimited connections with per-connection channels "
 		       "(%s)\n", pin_has_cap_ipc_lock() ? "CAP_IPC_LOCK" : "no limit");
+	report_links(per_conn);
 	pin_budget_init();
 	budget = pin_budget_limit();
 	human_bytes(sdp_tun.pin_budget, requested, sizeof(requested));
-	printf("  pin budget: %s (%" PRIu64 " bytes; %s %s%s), %" PRIu64 " connections with "
-	       "per-connection channels; past it new connections use TCP, reason %s\n",
+	printf("  pin budget: %s (%" PRIu64 " bytes; %s %s%s), %" PRIu64 " links or %" PRIu64
+	       " connections with per-connection channels; past it new connections use TCP, "
+	       "reason %s\n",
 	       human_bytes(budget, human, sizeof(human)), budget,
 	       from_env ? "SDPSHIM_PIN_BUDGET" : "the default", requested,
-	       pin_budget_capped() ? ", capped at the soft RLIMIT_MEMLOCK" : "", budget / per_conn,
+	       pin_budget_capped() ? ", capped at the soft RLIMIT_MEMLOCK" : "",
+	       budget / link_pinned_bytes_estimate(), budget / per_conn,
 	       sdp_reason_name(SDP_REASON_RESOURCES));
 }
 

@@ -47,6 +47,16 @@ conn_bytes() {
   echo $(( (rx + page - 1) / page * page + (tx + page - 1) / page * page ))
 }
 
+# link_bytes BUF_SIZE LINK_BUFS: what one link registers (core/link.c: as
+# many receive buffers as send slots, each BUF_SIZE plus the 16-byte link
+# header, each area in whole pages).
+link_bytes() {
+  local page area
+  page=$(getconf PAGESIZE)
+  area=$(( ($1 + 16) * $2 ))
+  echo $(( 2 * ((area + page - 1) / page * page) ))
+}
+
 # pair READY [PREFIX...]: a preloaded python3 (started as PREFIX sdpshim run
 # -- python3 ...) with a loopback connection to itself, 5000 bytes each way,
 # its port in READY, then asleep; PAIR_PID.
@@ -81,7 +91,10 @@ print(json.dumps(procs[0][field]))' "$1" "$2"
   grep -qx "  CAP_IPC_LOCK: not held" <<<"$out"
   grep -qx "  per-connection channels: one connection pins 2.0 MiB ($per bytes: its buffers, control slots and spare send slot, in whole pages)" <<<"$out"
   grep -qx "  RLIMIT_MEMLOCK allows $want connections with per-connection channels" <<<"$out"
-  grep -qx "  pin budget: 8.0 MiB (8388608 bytes; the default 256.0 MiB, capped at the soft RLIMIT_MEMLOCK), $want connections with per-connection channels; past it new connections use TCP, reason resources" <<<"$out"
+  grep -qx "  pin budget: 8.0 MiB (8388608 bytes; the default 256.0 MiB, capped at the soft RLIMIT_MEMLOCK), $(( 8388608 / $(link_bytes 32768 64) )) links or $want connections with per-connection channels; past it new connections use TCP, reason resources" <<<"$out"
+  # Links: one pins the same whatever it carries (docs/links.md).
+  grep -qx "  links (SDPSHIM_LINKS=1): one link pins 4.0 MiB ($(link_bytes 32768 64) bytes) and carries up to 1024 connections to one server" <<<"$out"
+  grep -qx "  RLIMIT_MEMLOCK allows 1 links: 1024 connections to one server with links ($want with per-connection channels)" <<<"$out"
   # The lines that were there before are unchanged.
   grep -qx "  one RDMA connection pins 2.0 MiB (2 x SDPSHIM_BUF_SIZE 32768 x SDPSHIM_BUF_COUNT 32)" <<<"$out"
   grep -qx "  connections per process: 4" <<<"$out"
@@ -96,7 +109,7 @@ print(json.dumps(procs[0][field]))' "$1" "$2"
   show "one connection: $per bytes" "$(grep -A12 '^Memory locking' <<<"$out")"
   [ "$per" -gt 2134016 ]                                  # not the default geometry's
   grep -qx "  RLIMIT_MEMLOCK allows $(( 6000 * 1024 / per )) connections with per-connection channels" <<<"$out"
-  grep -qx "  pin budget: 3.0 MiB (3145728 bytes; SDPSHIM_PIN_BUDGET 3.0 MiB), $(( 3145728 / per )) connections with per-connection channels; past it new connections use TCP, reason resources" <<<"$out"
+  grep -qx "  pin budget: 3.0 MiB (3145728 bytes; SDPSHIM_PIN_BUDGET 3.0 MiB), $(( 3145728 / $(link_bytes 65536 64) )) links or $(( 3145728 / per )) connections with per-connection channels; past it new connections use TCP, reason resources" <<<"$out"
 }
 
 @test "doctor with CAP_IPC_LOCK: memlock allows any number, the budget is the default" {
@@ -104,7 +117,8 @@ print(json.dumps(procs[0][field]))' "$1" "$2"
   local out
   out=$(ulimit -S -l 8192 && "$SDPSHIM_BIN" doctor)
   grep -qx "  RLIMIT_MEMLOCK allows unlimited connections with per-connection channels (CAP_IPC_LOCK)" <<<"$out"
-  grep -q "^  pin budget: 256.0 MiB (268435456 bytes; the default 256.0 MiB), $(( 268435456 / $(conn_bytes 32768 32) )) connections" <<<"$out"
+  grep -q "^  pin budget: 256.0 MiB (268435456 bytes; the default 256.0 MiB), $(( 268435456 / $(link_bytes 32768 64) )) links or $(( 268435456 / $(conn_bytes 32768 32) )) connections" <<<"$out"
+  grep -qx "  RLIMIT_MEMLOCK allows unlimited links" <<<"$out"
 }
 
 @test "SDPSHIM_PIN_BUDGET=bogus: one diagnostic line, the default, and the program runs" {
