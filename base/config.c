@@ -36,6 +36,7 @@ STORE_FN(pending_ttl_ms, unsigned)
 STORE_FN(pending_max, unsigned)
 STORE_FN(pending_per_source, unsigned)
 STORE_FN(stats_slots, unsigned)
+STORE_FN(pending_streams_max, unsigned)
 STORE_FN(links, unsigned)
 STORE_FN(link_bufs, unsigned)
 STORE_FN(link_streams, unsigned)
@@ -66,6 +67,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_PENDING_MAX", 1, 65536, 128, store_pending_max },
 	{ "SDPSHIM_PENDING_PER_SOURCE", 1, 65536, 64, store_pending_per_source },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
+	{ "SDPSHIM_PENDING_STREAMS_MAX", 2, 1 << 20, 8192, store_pending_streams_max },
 	{ "SDPSHIM_LINKS", 0, 1, 1, store_links },
 	{ "SDPSHIM_LINK_BUFS", 8, 1024, 64, store_link_bufs },
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },

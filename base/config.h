@@ -28,6 +28,7 @@ struct sdp_tunables {
 	unsigned pending_max;        /* SDPSHIM_PENDING_MAX: unclaimed server channels per process */
 	unsigned pending_per_source; /* SDPSHIM_PENDING_PER_SOURCE: ... per client address */
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
+	unsigned pending_streams_max; /* SDPSHIM_PENDING_STREAMS_MAX: ... streams on links */
 	unsigned links;              /* SDPSHIM_LINKS: streams share a link per peer (1) or not (0) */
 	unsigned link_bufs;          /* SDPSHIM_LINK_BUFS: receive buffers (and send slots) per link */
 	unsigned link_streams;       /* SDPSHIM_LINK_STREAMS: streams per link */

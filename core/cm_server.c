@@ -188,19 +188,22 @@ static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, str
 
 /* A server channel for the tuple, counted in the pending budget; NULL if
  * there is no memory or no budget left. */
-static struct sdp_conn *pending_channel_new(struct sdp_listener *l, const struct sdp_tuple *t)
+static struct sdp_conn *pending_channel_new(struct sdp_listener *l, const struct sdp_tuple *t,
+					   bool on_link)
 {
 	struct sdp_conn *c = conn_alloc(true, &l->policy);
 
 	if (!c)
 		return NULL;
 	c->tuple = *t;
+	c->budget_stream = on_link;
 	if (!pending_budget_take(c)) {
 		static atomic_bool warned;
 		/* Once per process as a warning: a flood must not flood the log. */
 		sdp_log_at(atomic_exchange(&warned, true) ? SDP_LOG_INFO : SDP_LOG_WARN,
 			"refusing an RDMA channel for port %u: the pending budget is spent "
-			"(SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE); that client uses TCP", l->port);
+			"(%s); that client uses TCP", l->port, on_link ? "SDPSHIM_PENDING_STREAMS_MAX"
+			: "SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE");
 		conn_put(c);
 		return NULL;
 	}
@@ -231,7 +234,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	struct sdp_hello_ack_wire ack_wire;
 	struct sdp_hello_ack ack;
 	struct rdma_conn_param param;
-	struct sdp_conn *c = pending_channel_new(l, &h->tuple);
+	struct sdp_conn *c = pending_channel_new(l, &h->tuple, false);
 
 	if (!c) {
 		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
@@ -342,7 +345,7 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		link_answer_open(link, idx, NULL, SDP_REJECT_RULE);
 		return;
 	}
-	c = pending_channel_new(l, &o->tuple);
+	c = pending_channel_new(l, &o->tuple, true);
 	if (!c) {
 		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;

@@ -181,6 +181,7 @@ struct sdp_conn {
 	struct sdp_listener *lsn; /* the listener it arrived on */
 	struct sdp_conn *pend_next; /* listener's pending list */
 	bool budget_held;       /* counted in the pending budget (budget.c) */
+	bool budget_stream;     /* ... in the budget of streams on links */
 	/* The TTL, and the checks whether another process accepted the TCP
 	 * connection (a pre-fork server's worker). */
 	uint64_t pending_deadline_ms;

@@ -23,6 +23,7 @@
 
 #define LINK_DIRECT_WRS  256u /* work requests beyond the send slots (zero-copy) */
 #define LINK_CONNECT_BOUND_MS 30000u
+#define LINK_SERVER_IDLE_EXTRA_MS 5000u
 #define LINK_WR_SEND  1u
 #define LINK_WR_RECV  2u
 #define LINK_WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
@@ -109,7 +110,8 @@ struct sdp_link {
 	struct sdp_conn **streams;
 	uint8_t *peer_holds;   /* client: the server has not released this index yet */
 	uint32_t streams_max, nstreams;
-	struct progress_timer timer; /* client: idle lifetime; connect bound */
+	struct sdp_conn *sink_owner; /* the one stream whose sink the peer may WRITE (see link_sink_claim) */
+	struct progress_timer timer; /* idle lifetime; a client's connect bound */
 	struct sdp_link_stats *st;   /* its record for `sdpshim stat`, or NULL */
 };
 
@@ -763,12 +765,31 @@ static void maybe_destroy_locked(struct sdp_link *link)
 		sdp_error("cannot queue a link's teardown: out of memory (link leaked)");
 }
 
+static void drain_cq(struct sdp_link *link);
+
+/* A stream whose link is gone: what a failed QP or DISCONNECTED is to a
+ * channel of its own (c locked). */
+static void stream_carrier_lost(struct sdp_conn *c, const char *why)
+{
+	if (!c->carrier_why)
+		c->carrier_why = why;
+	if (c->is_server && c->phase == CONN_PENDING)
+		pending_drop(c); /* out of the listener's table first */
+	else if (!c->is_server && c->phase == CONN_RESOLVING)
+		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+	else
+		close_ev_carrier_failed(c, ECONNRESET, why);
+}
+
 static void notify_streams_failed(void *arg)
 {
 	struct sdp_link *link = arg;
 	uint32_t n = 0;
 	struct sdp_conn **list;
 
+	/* What completed before the failure happened first: the streams take
+	 * in their last messages (a DisConn, credits) before they judge. */
+	drain_cq(link);
 	pthread_mutex_lock(&link->lock);
 	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
 	for (uint32_t i = 0; list && i < link->streams_max; i++) {
@@ -782,12 +803,7 @@ static void notify_streams_failed(void *arg)
 		struct sdp_conn *c = list[i];
 
 		conn_lock(c);
-		if (!c->carrier_why)
-			c->carrier_why = link->why;
-		if (c->phase == CONN_RESOLVING)
-			conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
-		else
-			close_ev_carrier_failed(c, ECONNRESET, link->why);
+		stream_carrier_lost(c, link->why);
 		conn_unlock(c);
 		conn_put(c);
 	}
@@ -799,6 +815,16 @@ static void notify_streams_failed(void *arg)
 }
 
 /* ------------------------------------------------------------- streams */
+
+/* A link without streams closes after SDPSHIM_LINK_IDLE_MS (a server's a
+ * little later than its client's, which normally disconnects first): an
+ * idle link pins its buffers for nobody, and a peer cannot hold one. */
+static void arm_idle_timer(struct sdp_link *link)
+{
+	unsigned ms = sdp_tun.link_idle_ms + (link->is_server ? LINK_SERVER_IDLE_EXTRA_MS : 0);
+
+	progress_timer_arm(&link->timer, progress_now_ms() + ms);
+}
 
 static void stream_attach_locked(struct sdp_link *link, struct sdp_conn *c, uint16_t idx)
 {
@@ -936,12 +962,14 @@ void link_stream_detach(struct sdp_conn *c)
 	}
 	if (!known)
 		link->peer_holds[idx] = 0; /* the server never heard of it */
+	if (link->sink_owner == c)
+		link->sink_owner = NULL;
 	/* RELEASED is queued before the index can be taken again: it reaches
 	 * the peer ahead of the next OPEN naming it. */
 	if (released && link->state == LINK_UP && link->pid == getpid())
 		released = submit_locked(link, released, &rc);
-	if (!link->nstreams && !link->is_server && link->state == LINK_UP)
-		progress_timer_arm(&link->timer, progress_now_ms() + sdp_tun.link_idle_ms);
+	if (!link->nstreams && link->state == LINK_UP)
+		arm_idle_timer(link);
 	maybe_destroy_locked(link);
 	pthread_mutex_unlock(&link->lock);
 	job_free(released);
@@ -997,27 +1025,35 @@ static int start_connect(struct sdp_link *link, const struct sockaddr *dst)
 	return rc;
 }
 
-/* A link to dst with room for a stream, or a new one (connecting). */
-static struct sdp_link *find_or_make(const struct sockaddr *dst, socklen_t len,
-				     enum sdp_reason *reason, bool *fresh)
+static bool usable_for(const struct sdp_link *link, const struct sockaddr *dst, socklen_t len)
+{
+	return !link->is_server && link->pid == getpid() && same_peer(link, dst, len) &&
+	       (link->state == LINK_UP || link->state == LINK_CONNECTING);
+}
+
+/* Puts c on a link to dst that has a free index (links_lock held), or on a
+ * new one (connecting: *fresh).  NULL with *reason when there is none. */
+static struct sdp_link *attach_to_link(struct sdp_conn *c, const struct sockaddr *dst,
+				       socklen_t len, enum sdp_reason *reason, bool *fresh)
 {
 	struct sdp_link *link;
-	pid_t pid = getpid();
+	int idx = -1;
 
 	*fresh = false;
 	for (link = links; link; link = link->next) {
-		if (link->is_server || link->pid != pid || !same_peer(link, dst, len) ||
-		    (link->state != LINK_UP && link->state != LINK_CONNECTING))
+		if (!usable_for(link, dst, len))
 			continue;
-		if (link->nstreams < link->streams_max)
+		pthread_mutex_lock(&link->lock);
+		idx = link->nstreams < link->streams_max ? free_index_locked(link) : -1;
+		if (idx >= 0) {
+			stream_attach_locked(link, c, (uint16_t)idx);
+			link->peer_holds[idx] = 1;
+		}
+		pthread_mutex_unlock(&link->lock);
+		if (idx >= 0)
 			return link;
 	}
-	if (links_count >= sdp_tun.link_max) {
-		*reason = SDP_REASON_RESOURCES;
-		return NULL;
-	}
-	link = link_alloc(false);
-	if (!link) {
+	if (links_count >= sdp_tun.link_max || !(link = link_alloc(false))) {
 		*reason = SDP_REASON_RESOURCES;
 		return NULL;
 	}
@@ -1027,6 +1063,10 @@ static struct sdp_link *find_or_make(const struct sockaddr *dst, socklen_t len,
 	links = link;
 	links_count++;
 	*fresh = true;
+	pthread_mutex_lock(&link->lock);
+	stream_attach_locked(link, c, 0);
+	link->peer_holds[0] = 1;
+	pthread_mutex_unlock(&link->lock);
 	return link;
 }
 
@@ -1035,31 +1075,25 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 {
 	struct sdp_link *link;
 	bool fresh, up;
-	int idx, rc = 0;
+	int rc = 0;
 
 	pthread_mutex_lock(&links_lock);
-	link = find_or_make(dst, dst_len, reason, &fresh);
-	if (!link) {
-		pthread_mutex_unlock(&links_lock);
+	link = attach_to_link(c, dst, dst_len, reason, &fresh);
+	if (link)
+		link_get(link);
+	pthread_mutex_unlock(&links_lock);
+	if (!link)
 		return -ENOBUFS;
-	}
-	link_get(link);
 	pthread_mutex_lock(&link->lock);
-	idx = free_index_locked(link);
-	if (idx < 0) {
-		rc = -ENOBUFS; /* every index waits for the server's release */
-	} else {
-		stream_attach_locked(link, c, (uint16_t)idx);
-		link->peer_holds[idx] = 1;
-	}
 	up = link->state == LINK_UP;
 	pthread_mutex_unlock(&link->lock);
-	pthread_mutex_unlock(&links_lock);
-	if (rc == 0 && fresh) {
+	if (fresh) {
 		progress_timer_arm(&link->timer, progress_now_ms() + LINK_CONNECT_BOUND_MS);
 		rc = start_connect(link, dst);
-		if (rc)
+		if (rc) {
+			*reason = SDP_REASON_RDMA_CM_ERROR;
 			link_fail(link, "rdma_cm could not start");
+		}
 	}
 	if (rc == 0 && up) {
 		conn_lock(c);
@@ -1067,10 +1101,9 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 		if (rc == 0)
 			send_open(link, c);
 		conn_unlock(c);
+		if (rc)
+			*reason = SDP_REASON_RESOURCES;
 	}
-	if (rc)
-		*reason = rc == -ENOBUFS || rc == -ENOMEM ? SDP_REASON_RESOURCES
-							  : SDP_REASON_RDMA_CM_ERROR;
 	link_put(link);
 	return rc;
 }
@@ -1176,6 +1209,8 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 	stats_credits(link);
 	if (!link->is_server)
 		progress_timer_cancel(&link->timer);
+	else if (!link->nstreams)
+		arm_idle_timer(link); /* a link that never opens a stream closes too */
 	drain_jobs(link); /* a server's answers to OPENs that came first */
 	pthread_mutex_unlock(&link->lock);
 	sdp_debug("link up (%s)", link->is_server ? "server" : "client");
@@ -1275,7 +1310,7 @@ static void link_timer_fired(void *arg)
 	bool disconnect = false;
 
 	pthread_mutex_lock(&link->lock);
-	if (link->state == LINK_CONNECTING) {
+	if (link->state == LINK_CONNECTING && !link->is_server) {
 		pthread_mutex_unlock(&link->lock);
 		connect_failed(link, SDP_REASON_RDMA_TIMEOUT, "the link did not come up in time");
 		return;
@@ -1484,15 +1519,25 @@ static void on_stream_message(struct sdp_link *link, uint16_t idx, const uint8_t
 	conn_put(c);
 }
 
+/* A WRITE with immediate landed in the one sink this link exposes: the
+ * immediate must name that sink's stream.  (The QP is shared, so our
+ * completion cannot tell which window the peer wrote; with one sink per
+ * link there is only one it can have written.) */
 static void on_write_imm(struct sdp_link *link, uint32_t byte_len, uint32_t imm)
 {
 	struct sdp_conn *c;
+	bool owner;
 
 	pthread_mutex_lock(&link->lock);
 	c = stream_ref(link, SDP_LINK_IMM_STREAM(imm));
+	owner = c && link->sink_owner == c;
 	pthread_mutex_unlock(&link->lock);
-	if (!c)
+	if (!owner) {
+		if (c)
+			conn_put(c);
+		protocol_violation(link, "an RDMA WRITE naming a stream without an open sink");
 		return;
+	}
 	conn_lock(c);
 	if (c->link == link && !c->link_stopped) {
 		c->last_rx_ms = progress_now_ms();
@@ -1641,19 +1686,17 @@ static void on_wc(struct sdp_link *link, const struct ibv_wc *wc)
 	on_recv(link, wc);
 }
 
-void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
+/* Takes in every completion queued (progress thread, no stream locked). */
+static void drain_cq(struct sdp_link *link)
 {
 	struct ibv_wc wc[16];
 	int n;
 
-	if (link->cq != cq || link->destroying)
+	if (!link->cq || link->destroying || link->pid != getpid())
 		return;
-	SDP_GUARD_ENTER();
-	ibv_req_notify_cq(cq, 0);
-	SDP_GUARD_LEAVE();
 	do {
 		SDP_GUARD_ENTER();
-		n = ibv_poll_cq(cq, 16, wc);
+		n = ibv_poll_cq(link->cq, 16, wc);
 		SDP_GUARD_LEAVE();
 		for (int i = 0; i < n; i++)
 			on_wc(link, &wc[i]);
@@ -1662,6 +1705,54 @@ void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
 		maybe_send_credit(link);
 		pthread_mutex_unlock(&link->lock);
 	} while (n == 16);
+}
+
+void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
+{
+	if (link->cq != cq || link->destroying)
+		return;
+	SDP_GUARD_ENTER();
+	ibv_req_notify_cq(cq, 0);
+	SDP_GUARD_LEAVE();
+	drain_cq(link);
+}
+
+void link_reap(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+
+	if (!link)
+		return;
+	link_get(link);
+	drain_cq(link);
+	link_put(link);
+}
+
+bool link_sink_claim(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+	bool ok;
+
+	if (!link)
+		return true;
+	pthread_mutex_lock(&link->lock);
+	if (!link->sink_owner)
+		link->sink_owner = c;
+	ok = link->sink_owner == c;
+	pthread_mutex_unlock(&link->lock);
+	return ok;
+}
+
+void link_sink_release(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+
+	if (!link)
+		return;
+	pthread_mutex_lock(&link->lock);
+	if (link->sink_owner == c)
+		link->sink_owner = NULL;
+	pthread_mutex_unlock(&link->lock);
 }
 
 void link_atfork_child(void)

@@ -50,6 +50,15 @@ int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr);
  * ignored.  With zero-copy work the peer could still touch, the whole link
  * fails instead, so that no remote access survives. */
 void link_stream_stop(struct sdp_conn *c);
+/* Progress thread, c not locked: takes in what c's link has completed (an
+ * ATTACH in the queue is seen before the TCP bytes that followed it). */
+void link_reap(struct sdp_conn *c);
+/* Write zero-copy: at most one stream of a link exposes a sink at a time
+ * (a WRITE's completion on the shared QP cannot say which window it
+ * filled).  Claim before binding the sink's window; false: another stream
+ * has it (use buffer copy).  Release once the window is closed. */
+bool link_sink_claim(struct sdp_conn *c);
+void link_sink_release(struct sdp_conn *c);
 /* Fails c's whole link as a carrier failure would (test hooks). */
 void link_force_fail(struct sdp_conn *c, const char *why);
 /* The stream is being destroyed: leave the link and tell the peer. */

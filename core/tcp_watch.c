@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 
 static void on_tcp_ready(struct progress_source *src, uint32_t events);
 
@@ -100,6 +101,10 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 {
 	struct sdp_conn *c = (struct sdp_conn *)((char *)src - offsetof(struct sdp_conn, tcp_src));
 
+	/* A linked stream's messages come from its link's queue: what arrived
+	 * there (an ATTACH, the DisConn) counts before these TCP bytes, as a
+	 * channel of its own reaps its queue first (bind.c, close.c). */
+	link_reap(c);
 	conn_lock(c);
 	switch (c->phase) {
 	case CONN_TCP_CONNECTING:

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "core/conn_internal.h"
+#include "core/link.h"
 #include "core/dev.h"
 #include "core/mrcache.h"
 #include "core/zc_internal.h"
@@ -137,11 +138,13 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 	ssize_t result;
 	int why = 0, rc;
 
-	if (!zc_mw_ready(c, win))
+	if (!zc_mw_ready(c, win) || !link_sink_claim(c))
 		return 0;
 	rc = zc_expose(c, win, dst, n, IBV_ACCESS_REMOTE_WRITE, &mre);
-	if (rc != 0)
+	if (rc != 0) {
+		link_sink_release(c);
 		return rc > 0 ? 0 : rc;
+	}
 	c->sink = (struct zc_sink){ .active = true, .stream_off = c->rx_stream_off,
 				    .addr = (uintptr_t)dst, .len = n, .rkey = win->rkey, .mre = mre };
 	tx_queue_ctrl(c, SDP_MID_SINK_AVAIL);
@@ -166,6 +169,7 @@ static ssize_t recv_into_sink(struct sdp_conn *c, void *dst, size_t room, int ti
 	if (c->sink.cancel_sent)
 		zc_wait_answer(c, sink_settled, "a SinkCancel");
 	zc_mw_close(c, win);
+	link_sink_release(c); /* no remote access is left: another stream may offer one */
 	mrcache_put(mre);
 	c->sink.active = false;
 	result = c->sink.written;

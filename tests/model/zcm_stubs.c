@@ -384,6 +384,12 @@ WEAK int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr) { return -EPIP
 WEAK void link_force_fail(struct sdp_conn *c, const char *why) {}
 WEAK void link_stream_stop(struct sdp_conn *c) {}
 WEAK void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq) {}
+bool link_sink_claim(struct sdp_conn *c);
+void link_sink_release(struct sdp_conn *c);
+void link_reap(struct sdp_conn *c);
+WEAK bool link_sink_claim(struct sdp_conn *c) { return true; }
+WEAK void link_sink_release(struct sdp_conn *c) {}
+WEAK void link_reap(struct sdp_conn *c) {}
 
 void zcm_stubs_init(void)
 {

@@ -1,7 +1,8 @@
 /* Unit tests (TAP) for core/wire.c: the SWITCH record that starts a move
  * of the stream to TCP (round trip, and every malformed field refused),
- * the base header's length and mid checks, and the binding handshake's
- * records (bind records, the nonces of HelloAck and COMMIT). */
+ * the base header's length and mid checks, the binding handshake's
+ * records (bind records, the nonces of HelloAck and COMMIT), and the link
+ * framing (header, OPEN, OPEN_ACK, the link Hello). */
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -247,7 +248,121 @@ static int test_commit_nonce(void)
 		     "COMMIT carries the extension");
 }
 
+/* ---------------------------------------------------------------- links */
+
+static size_t link_msg(uint8_t *out, uint8_t kind, uint16_t stream, const void *payload, uint32_t n,
+		       uint32_t lseq, uint32_t lack)
+{
+	struct sdp_lh h = { .kind = kind, .stream = stream, .len = (uint32_t)SDP_LH_SIZE + n,
+			    .lseq = lseq, .lack = lack };
+
+	sdp_lh_to_wire(&h, out);
+	if (n)
+		memcpy(out + SDP_LH_SIZE, payload, n);
+	return SDP_LH_SIZE + n;
+}
+
+static int test_link_header(void)
+{
+	uint8_t buf[128], data[SDP_BSDH_SIZE + 5];
+	struct sdp_bsdh d = { .mid = SDP_MID_DATA, .len = sizeof(data), .mseq = 1 };
+	struct sdp_lh got;
+	size_t n;
+	int ok;
+
+	sdp_bsdh_to_wire(&d, data);
+	memcpy(data + SDP_BSDH_SIZE, "hello", 5);
+	n = link_msg(buf, SDP_LINK_STREAM, 4095, data, sizeof(data), 7, 3);
+	ok = check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_OK, "STREAM accepted") &&
+	     check(got.kind == SDP_LINK_STREAM && got.stream == 4095 && got.lseq == 7 && got.lack == 3 &&
+		   got.len == n, "fields round-trip") &&
+	     check(buf[2] == 0x0f && buf[3] == 0xff, "stream index big-endian");
+	ok &= check(sdp_lh_from_wire(buf, n - 1, 4096, &got) == SDP_WIRE_BAD_LENGTH,
+		    "a length that disagrees with the bytes received");
+	ok &= check(sdp_lh_from_wire(buf, n, (uint32_t)n - 1, &got) == SDP_WIRE_BAD_LENGTH,
+		    "a message larger than our buffer");
+	ok &= check(sdp_lh_from_wire(buf, 15, 4096, &got) == SDP_WIRE_SHORT, "15 bytes");
+	n = link_msg(buf, SDP_LINK_STREAM, 1, data, SDP_BSDH_SIZE - 1, 1, 0);
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_LENGTH,
+		    "a STREAM shorter than a base header");
+	n = link_msg(buf, SDP_LINK_STREAM, 4096, data, sizeof(data), 1, 0);
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_FIELD, "index 4096");
+	n = link_msg(buf, 7, 0, NULL, 0, 1, 0);
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_MID, "unknown kind");
+	n = link_msg(buf, SDP_LINK_CREDIT, 0, "x", 1, 1, 0);
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_LENGTH,
+		    "a CREDIT with a payload");
+	n = link_msg(buf, SDP_LINK_CREDIT, 0, NULL, 0, 1, 0);
+	buf[1] = 0x80;
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
+	return ok;
+}
+
+static int test_link_open(void)
+{
+	struct sdp_open o = { .buf_count = 32, .buf_size = 32768 }, got;
+	struct sdp_open_ack a = { .buf_count = 16, .buf_size = 65536 }, agot;
+	uint8_t w[sizeof(struct sdp_open_wire)], aw[sizeof(struct sdp_open_ack_wire)];
+	int ok;
+
+	o.tuple.src_port = 40000;
+	o.tuple.dst_port = 6379;
+	o.tuple.src_addr[15] = 2;
+	o.tuple.dst_addr[15] = 1;
+	memset(a.nonce, 0xab, sizeof(a.nonce));
+	sdp_open_to_wire(&o, w);
+	sdp_open_ack_to_wire(&a, aw);
+	ok = check(sdp_open_from_wire(w, sizeof(w), &got) == SDP_WIRE_OK, "OPEN accepted") &&
+	     check(got.tuple.src_port == 40000 && got.tuple.dst_port == 6379 && got.buf_count == 32 &&
+		   got.buf_size == 32768 && got.tuple.src_addr[15] == 2, "OPEN round trip") &&
+	     check(sdp_open_ack_from_wire(aw, sizeof(aw), &agot) == SDP_WIRE_OK, "OPEN_ACK accepted") &&
+	     check(agot.buf_count == 16 && agot.buf_size == 65536 && agot.nonce[7] == 0xab,
+		   "OPEN_ACK round trip");
+	ok &= check(sdp_open_from_wire(w, sizeof(w) - 1, &got) == SDP_WIRE_SHORT, "short OPEN");
+	o.tuple.src_port = 0;
+	sdp_open_to_wire(&o, w);
+	ok &= check(sdp_open_from_wire(w, sizeof(w), &got) == SDP_WIRE_BAD_FIELD, "source port 0");
+	o.tuple.src_port = 1;
+	o.buf_count = 2000;
+	sdp_open_to_wire(&o, w);
+	ok &= check(sdp_open_from_wire(w, sizeof(w), &got) == SDP_WIRE_BAD_FIELD, "2000 buffers");
+	a.buf_size = 100;
+	sdp_open_ack_to_wire(&a, aw);
+	ok &= check(sdp_open_ack_from_wire(aw, sizeof(aw), &agot) == SDP_WIRE_BAD_FIELD,
+		    "100-byte buffers");
+	return ok;
+}
+
+static int test_link_hello(void)
+{
+	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK,
+			       .buf_count = 64, .buf_size = 32784 }, got;
+	struct sdp_hello_wire w;
+	int ok;
+
+	h.tuple.dst_port = 6379;
+	sdp_hello_to_wire(&h, &w);
+	ok = check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK, "link Hello accepted") &&
+	     check(got.flags == SDP_HELLO_FLAG_LINK && got.tuple.src_port == 0, "flags, no source port");
+	h.tuple.src_port = 5;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FIELD,
+		    "a link Hello naming a source port");
+	h.flags = 0;
+	h.tuple.src_port = 0;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FIELD,
+		    "a channel's Hello without one");
+	h.flags = 2;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
+	return ok;
+}
+
 static const struct tap_case cases[] = {
+	{ "link header: round trip; length, index, kind, payload and flags checked", test_link_header },
+	{ "link OPEN and OPEN_ACK: round trip; ports and geometry checked", test_link_open },
+	{ "link Hello: no source port exactly when LINK is set", test_link_hello },
 	{ "bind record: 24 bytes, magic SDPB, round trip", test_bind_round_trip },
 	{ "bind record: only the kinds the reader names are accepted", test_bind_kinds },
 	{ "bind record: short, bad magic, version, reasons refused", test_bind_bad_fields },
