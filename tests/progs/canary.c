@@ -17,6 +17,12 @@
  *   canary -s PORT -S BYTES [-a ADDR] [-H SECS]
  *       send mode: one blocking send() of BYTES of the stream, then holds the
  *       socket and the buffer -H seconds.
+ *   canary -s PORT -n N [recv mode options]
+ *       recv mode on N connections at once (a thread and a buffer each; the
+ *       rogue's link lies open two streams of one link): each line names its
+ *       connection ("recv conn=I ...", "late_write conn=I ...", "conn_end
+ *       conn=I end=.. total=.. canary_bytes=.."), and the last line sums them
+ *       ("end=all ...").  -x counts per connection.
  *
  * Lines (stdout, flushed, each ending in t_ms=N): "listening port=P",
  * "accepted peer=A:P", "recv off=O ret=N pattern=P canary=C other=X errno=E",
@@ -35,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "lie_pattern.h"
@@ -47,8 +54,19 @@ struct counts {
 static struct {
 	const char *port, *addr;
 	size_t buf_size, expect, send_bytes;
-	unsigned timeout_s, hold_s;
-} opt = { .buf_size = (1u << 20) + 4096, .timeout_s = 30 };
+	unsigned timeout_s, hold_s, conns;
+} opt = { .buf_size = (1u << 20) + 4096, .timeout_s = 30, .conns = 1 };
+
+/* "conn=I " in front of a line's fields when there are several connections. */
+static const char *tag(int conn)
+{
+	static __thread char t[16];
+
+	if (opt.conns == 1)
+		return "";
+	snprintf(t, sizeof(t), "conn=%d ", conn);
+	return t;
+}
 
 
 static void on_term(int sig)
@@ -100,14 +118,11 @@ static size_t run_bytes(const uint8_t *buf, size_t n, uint64_t off, match_fn mat
 	return total;
 }
 
-static int accept_one(void)
+static int listen_fd(void)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV }, *ai;
-	struct sockaddr_storage sa;
-	socklen_t len = sizeof(sa);
-	char host[INET6_ADDRSTRLEN] = "?", serv[8] = "?";
-	int one = 1, lfd, fd, err = getaddrinfo(opt.addr, opt.port, &hints, &ai);
+	int one = 1, lfd, err = getaddrinfo(opt.addr, opt.port, &hints, &ai);
 
 	if (err) {
 		fprintf(stderr, "canary: %s\n", gai_strerror(err));
@@ -121,27 +136,35 @@ static int accept_one(void)
 	}
 	freeaddrinfo(ai);
 	prog_logline("listening port=%s", opt.port);
-	fd = accept(lfd, (struct sockaddr *)&sa, &len);
+	return lfd;
+}
+
+static int accept_one(int lfd, int conn)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+	char host[INET6_ADDRSTRLEN] = "?", serv[8] = "?";
+	int fd = accept(lfd, (struct sockaddr *)&sa, &len);
+
 	if (fd < 0) {
 		fprintf(stderr, "canary: accept: %s\n", strerror(errno));
 		exit(2);
 	}
 	getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), serv, sizeof(serv),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
-	prog_logline("accepted peer=%s:%s", host, serv);
-	close(lfd);
+	prog_logline("accepted %speer=%s:%s", tag(conn), host, serv);
 	return fd;
 }
 
 /* Classifies one recv() return of n bytes at stream offset off. */
-static void classify(const uint8_t *buf, size_t n, struct counts *k)
+static void classify(const uint8_t *buf, size_t n, struct counts *k, int conn)
 {
 	size_t pat = run_bytes(buf, n, k->total, is_stream, n < 16 ? n : 16);
 	size_t can = run_bytes(buf, n, 0, is_canary, CANARY_RUN);
 	size_t other = n > pat + can ? n - pat - can : 0;
 
-	prog_logline("recv off=%llu ret=%zu pattern=%zu canary=%zu other=%zu errno=0", k->total, n, pat,
-		can, other);
+	prog_logline("recv %soff=%llu ret=%zu pattern=%zu canary=%zu other=%zu errno=0", tag(conn),
+		k->total, n, pat, can, other);
 	k->total += n;
 	k->pattern += pat;
 	k->canary += can;
@@ -149,7 +172,7 @@ static void classify(const uint8_t *buf, size_t n, struct counts *k)
 }
 
 /* After the hold: did anything write into the buffer since the last call? */
-static void check_late(const uint8_t *buf, struct counts *k)
+static void check_late(const uint8_t *buf, struct counts *k, int conn)
 {
 	size_t first = 0, changed = 0;
 
@@ -162,13 +185,11 @@ static void check_late(const uint8_t *buf, struct counts *k)
 	}
 	k->late = changed;
 	if (changed)
-		prog_logline("late_write bytes=%zu first=%zu", changed, first);
+		prog_logline("late_write %sbytes=%zu first=%zu", tag(conn), changed, first);
 }
 
-static const char *recv_loop(int fd, uint8_t *buf, struct counts *k)
+static const char *recv_loop(int fd, uint8_t *buf, struct counts *k, int conn, char *why)
 {
-	static char why[32];
-
 	for (;;) {
 		ssize_t n;
 
@@ -177,11 +198,11 @@ static const char *recv_loop(int fd, uint8_t *buf, struct counts *k)
 		if (n <= 0) {
 			int err = n < 0 ? errno : 0;
 
-			prog_logline("recv off=%llu ret=%zd errno=%s", k->total, n, err_name(err));
-			snprintf(why, sizeof(why), "%s", n == 0 ? "eof" : err_name(err));
+			prog_logline("recv %soff=%llu ret=%zd errno=%s", tag(conn), k->total, n, err_name(err));
+			snprintf(why, 32, "%s", n == 0 ? "eof" : err_name(err));
 			return why;
 		}
-		classify(buf, (size_t)n, k);
+		classify(buf, (size_t)n, k, conn);
 		if (opt.expect && k->total >= opt.expect) {
 			fill_canary(buf, opt.buf_size); /* the hold checks a buffer no call uses */
 			return "expected";
@@ -205,7 +226,7 @@ static const char *send_once(int fd, uint8_t *buf)
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
-	fprintf(stderr, "usage: canary -s PORT [-a ADDR] [-b BUFSIZE] [-x EXPECT] [-t SECS] [-H SECS]\n"
+	fprintf(stderr, "usage: canary -s PORT [-a ADDR] [-n CONNS] [-b BUFSIZE] [-x EXPECT] [-t SECS] [-H SECS]\n"
 			"       canary -s PORT -S BYTES [-a ADDR] [-H SECS]\n");
 	exit(2);
 }
@@ -223,7 +244,7 @@ static void parse(int argc, char **argv)
 {
 	int o;
 
-	while ((o = getopt(argc, argv, "s:a:b:x:t:H:S:")) != -1) {
+	while ((o = getopt(argc, argv, "s:a:b:x:t:H:S:n:")) != -1) {
 		switch (o) {
 		case 's': number(optarg, 1, 65535); opt.port = optarg; break;
 		case 'a': opt.addr = optarg; break;
@@ -232,41 +253,93 @@ static void parse(int argc, char **argv)
 		case 't': opt.timeout_s = (unsigned)number(optarg, 1, 3600); break;
 		case 'H': opt.hold_s = (unsigned)number(optarg, 0, 3600); break;
 		case 'S': opt.send_bytes = (size_t)number(optarg, 1, 1L << 30); break;
+		case 'n': opt.conns = (unsigned)number(optarg, 1, 8); break;
 		default: usage();
 		}
 	}
-	if (!opt.port || optind != argc)
+	if (!opt.port || optind != argc || (opt.conns > 1 && opt.send_bytes))
 		usage();
 	if (opt.send_bytes > opt.buf_size)
 		opt.buf_size = opt.send_bytes;
+}
+
+/* One connection in recv mode (a thread of its own when there are several). */
+struct worker {
+	pthread_t thread;
+	int conn, fd;
+	struct counts k;
+	char why[32];
+	uint8_t *buf;
+};
+
+static void *recv_worker(void *arg)
+{
+	struct worker *w = arg;
+	const char *why = recv_loop(w->fd, w->buf, &w->k, w->conn, w->why);
+
+	if (why != w->why)
+		snprintf(w->why, sizeof(w->why), "%s", why);
+	if (opt.hold_s)
+		sleep(opt.hold_s); /* the socket, and the buffer as the last call left it */
+	check_late(w->buf, &w->k, w->conn);
+	if (opt.conns > 1)
+		prog_logline("conn_end conn=%d end=%s total=%llu pattern_bytes=%llu canary_bytes=%llu "
+			     "other_bytes=%llu late_bytes=%llu", w->conn, w->why, w->k.total, w->k.pattern,
+			     w->k.canary, w->k.other, w->k.late);
+	return NULL;
 }
 
 int main(int argc, char **argv)
 {
 	struct counts k = { 0 };
 	struct timeval tv;
-	const char *why;
-	uint8_t *buf;
-	int fd;
+	struct worker *w;
+	const char *why = "all";
+	int lfd;
 
 	prog_log_start();
 	signal(SIGPIPE, SIG_IGN);
 	sigaction(SIGTERM, &(struct sigaction){ .sa_handler = on_term }, NULL);
 	parse(argc, argv);
-	buf = malloc(opt.buf_size);
-	if (!buf)
+	w = calloc(opt.conns, sizeof(*w));
+	if (!w)
 		return 2;
-	fd = accept_one();
-	tv = (struct timeval){ .tv_sec = opt.timeout_s };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	why = opt.send_bytes ? send_once(fd, buf) : recv_loop(fd, buf, &k);
-	if (opt.hold_s)
-		sleep(opt.hold_s); /* the socket, and the buffer as the last call left it */
-	if (!opt.send_bytes)
-		check_late(buf, &k);
+	lfd = listen_fd();
+	for (unsigned i = 0; i < opt.conns; i++) {
+		w[i].conn = (int)i;
+		w[i].buf = malloc(opt.buf_size);
+		if (!w[i].buf)
+			return 2;
+		w[i].fd = accept_one(lfd, (int)i);
+		tv = (struct timeval){ .tv_sec = opt.timeout_s };
+		setsockopt(w[i].fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
+	close(lfd);
+	if (opt.send_bytes) {
+		why = send_once(w[0].fd, w[0].buf);
+		if (opt.hold_s)
+			sleep(opt.hold_s);
+	} else if (opt.conns == 1) {
+		recv_worker(&w[0]);
+		why = w[0].why;
+	} else {
+		for (unsigned i = 0; i < opt.conns; i++)
+			if (pthread_create(&w[i].thread, NULL, recv_worker, &w[i]) != 0)
+				return 2;
+		for (unsigned i = 0; i < opt.conns; i++)
+			pthread_join(w[i].thread, NULL);
+	}
+	for (unsigned i = 0; i < opt.conns; i++) {
+		k.total += w[i].k.total;
+		k.pattern += w[i].k.pattern;
+		k.canary += w[i].k.canary;
+		k.other += w[i].k.other;
+		k.late += w[i].k.late;
+		close(w[i].fd);
+		free(w[i].buf);
+	}
 	prog_logline("end=%s total=%llu pattern_bytes=%llu canary_bytes=%llu other_bytes=%llu late_bytes=%llu",
 		why, k.total, k.pattern, k.canary, k.other, k.late);
-	close(fd);
-	free(buf);
+	free(w);
 	return k.canary || k.late ? 1 : 0;
 }

@@ -5,6 +5,7 @@
  * RDMA_PS_TCP port space, which is not the kernel's TCP port space.
  *
  *   rogue listen --port P [--addr A] [--attach after-commit|early|never]
+ *                [--link [--lie none|released-oob] [--stream-index X]]
  *                [--buf-count C] [--buf-size S] [--v1] [--log FILE] [--for SECONDS]
  *       An rdma_cm listener on A:P (default: every address).  Every Hello gets a
  *       HelloAck (a random nonce) instead of a reject; C receive buffers of S
@@ -16,9 +17,26 @@
  *       nonce=HEX", "msg conn=I mid=N len=L mseq=.. ack=.. bufs=..", "data conn=I
  *       bytes=N preview=..." (the first bytes, escaped), "attach_sent conn=I",
  *       "disconnected conn=I", and last "data_bytes=N attach_sent=N hellos=N
- *       commits=N".
+ *       commits=N links=N opens=N released=N lies=N".
+ *       With --link, a link Hello (SDP_HELLO_FLAG_LINK) gets a link HelloAck
+ *       (other Hellos are answered as above), and the link's framing is spoken
+ *       (core/link.c): every SEND in a link header with lseq, lack and link
+ *       credits (a CREDIT back when half the buffers were taken in or the
+ *       client is STARVING); each OPEN gets an OPEN_ACK (a random nonce, C
+ *       buffers of S - 16 bytes), and the stream inside behaves as a channel
+ *       above (COMMIT, ATTACH per --attach, early: right after the OPEN_ACK).
+ *       --lie released-oob: after the first OPEN_ACK, a RELEASED for stream
+ *       index I (--stream-index, default 1024: one past the client library's
+ *       default table of SDPSHIM_LINK_STREAMS), never opened.  Lines add
+ *       "link=1" to hello/established, and "open conn=I stream=X src=..
+ *       sport=.. dst=.. dport=.. bufs=.. size=..", "open_ack_sent conn=I
+ *       stream=X nonce=HEX", "commit conn=I stream=X ..", "msg conn=I stream=X
+ *       ..", "data conn=I stream=X ..", "attach_sent conn=I stream=X ..",
+ *       "released conn=I stream=X", "released_lie conn=I stream=X",
+ *       "link_seq_gap ..", "link_ack_invalid ..".
  *
  *   rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]
+ *               [--link [--streams S] [--stream-index X]]
  *               [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]
  *               [--v1] [--log FILE]
  *       K rdma_cm connections to ADDR:PORT at once; connection I (from 0) sends a
@@ -35,11 +53,24 @@
  *       it), "msg conn=I mid=N len=L ...", "attach conn=I", "detach conn=I
  *       reason=N", "data conn=I bytes=N preview=...", "disconnected conn=I", and
  *       last "established=E rejected=R attach=A detach=D data_bytes=B errors=X
- *       commits_sent=C".
+ *       commits_sent=C opened=O refused=F released=R".
+ *       With --link [--streams S] [--stream-index X], each of the K rdma_cm
+ *       connections is a link: its Hello names no TCP connection (source port
+ *       0, its own address; --src-addr goes into the OPENs instead), and once
+ *       established it opens S streams (default 1; 0: none, the link is held
+ *       bare), indexes X.. (default 0), stream J of link I naming source port
+ *       N + I*S + J; each OPEN_ACK gets a COMMIT (unless --no-commit).  A link
+ *       is settled once every OPEN is answered.  Lines: "established conn=I
+ *       link=1 bufs=.. size=..", "open_sent conn=I stream=X sport=..",
+ *       "open_ack conn=I stream=X bufs=.. size=.. nonce=HEX", "open_nak conn=I
+ *       stream=X code=N" (enum sdp_reject_code), "commit_sent conn=I stream=X",
+ *       "attach conn=I stream=X", "detach conn=I stream=X reason=N",
+ *       "released conn=I stream=X".
  *
  *   rogue peer --to ADDR:PORT --lie LIE [--bytes N] [--offer src|sink] [--offset-delta D]
  *              [--stack K] [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]
  *              [--ack-timeout E] [--buf-count C] [--buf-size S]
+ *              [--link [--stream-index X] [--second-pending]]
  *              [--wire-version N | --v1] [--for SECONDS] [--log FILE]
  *       A complete sdpshim client of a real sdpshim server (rogue_peer.c): a TCP
  *       socket bound where rdma_cm routes, an rdma_cm connection whose Hello names
@@ -86,7 +117,42 @@
  *       the channel could not be set up.  --wire-version N (or --v1) speaks an older
  *       build's version in the Hello, the HelloAck and the PROOF (version 1: a
  *       12-byte HelloAck, a bare COMMIT, and no binding handshake at all).
+ *       With --link [--stream-index X] (rogue_peer.c's header) the channel is a
+ *       link: a link Hello, then OPEN for stream X (default 0) naming the TCP
+ *       4-tuple, whose OPEN_ACK's nonce goes into the PROOF; every lie above
+ *       works the same inside it, and these only a link can tell:
+ *         open-dup-index       N bytes (64 KiB) echoed, an OPEN for X again (X
+ *                              still in use) naming a second bound socket's
+ *                              tuple, MS later N more bytes echoed, DisConn;
+ *         open-index-oob       our stream opens at X (default 1024, one past
+ *                              the server's default table), then as none;
+ *         bad-lseq, bad-lack   N bytes echoed, then one link header whose lseq
+ *                              skips one ("lseq_lie ..") or whose lack is 1000
+ *                              past what the server sent ("lack_lie .."); ends
+ *                              MS later (reason lie_told);
+ *         stream-unopened      N bytes echoed, a STREAM message with 4096 bytes
+ *                              of DATA for index X+7, never opened
+ *                              ("unopened_sent .."), MS later N more, DisConn;
+ *         released-in-use      N bytes echoed, RELEASED for X while open
+ *                              ("released_sent .."), N more bytes of DATA on X,
+ *                              ends MS later;
+ *         write-imm-other      a second stream (X+1, conn=1) on the same link,
+ *                              with its own TCP connection and PROOF; once the
+ *                              server offers a sink on each, one RDMA WRITE
+ *                              with immediate fills stream X+1's sink with as
+ *                              many bytes as X's asks, its immediate naming X
+ *                              ("write_imm_lie .."); DisConn MS later.
+ *       --second-pending opens a second stream (X+1, conn=1) beside ours and
+ *       leaves it pending at the server: its OPEN_ACK gets no COMMIT and no
+ *       TCP connect follows, so no accept() claims it ("pending conn=1 ..").
+ *       Link lines: "open_sent conn=0 stream=X ..", "open_ack conn=C stream=X
+ *       bufs=.. size=.. nonce=HEX", "open_nak conn=C stream=X code=N",
+ *       "released conn=C stream=X", "stream_msg_other ..", "link_seq_gap ..",
+ *       and the summary adds "link=1 stream=X open_acks=.. open_naks=..
+ *       released=.. other_stream=.. unexpected=.. write_imm_lies=..
+ *       tcp_bytes=.. lseq_sent=.. lseq_received=.. second_attach=0|1".
  *
+ * --link is version 3 only (no --v1).
  * --v1 (listen, hello) speaks the version-1 formats (Hello and HelloAck version
  * byte 1, a 12-byte HelloAck without nonce, a bare 16-byte COMMIT), to reproduce the
  * findings on a build of the old protocol.  Every line ends in t_ms=N (since
@@ -126,8 +192,29 @@
 #define RESOLVE_MS       5000
 #define SETTLE_SECS      60      /* hello: give up on connections not settled by then */
 #define SEND_TAG         (1ull << 32)
+#define LINK_SLOTS       64u     /* a link's send slots (and send queue) */
+#define LINK_QUEUE       256u    /* link messages waiting for a slot or a credit */
+#define LINK_STREAMS     64u     /* streams per link this tool keeps */
+#define LINK_PAYLOAD_MAX (CTRL_SLOT_SIZE - SDP_LH_SIZE)
 
 enum attach_mode { ATTACH_AFTER_COMMIT, ATTACH_EARLY, ATTACH_NEVER };
+
+/* listen --link --lie: what the rogue server tells a client's link. */
+enum listen_lie { LLIE_NONE, LLIE_RELEASED_OOB };
+
+/* A stream on a link: hello opens them, listen takes the client's OPENs. */
+struct rstream {
+	uint16_t idx, src_port;
+	bool answered, opened, refused, committed, attach_sent, released;
+	uint32_t tx_seq, rx_seq;      /* our last mseq; the peer's last mseq seen */
+};
+
+/* A link message waiting for a send slot or a link credit. */
+struct lmsg {
+	uint8_t kind, mid, len;
+	uint16_t stream;
+	uint8_t payload[LINK_PAYLOAD_MAX];
+};
 
 struct rconn {
 	int idx;
@@ -143,25 +230,38 @@ struct rconn {
 	unsigned tx_next;
 	bool established, settled, committed, attach_sent, wc_error_logged, destroy;
 	uint16_t src_port;            /* hello: the source port this Hello names */
+	/* A link (--link): its framing, credits and streams. */
+	bool link;
+	unsigned tx_slots, sq_out;    /* send slots; sends posted and not completed */
+	uint32_t l_tx, l_peer_lack, l_peer_bufs; /* our last lseq, the peer's lack, its buffers */
+	uint32_t l_rx, l_lack_sent;   /* the peer's last lseq taken in; the last lack we sent */
+	bool l_starving;              /* the peer asked for a link CREDIT */
+	struct rstream streams[LINK_STREAMS];
+	unsigned nstreams;
+	struct lmsg *queue;           /* LINK_QUEUE entries */
+	unsigned q_head, q_tail;
+	bool lie_told;
 };
 
 static struct {
-	bool v1, no_commit;
+	bool v1, no_commit, link;
 	enum attach_mode attach;
+	enum listen_lie lie;
+	uint16_t lie_index;
 	uint16_t buf_count;
 	uint32_t buf_size;
-	int count;
+	int count, streams;
 	double hold_s, for_s;
 	const char *addr, *port, *to, *src_addr;
 	uint16_t src_port;
 } opt = {
-	.attach = ATTACH_AFTER_COMMIT, .count = 1, .hold_s = 10,
+	.attach = ATTACH_AFTER_COMMIT, .count = 1, .streams = 1, .hold_s = 10,
 };
 
 static struct {
 	unsigned long long data_bytes;
 	unsigned attach_sent, hellos, commits, established, rejected, attach, detach, errors,
-		commits_sent;
+		commits_sent, links, opens, opened, refused, released, lies;
 } tally;
 
 FILE *logfp;
@@ -309,6 +409,7 @@ static struct rconn *conn_new(struct rdma_cm_id *id)
 		return NULL;
 	c->idx = nconns;
 	c->id = id;
+	c->tx_slots = CTRL_SLOTS;
 	id->context = c;
 	conns[nconns++] = c;
 	return c;
@@ -340,14 +441,14 @@ static int conn_setup(struct rconn *c, uint32_t rx_count, uint32_t rx_size)
 		return -1;
 	fl = fcntl(c->cch->fd, F_GETFL);
 	fcntl(c->cch->fd, F_SETFL, fl | O_NONBLOCK);
-	c->cq = ibv_create_cq(c->id->verbs, (int)(rx_count + CTRL_SLOTS + 4), c, c->cch, 0);
+	c->cq = ibv_create_cq(c->id->verbs, (int)(rx_count + c->tx_slots + 4), c, c->cch, 0);
 	if (!c->cq || ibv_req_notify_cq(c->cq, 0) != 0)
 		return -1;
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_type = IBV_QPT_RC;
 	attr.send_cq = c->cq;
 	attr.recv_cq = c->cq;
-	attr.cap.max_send_wr = CTRL_SLOTS;
+	attr.cap.max_send_wr = c->tx_slots;
 	attr.cap.max_recv_wr = rx_count;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
@@ -355,13 +456,17 @@ static int conn_setup(struct rconn *c, uint32_t rx_count, uint32_t rx_size)
 	if (rdma_create_qp(c->id, c->pd, &attr) != 0)
 		return -1;
 	if (posix_memalign((void **)&c->rx_mem, 4096, (size_t)rx_count * rx_size) != 0 ||
-	    posix_memalign((void **)&c->tx_mem, 4096, (size_t)CTRL_SLOTS * CTRL_SLOT_SIZE) != 0) {
+	    posix_memalign((void **)&c->tx_mem, 4096, (size_t)c->tx_slots * CTRL_SLOT_SIZE) != 0) {
 		errno = ENOMEM;
 		return -1;
 	}
 	memset(c->rx_mem, 0, (size_t)rx_count * rx_size);
 	c->rx_mr = ibv_reg_mr(c->pd, c->rx_mem, (size_t)rx_count * rx_size, IBV_ACCESS_LOCAL_WRITE);
-	c->tx_mr = ibv_reg_mr(c->pd, c->tx_mem, (size_t)CTRL_SLOTS * CTRL_SLOT_SIZE, 0);
+	c->tx_mr = ibv_reg_mr(c->pd, c->tx_mem, (size_t)c->tx_slots * CTRL_SLOT_SIZE, 0);
+	if (c->link && !c->queue)
+		c->queue = calloc(LINK_QUEUE, sizeof(*c->queue));
+	if (c->link && !c->queue)
+		return -1;
 	if (!c->rx_mr || !c->tx_mr)
 		return -1;
 	for (uint32_t i = 0; i < rx_count; i++)
@@ -389,6 +494,7 @@ static void conn_free(struct rconn *c)
 		rdma_destroy_id(c->id);
 	free(c->rx_mem);
 	free(c->tx_mem);
+	free(c->queue);
 	conns[c->idx] = NULL;
 	free(c);
 }
@@ -397,7 +503,7 @@ static void conn_free(struct rconn *c)
  * message seen.  A v1 COMMIT is the bare header. */
 static int send_ctrl(struct rconn *c, uint8_t mid, const struct sdp_ext *ext)
 {
-	unsigned slot = c->tx_next++ % CTRL_SLOTS;
+	unsigned slot = c->tx_next++ % c->tx_slots;
 	uint8_t *buf = c->tx_mem + (size_t)slot * CTRL_SLOT_SIZE;
 	size_t len = SDP_BSDH_SIZE + (ext ? SDP_EXT_SIZE : 0);
 	struct sdp_bsdh h = {
@@ -464,6 +570,372 @@ static bool v1_commit(const uint8_t *m, uint32_t len, struct sdp_bsdh *h)
 	return h->len == len && (h->flags & ~SDP_FLAG_KNOWN) == 0 && h->bufs <= SDP_MAX_BUF_COUNT;
 }
 
+
+/* --- links (--link) --------------------------------------------------------- */
+
+static struct sockaddr_storage to_addr;
+
+/* The peer's link buffers still free for us: a CREDIT may take the last
+ * one, everything else needs two (core/link.c). */
+static uint32_t link_credits(const struct rconn *c)
+{
+	uint32_t out = c->l_tx - c->l_peer_lack;
+
+	return out >= c->l_peer_bufs ? 0 : c->l_peer_bufs - out;
+}
+
+/* Posts one link message now: the next lseq, our lack (every peer message
+ * taken in, its buffer posted again). */
+static int link_post(struct rconn *c, const struct lmsg *m)
+{
+	unsigned slot = c->tx_next++ % c->tx_slots;
+	uint8_t *buf = c->tx_mem + (size_t)slot * CTRL_SLOT_SIZE;
+	uint32_t len = (uint32_t)SDP_LH_SIZE + m->len;
+	struct sdp_lh h = { .kind = m->kind, .stream = m->stream, .len = len, .lack = c->l_rx };
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = c->tx_mr->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = SEND_TAG | ((uint64_t)m->stream << 16) | ((uint64_t)m->mid << 8) | slot,
+		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	h.lseq = ++c->l_tx;
+	h.flags = link_credits(c) <= 2 ? SDP_LINK_FLAG_STARVING : 0;
+	sdp_lh_to_wire(&h, buf);
+	if (m->len)
+		memcpy(buf + SDP_LH_SIZE, m->payload, m->len);
+	if (ibv_post_send(c->id->qp, &wr, &bad) != 0) {
+		logline("send_failed conn=%d link_kind=%u stream=%u: %s", c->idx, m->kind, m->stream,
+			strerror(errno));
+		return -1;
+	}
+	c->l_lack_sent = c->l_rx;
+	c->l_starving = false;
+	c->sq_out++;
+	return 0;
+}
+
+/* Queued link messages go while there are slots and credits (in order). */
+static void link_flush(struct rconn *c)
+{
+	while (c->q_head != c->q_tail && c->established && !c->destroy &&
+	       c->sq_out < c->tx_slots && link_credits(c) >= 2) {
+		if (link_post(c, &c->queue[c->q_head % LINK_QUEUE]) != 0)
+			return;
+		c->q_head++;
+	}
+}
+
+static void link_send(struct rconn *c, uint8_t kind, uint8_t mid, uint16_t stream,
+		      const void *payload, uint32_t len)
+{
+	struct lmsg *m;
+
+	if (c->q_tail - c->q_head == LINK_QUEUE || len > LINK_PAYLOAD_MAX) {
+		logline("link_queue_full conn=%d kind=%u stream=%u", c->idx, kind, stream);
+		return;
+	}
+	m = &c->queue[c->q_tail++ % LINK_QUEUE];
+	*m = (struct lmsg){ .kind = kind, .mid = mid, .len = (uint8_t)len, .stream = stream };
+	if (len)
+		memcpy(m->payload, payload, len);
+	link_flush(c);
+}
+
+/* A CREDIT ahead of the queue (it may take the last credit) when half our
+ * buffers were taken in unadvertised, or the peer asked (STARVING). */
+static void maybe_link_credit(struct rconn *c)
+{
+	uint32_t unadvertised = c->l_rx - c->l_lack_sent;
+	struct lmsg m = { .kind = SDP_LINK_CREDIT, .mid = 0xe0 | SDP_LINK_CREDIT };
+
+	if (!c->link || !c->established || c->destroy || !unadvertised)
+		return;
+	if (!c->l_starving && unadvertised < (c->rx_count + 1) / 2 && c->rx_count - unadvertised > 2)
+		return;
+	if (c->sq_out < c->tx_slots && link_credits(c) >= 1)
+		link_post(c, &m);
+}
+
+/* One stream message (base header, extension) inside a STREAM link message. */
+static void link_stream_ctrl(struct rconn *c, struct rstream *st, uint8_t mid,
+			     const struct sdp_ext *ext)
+{
+	uint8_t payload[SDP_BSDH_SIZE + SDP_EXT_SIZE];
+	uint32_t len = (uint32_t)SDP_BSDH_SIZE + (ext ? (uint32_t)SDP_EXT_SIZE : 0);
+	struct sdp_bsdh h = { .mid = mid, .bufs = opt.buf_count, .len = len,
+			      .mseq = ++st->tx_seq, .mseq_ack = st->rx_seq };
+
+	sdp_bsdh_to_wire(&h, payload);
+	if (ext)
+		sdp_ext_to_wire(ext, payload + SDP_BSDH_SIZE);
+	link_send(c, SDP_LINK_STREAM, mid, st->idx, payload, len);
+}
+
+static struct rstream *stream_find(struct rconn *c, uint16_t idx)
+{
+	for (unsigned i = 0; i < c->nstreams; i++)
+		if (c->streams[i].idx == idx)
+			return &c->streams[i];
+	return NULL;
+}
+
+static struct rstream *stream_add(struct rconn *c, uint16_t idx)
+{
+	struct rstream *st;
+
+	if (c->nstreams == LINK_STREAMS)
+		return NULL;
+	st = &c->streams[c->nstreams++];
+	*st = (struct rstream){ .idx = idx };
+	return st;
+}
+
+static void link_attach(struct rconn *c, struct rstream *st)
+{
+	if (st->attach_sent)
+		return;
+	link_stream_ctrl(c, st, SDP_MID_ATTACH, NULL);
+	st->attach_sent = true;
+	tally.attach_sent++;
+	logline("attach_sent conn=%d stream=%u mseq=%u ack=%u", c->idx, st->idx, st->tx_seq,
+		st->rx_seq);
+}
+
+/* listen: a client's OPEN gets an OPEN_ACK (a random nonce, our geometry). */
+static void link_on_open(struct rconn *c, uint16_t idx, const uint8_t *pl, uint32_t len)
+{
+	struct sdp_open o;
+	struct sdp_open_ack a = { .buf_count = opt.buf_count,
+				  .buf_size = opt.buf_size - (uint32_t)SDP_LH_SIZE };
+	uint8_t ack[sizeof(struct sdp_open_ack_wire)];
+	enum sdp_wire_error err = sdp_open_from_wire(pl, len, &o);
+	char src[INET6_ADDRSTRLEN], dst[INET6_ADDRSTRLEN], nx[2 * SDP_NONCE_SIZE + 1];
+	struct sdp_open_nak_wire nak = { .code = SDP_REJECT_RESOURCES };
+	struct rstream *st;
+
+	tally.opens++;
+	if (err != SDP_WIRE_OK) {
+		logline("open conn=%d stream=%u invalid=\"%s\"", c->idx, idx, sdp_wire_error_text(err));
+		nak.code = SDP_REJECT_MALFORMED;
+		link_send(c, SDP_LINK_OPEN_NAK, 0xe0 | SDP_LINK_OPEN_NAK, idx, &nak, sizeof(nak));
+		return;
+	}
+	wire_addr_text(o.tuple.src_addr, src, sizeof(src));
+	wire_addr_text(o.tuple.dst_addr, dst, sizeof(dst));
+	logline("open conn=%d stream=%u src=%s sport=%u dst=%s dport=%u bufs=%u size=%u", c->idx, idx,
+		src, o.tuple.src_port, dst, o.tuple.dst_port, o.buf_count, o.buf_size);
+	st = stream_find(c, idx);
+	if (st)
+		logline("open_again conn=%d stream=%u", c->idx, idx);
+	else
+		st = stream_add(c, idx);
+	if (!st) {
+		link_send(c, SDP_LINK_OPEN_NAK, 0xe0 | SDP_LINK_OPEN_NAK, idx, &nak, sizeof(nak));
+		return;
+	}
+	*st = (struct rstream){ .idx = idx, .src_port = o.tuple.src_port, .answered = true,
+				.opened = true };
+	random_bytes(a.nonce, sizeof(a.nonce));
+	sdp_open_ack_to_wire(&a, ack);
+	link_send(c, SDP_LINK_OPEN_ACK, 0xe0 | SDP_LINK_OPEN_ACK, idx, ack, sizeof(ack));
+	hex(a.nonce, sizeof(a.nonce), nx);
+	logline("open_ack_sent conn=%d stream=%u nonce=%s", c->idx, idx, nx);
+	if (opt.lie == LLIE_RELEASED_OOB && !c->lie_told) {
+		uint16_t bad = opt.lie_index;
+
+		link_send(c, SDP_LINK_RELEASED, 0xe0 | SDP_LINK_RELEASED, bad, NULL, 0);
+		c->lie_told = true;
+		tally.lies++;
+		logline("released_lie conn=%d stream=%u (never opened, past the client's table)", c->idx,
+			bad);
+	}
+	if (opt.attach == ATTACH_EARLY)
+		link_attach(c, st);
+}
+
+/* hello: OPEN for one of our streams, naming the tuple src (--src-addr or
+ * the link's own address):src_port -> the server. */
+static void link_send_open(struct rconn *c, struct rstream *st)
+{
+	struct sdp_open o = { .buf_count = opt.buf_count, .buf_size = opt.buf_size };
+	uint8_t payload[sizeof(struct sdp_open_wire)];
+
+	if (opt.src_addr) {
+		struct addrinfo *ai = resolve(opt.src_addr, "0", false);
+		addr_to_wire(ai->ai_addr, o.tuple.src_addr);
+		freeaddrinfo(ai);
+	} else {
+		addr_to_wire(rdma_get_local_addr(c->id), o.tuple.src_addr);
+	}
+	addr_to_wire((struct sockaddr *)&to_addr, o.tuple.dst_addr);
+	o.tuple.src_port = st->src_port;
+	o.tuple.dst_port = addr_port((struct sockaddr *)&to_addr);
+	sdp_open_to_wire(&o, payload);
+	link_send(c, SDP_LINK_OPEN, 0xe0 | SDP_LINK_OPEN, st->idx, payload, sizeof(payload));
+	logline("open_sent conn=%d stream=%u sport=%u bufs=%u size=%u", c->idx, st->idx, st->src_port,
+		o.buf_count, o.buf_size);
+}
+
+static void send_link_commit(struct rconn *c, struct rstream *st)
+{
+	uint8_t nonce[SDP_NONCE_SIZE];
+	char nx[2 * SDP_NONCE_SIZE + 1];
+	struct sdp_ext e = { 0 };
+
+	random_bytes(nonce, sizeof(nonce));
+	sdp_nonce_to_ext(nonce, &e);
+	link_stream_ctrl(c, st, SDP_MID_COMMIT, &e);
+	hex(nonce, sizeof(nonce), nx);
+	logline("commit_posted conn=%d stream=%u nonce=%s", c->idx, st->idx, nx);
+}
+
+/* hello: the server's answer to one of our OPENs; the link is settled once
+ * every stream has its answer. */
+static void link_on_open_answer(struct rconn *c, const struct sdp_lh *lh, const uint8_t *pl)
+{
+	struct rstream *st = stream_find(c, lh->stream);
+	struct sdp_open_ack a;
+	char nx[2 * SDP_NONCE_SIZE + 1];
+	bool all = true;
+
+	if (listen_mode || !st || st->answered) {
+		logline("open_answer_unexpected conn=%d stream=%u kind=%u", c->idx, lh->stream, lh->kind);
+		return;
+	}
+	st->answered = true;
+	if (lh->kind == SDP_LINK_OPEN_NAK) {
+		st->refused = true;
+		tally.refused++;
+		logline("open_nak conn=%d stream=%u code=%u", c->idx, st->idx, pl[0]);
+	} else if (sdp_open_ack_from_wire(pl, sizeof(struct sdp_open_ack_wire), &a) != SDP_WIRE_OK) {
+		logline("open_ack_invalid conn=%d stream=%u", c->idx, st->idx);
+	} else {
+		st->opened = true;
+		tally.opened++;
+		hex(a.nonce, sizeof(a.nonce), nx);
+		logline("open_ack conn=%d stream=%u bufs=%u size=%u nonce=%s", c->idx, st->idx,
+			a.buf_count, a.buf_size, nx);
+		if (!opt.no_commit)
+			send_link_commit(c, st);
+	}
+	for (unsigned i = 0; i < c->nstreams; i++)
+		all &= c->streams[i].answered;
+	c->settled |= all;
+}
+
+/* A stream message inside a STREAM link message. */
+static void link_on_stream(struct rconn *c, uint16_t idx, const uint8_t *m, uint32_t len)
+{
+	struct rstream *st = stream_find(c, idx);
+	struct sdp_bsdh h;
+	struct sdp_ext e = { 0 };
+	enum sdp_wire_error err = sdp_bsdh_from_wire(m, len, c->rx_size, &h);
+	char pv[PREVIEW_BYTES * 4 + 1], nx[2 * SDP_NONCE_SIZE + 1];
+
+	if (!st) {
+		logline("stream_msg_unknown conn=%d stream=%u len=%u", c->idx, idx, len);
+		return;
+	}
+	if (err != SDP_WIRE_OK) {
+		logline("msg_invalid conn=%d stream=%u len=%u first=0x%02x err=%s", c->idx, idx, len,
+			len ? m[0] : 0, sdp_wire_error_text(err));
+		return;
+	}
+	logline("msg conn=%d stream=%u mid=%u len=%u mseq=%u ack=%u bufs=%u", c->idx, idx, h.mid,
+		h.len, h.mseq, h.mseq_ack, h.bufs);
+	st->rx_seq = h.mseq;
+	if (h.len >= SDP_BSDH_SIZE + SDP_EXT_SIZE && h.mid != SDP_MID_DATA)
+		sdp_ext_from_wire(m + SDP_BSDH_SIZE, &e);
+	switch (h.mid) {
+	case SDP_MID_COMMIT:
+		tally.commits++;
+		st->committed = true;
+		if (h.len >= SDP_BSDH_SIZE + SDP_EXT_SIZE) {
+			uint8_t nonce[SDP_NONCE_SIZE];
+			sdp_nonce_from_ext(&e, nonce);
+			hex(nonce, sizeof(nonce), nx);
+		} else {
+			snprintf(nx, sizeof(nx), "-");
+		}
+		logline("commit conn=%d stream=%u nonce=%s", c->idx, idx, nx);
+		if (listen_mode && opt.attach == ATTACH_AFTER_COMMIT)
+			link_attach(c, st);
+		break;
+	case SDP_MID_DATA:
+		tally.data_bytes += h.len - SDP_BSDH_SIZE;
+		preview(m + SDP_BSDH_SIZE, h.len - SDP_BSDH_SIZE, pv);
+		logline("data conn=%d stream=%u bytes=%u total=%llu preview=%s", c->idx, idx,
+			h.len - (uint32_t)SDP_BSDH_SIZE, tally.data_bytes, pv);
+		break;
+	case SDP_MID_ATTACH:
+		tally.attach++;
+		logline("attach conn=%d stream=%u", c->idx, idx);
+		break;
+	case SDP_MID_DETACH:
+		tally.detach++;
+		logline("detach conn=%d stream=%u reason=%u", c->idx, idx, e.a);
+		break;
+	case SDP_MID_ABORT:
+		logline("abort conn=%d stream=%u errno=%u", c->idx, idx, e.a);
+		break;
+	default:
+		break;
+	}
+}
+
+/* A SEND on a link: its header (order, the peer's lack, STARVING), then its
+ * kind; the buffer goes back, and the message counts as taken in. */
+static void link_on_recv(struct rconn *c, uint32_t slot, uint32_t len)
+{
+	const uint8_t *m = c->rx_mem + (size_t)slot * c->rx_size;
+	struct sdp_lh lh;
+	enum sdp_wire_error err = sdp_lh_from_wire(m, len, c->rx_size, &lh);
+
+	if (err != SDP_WIRE_OK) {
+		logline("link_msg_invalid conn=%d len=%u first=0x%02x err=%s", c->idx, len,
+			len ? m[0] : 0, sdp_wire_error_text(err));
+		c->l_rx++;
+		goto repost;
+	}
+	if (lh.lseq != c->l_rx + 1)
+		logline("link_seq_gap conn=%d lseq=%u expected=%u", c->idx, lh.lseq, c->l_rx + 1);
+	if ((uint32_t)(lh.lack - c->l_peer_lack) <= (uint32_t)(c->l_tx - c->l_peer_lack))
+		c->l_peer_lack = lh.lack;
+	else
+		logline("link_ack_invalid conn=%d lack=%u lseq_sent=%u", c->idx, lh.lack, c->l_tx);
+	if (lh.flags & SDP_LINK_FLAG_STARVING)
+		c->l_starving = true;
+	c->l_rx = lh.lseq;
+	switch ((enum sdp_link_kind)lh.kind) {
+	case SDP_LINK_STREAM:
+		link_on_stream(c, lh.stream, m + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+		break;
+	case SDP_LINK_CREDIT:
+		break;
+	case SDP_LINK_OPEN:
+		if (listen_mode)
+			link_on_open(c, lh.stream, m + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+		else
+			logline("unexpected conn=%d link_kind=OPEN stream=%u", c->idx, lh.stream);
+		break;
+	case SDP_LINK_OPEN_ACK:
+	case SDP_LINK_OPEN_NAK:
+		link_on_open_answer(c, &lh, m + SDP_LH_SIZE);
+		break;
+	case SDP_LINK_RELEASED:
+		tally.released++;
+		logline("released conn=%d stream=%u", c->idx, lh.stream);
+		if (stream_find(c, lh.stream))
+			stream_find(c, lh.stream)->released = true;
+		break;
+	}
+repost:
+	if (post_recv(c, slot) != 0)
+		logline("repost_failed conn=%d: %s", c->idx, strerror(errno));
+	link_flush(c);
+	maybe_link_credit(c);
+}
+
 static void on_recv(struct rconn *c, uint64_t slot, uint32_t len)
 {
 	const uint8_t *m;
@@ -474,6 +946,10 @@ static void on_recv(struct rconn *c, uint64_t slot, uint32_t len)
 
 	if (slot >= c->rx_count || len > c->rx_size) {
 		logline("msg_invalid conn=%d slot=%llu len=%u", c->idx, (unsigned long long)slot, len);
+		return;
+	}
+	if (c->link) {
+		link_on_recv(c, (uint32_t)slot, len);
 		return;
 	}
 	m = c->rx_mem + slot * c->rx_size;
@@ -537,6 +1013,8 @@ static void drain_cq(struct rconn *c)
 
 	while (c->cq && (n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
+			if ((wc[i].wr_id & SEND_TAG) && c->sq_out)
+				c->sq_out--;
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				if (!c->wc_error_logged && !c->destroy)
 					logline("wc_error conn=%d status=%s", c->idx,
@@ -546,14 +1024,33 @@ static void drain_cq(struct rconn *c)
 			}
 			if (wc[i].wr_id & SEND_TAG) {
 				uint8_t mid = (uint8_t)(wc[i].wr_id >> 8);
+
 				if (mid == SDP_MID_COMMIT) {
 					tally.commits_sent++;
-					logline("commit_sent conn=%d", c->idx);
+					if (c->link)
+						logline("commit_sent conn=%d stream=%u", c->idx,
+							(unsigned)(uint16_t)(wc[i].wr_id >> 16));
+					else
+						logline("commit_sent conn=%d", c->idx);
 				}
 				continue;
 			}
-			if (wc[i].opcode == IBV_WC_RECV)
+			if (wc[i].opcode == IBV_WC_RECV) {
 				on_recv(c, wc[i].wr_id, wc[i].byte_len);
+			} else if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+				uint32_t imm = ntohl(wc[i].imm_data);
+
+				logline("write_imm conn=%d stream=%u bytes=%u", c->idx,
+					c->link ? SDP_LINK_IMM_STREAM(imm) : 0, wc[i].byte_len);
+				if (c->link)
+					c->l_rx++;
+				if (wc[i].wr_id < c->rx_count && post_recv(c, (uint32_t)wc[i].wr_id) != 0)
+					logline("repost_failed conn=%d: %s", c->idx, strerror(errno));
+			}
+		}
+		if (c->link) {
+			link_flush(c);
+			maybe_link_credit(c);
 		}
 	}
 }
@@ -611,9 +1108,17 @@ static struct rconn *on_connect_request(struct rdma_cm_event *ev)
 	if (err == SDP_WIRE_OK) {
 		wire_addr_text(h.tuple.src_addr, src, sizeof(src));
 		wire_addr_text(h.tuple.dst_addr, dst, sizeof(dst));
-		logline("hello conn=%d src=%s sport=%u dst=%s dport=%u bufs=%u size=%u version=%u peer=%s",
-			c ? c->idx : -1, src, h.tuple.src_port, dst, h.tuple.dst_port, h.buf_count,
-			h.buf_size, version, peer);
+		logline("hello conn=%d src=%s sport=%u dst=%s dport=%u bufs=%u size=%u version=%u peer=%s "
+			"link=%d", c ? c->idx : -1, src, h.tuple.src_port, dst, h.tuple.dst_port,
+			h.buf_count, h.buf_size, version, peer, (h.flags & SDP_HELLO_FLAG_LINK) ? 1 : 0);
+		/* A link Hello gets a link HelloAck only from a rogue that speaks links. */
+		if (c && opt.link && (h.flags & SDP_HELLO_FLAG_LINK)) {
+			c->link = true;
+			c->tx_slots = LINK_SLOTS;
+			c->l_peer_bufs = h.buf_count;
+			ack.flags = SDP_HELLO_FLAG_LINK;
+			tally.links++;
+		}
 	} else {
 		logline("hello conn=%d invalid=\"%s\" len=%zu version=%u peer=%s", c ? c->idx : -1,
 			sdp_wire_error_text(err), pdlen, version, peer);
@@ -652,8 +1157,6 @@ static struct rconn *on_connect_request(struct rdma_cm_event *ev)
 
 /* --- client ------------------------------------------------------------------ */
 
-static struct sockaddr_storage to_addr;
-
 static void hello_connect(struct rconn *c)
 {
 	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .buf_count = opt.buf_count,
@@ -663,6 +1166,8 @@ static void hello_connect(struct rconn *c)
 	uint32_t count = opt.buf_count < HELLO_POST_MAX ? opt.buf_count : HELLO_POST_MAX;
 	uint32_t size = opt.buf_size < HELLO_POST_SIZE ? opt.buf_size : HELLO_POST_SIZE;
 
+	if (c->link)
+		c->tx_slots = LINK_SLOTS;
 	if (conn_setup(c, count, size) != 0) {
 		logline("error conn=%d setup: %s", c->idx, strerror(errno));
 		tally.errors++;
@@ -670,15 +1175,17 @@ static void hello_connect(struct rconn *c)
 		return;
 	}
 	c->claim_bufs = opt.buf_count;
-	if (opt.src_addr) {
+	if (opt.src_addr && !c->link) {
 		struct addrinfo *ai = resolve(opt.src_addr, "0", false);
 		addr_to_wire(ai->ai_addr, h.tuple.src_addr);
 		freeaddrinfo(ai);
 	} else {
+		/* A link's Hello names its own address; --src-addr goes into its OPENs. */
 		addr_to_wire(rdma_get_local_addr(c->id), h.tuple.src_addr);
 	}
 	addr_to_wire((struct sockaddr *)&to_addr, h.tuple.dst_addr);
-	h.tuple.src_port = c->src_port;
+	h.tuple.src_port = c->link ? 0 : c->src_port;
+	h.flags = c->link ? SDP_HELLO_FLAG_LINK : 0;
 	h.tuple.dst_port = addr_port((struct sockaddr *)&to_addr);
 	sdp_hello_to_wire(&h, &w);
 	if (opt.v1)
@@ -707,7 +1214,8 @@ static void hello_established(struct rconn *c, struct rdma_cm_event *ev)
 	char nx[2 * SDP_NONCE_SIZE + 1] = "-";
 	size_t need = opt.v1 ? V1_HELLO_ACK_LEN : sizeof(raw);
 
-	c->established = c->settled = true;
+	c->established = true;
+	c->settled = !c->link || opt.streams == 0; /* a link: once its OPENs are answered */
 	tally.established++;
 	if (pd && pdlen >= need) {
 		memset(&raw, 0, sizeof(raw));
@@ -715,6 +1223,26 @@ static void hello_established(struct rconn *c, struct rdma_cm_event *ev)
 		if (opt.v1 && raw.version == 1)
 			raw.version = SDP_WIRE_VERSION; /* same layout, no nonce */
 		err = sdp_hello_ack_from_wire(&raw, sizeof(raw), &ack);
+	}
+	if (c->link) {
+		if (err == SDP_WIRE_OK && !(ack.flags & SDP_HELLO_FLAG_LINK))
+			err = SDP_WIRE_BAD_FLAGS;
+		if (err != SDP_WIRE_OK) {
+			logline("established conn=%d link=1 helloack_invalid=\"%s\" len=%zu", c->idx,
+				sdp_wire_error_text(err), pdlen);
+			c->settled = true;
+			return;
+		}
+		c->l_peer_bufs = ack.buf_count;
+		logline("established conn=%d link=1 bufs=%u size=%u", c->idx, ack.buf_count,
+			ack.buf_size);
+		for (int j = 0; j < opt.streams; j++) {
+			struct rstream *st = stream_add(c, (uint16_t)(opt.lie_index + j));
+
+			st->src_port = (uint16_t)(c->src_port + j);
+			link_send_open(c, st);
+		}
+		return;
 	}
 	if (err == SDP_WIRE_OK) {
 		if (!opt.v1)
@@ -752,8 +1280,10 @@ static void on_cm_event(struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (listen_mode) {
 			c->established = true;
-			logline("established conn=%d", c->idx);
-			if (opt.attach == ATTACH_EARLY)
+			logline("established conn=%d%s", c->idx, c->link ? " link=1" : "");
+			if (c->link)
+				link_flush(c); /* answers to OPENs that came first */
+			else if (opt.attach == ATTACH_EARLY)
 				send_attach(c);
 		} else {
 			hello_established(c, ev);
@@ -915,14 +1445,16 @@ static int run_listen(void)
 		die("rdma_listen: %s", strerror(errno));
 	addr_text(ai->ai_addr, a, sizeof(a));
 	freeaddrinfo(ai);
-	logline("listening addr=%s port=%s attach=%s version=%d uid=%u", a, opt.port,
+	logline("listening addr=%s port=%s attach=%s version=%d link=%d lie=%s uid=%u", a, opt.port,
 		opt.attach == ATTACH_EARLY ? "early" : opt.attach == ATTACH_NEVER ? "never" : "after-commit",
-		opt.v1 ? 1 : SDP_WIRE_VERSION, (unsigned)getuid());
+		opt.v1 ? 1 : SDP_WIRE_VERSION, opt.link ? 1 : 0,
+		opt.lie == LLIE_RELEASED_OOB ? "released-oob" : "none", (unsigned)getuid());
 	loop(opt.for_s > 0 ? mono_ms() + opt.for_s * 1000.0 : 0, false);
 	teardown_all();
 	rdma_destroy_id(lid);
-	fprintf(logfp, "data_bytes=%llu attach_sent=%u hellos=%u commits=%u\n", tally.data_bytes,
-		tally.attach_sent, tally.hellos, tally.commits);
+	fprintf(logfp, "data_bytes=%llu attach_sent=%u hellos=%u commits=%u links=%u opens=%u "
+		"released=%u lies=%u\n", tally.data_bytes, tally.attach_sent, tally.hellos, tally.commits,
+		tally.links, tally.opens, tally.released, tally.lies);
 	fflush(logfp);
 	return 0;
 }
@@ -951,13 +1483,16 @@ void parse_to(const char *to, struct sockaddr_storage *out)
 
 static int run_hello(void)
 {
+	int per = opt.link ? opt.streams : 1; /* source ports per rdma_cm connection */
+
 	parse_to(opt.to, &to_addr);
-	if ((unsigned)opt.src_port + (unsigned)opt.count - 1 > 65535)
-		die("--src-port + --count leaves the port range");
+	if ((unsigned)opt.src_port + (unsigned)(opt.count * per) - 1 > 65535)
+		die("--src-port + --count (x --streams) leaves the port range");
 	open_channel();
-	logline("start to=%s count=%d src_port=%u bufs=%u size=%u commit=%s version=%d uid=%u", opt.to,
-		opt.count, opt.src_port, opt.buf_count, opt.buf_size, opt.no_commit ? "no" : "yes",
-		opt.v1 ? 1 : SDP_WIRE_VERSION, (unsigned)getuid());
+	logline("start to=%s count=%d src_port=%u bufs=%u size=%u commit=%s version=%d link=%d "
+		"streams=%d first_index=%u uid=%u", opt.to, opt.count, opt.src_port, opt.buf_count,
+		opt.buf_size, opt.no_commit ? "no" : "yes", opt.v1 ? 1 : SDP_WIRE_VERSION,
+		opt.link ? 1 : 0, opt.link ? opt.streams : 0, opt.lie_index, (unsigned)getuid());
 	for (int i = 0; i < opt.count; i++) {
 		struct rdma_cm_id *id;
 		struct rconn *c;
@@ -967,7 +1502,8 @@ static int run_hello(void)
 		c = conn_new(id);
 		if (!c)
 			die("out of memory");
-		c->src_port = (uint16_t)(opt.src_port + i);
+		c->src_port = (uint16_t)(opt.src_port + i * per);
+		c->link = opt.link;
 		if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&to_addr, RESOLVE_MS) != 0) {
 			logline("error conn=%d rdma_resolve_addr: %s", c->idx, strerror(errno));
 			tally.errors++;
@@ -977,8 +1513,9 @@ static int run_hello(void)
 	loop(0, true);
 	teardown_all();
 	fprintf(logfp, "established=%u rejected=%u attach=%u detach=%u data_bytes=%llu errors=%u "
-		"commits_sent=%u\n", tally.established, tally.rejected, tally.attach, tally.detach,
-		tally.data_bytes, tally.errors, tally.commits_sent);
+		"commits_sent=%u opened=%u refused=%u released=%u\n", tally.established, tally.rejected,
+		tally.attach, tally.detach, tally.data_bytes, tally.errors, tally.commits_sent,
+		tally.opened, tally.refused, tally.released);
 	fflush(logfp);
 	return 0;
 }
@@ -988,12 +1525,17 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: rogue listen --port P [--addr A] [--attach after-commit|early|never]\n"
+		"                    [--link [--lie none|released-oob] [--stream-index I]]\n"
 		"                    [--buf-count C] [--buf-size S] [--v1] [--log FILE] [--for SECONDS]\n"
 		"       rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]\n"
+		"                   [--link [--streams S] [--stream-index I]]\n"
 		"                   [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]\n"
 		"                   [--v1] [--log FILE]\n"
 		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
-		"                  wrong-offset|stacked-srcavail|abort-disconnect\n"
+		"                  wrong-offset|stacked-srcavail|abort-disconnect|\n"
+		"                  (with --link:) open-dup-index|open-index-oob|bad-lseq|bad-lack|\n"
+		"                  stream-unopened|released-in-use|write-imm-other\n"
+		"                  [--link [--stream-index I] [--second-pending]]\n"
 		"                  [--bytes N] [--offer src|sink] [--offset-delta D] [--stack K]\n"
 		"                  [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]\n"
 		"                  [--ack-timeout E] [--buf-count C]\n"
@@ -1050,6 +1592,10 @@ static const struct option longopts[] = {
 	{ "ack-timeout", required_argument, NULL, 'T' },
 	{ "wire-version", required_argument, NULL, 'W' },
 	{ "disconnect-at", required_argument, NULL, 'D' },
+	{ "link", no_argument, NULL, 'N' },
+	{ "streams", required_argument, NULL, 'Y' },
+	{ "stream-index", required_argument, NULL, 'i' },
+	{ "second-pending", no_argument, NULL, 'P' },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1060,11 +1606,25 @@ static const char *const lie_names[] = {
 	[LIE_WRONG_OFFSET] = "wrong-offset",
 	[LIE_STACKED_SRCAVAIL] = "stacked-srcavail",
 	[LIE_ABORT_DISCONNECT] = "abort-disconnect",
+	[LIE_OPEN_DUP_INDEX] = "open-dup-index",
+	[LIE_OPEN_INDEX_OOB] = "open-index-oob",
+	[LIE_BAD_LSEQ] = "bad-lseq",
+	[LIE_BAD_LACK] = "bad-lack",
+	[LIE_STREAM_UNOPENED] = "stream-unopened",
+	[LIE_RELEASED_IN_USE] = "released-in-use",
+	[LIE_WRITE_IMM_OTHER] = "write-imm-other",
 };
+
+_Static_assert(sizeof(lie_names) / sizeof(lie_names[0]) == LIE_COUNT, "a lie without a name");
 
 const char *peer_lie_name(enum peer_lie lie)
 {
 	return lie_names[lie];
+}
+
+bool peer_lie_needs_link(enum peer_lie lie)
+{
+	return lie >= LIE_OPEN_DUP_INDEX;
 }
 
 static enum peer_lie lie_from_name(const char *s)
@@ -1086,6 +1646,18 @@ static enum attach_mode attach_from_name(const char *s)
 	usage();
 }
 
+static const char *mode;
+static bool index_given;
+
+static enum listen_lie listen_lie_from_name(const char *s)
+{
+	if (strcmp(s, "none") == 0)
+		return LLIE_NONE;
+	if (strcmp(s, "released-oob") == 0)
+		return LLIE_RELEASED_OOB;
+	usage();
+}
+
 static struct peer_opts popt = {
 	.bytes = -1, .offset_delta = 4096, .stack = 4, .src_len = 262144, .after_ms = 500,
 	.for_s = 120,
@@ -1095,7 +1667,14 @@ static struct peer_opts popt = {
 static bool peer_option(int o, const char *arg)
 {
 	switch (o) {
-	case 'L': popt.lie = lie_from_name(arg); break;
+	case 'L':
+		if (strcmp(mode, "listen") == 0)
+			opt.lie = listen_lie_from_name(arg);
+		else if (strcmp(mode, "peer") == 0)
+			popt.lie = lie_from_name(arg);
+		else
+			usage();
+		break;
 	case 'b': popt.bytes = number(arg, 0, 1L << 30); break;
 	case 'o':
 		if (strcmp(arg, "src") != 0 && strcmp(arg, "sink") != 0)
@@ -1108,6 +1687,7 @@ static bool peer_option(int o, const char *arg)
 	case 'm': popt.after_ms = (unsigned)number(arg, 0, 600000); break;
 	case 'T': popt.ack_timeout = (unsigned)number(arg, 0, 31); break;
 	case 'W': popt.wire_version = (uint8_t)number(arg, 1, SDP_WIRE_VERSION); break;
+	case 'P': popt.second_pending = true; break;
 	case 'D':
 		if (strcmp(arg, "acked") == 0)
 			popt.disconnect_at = DISC_ACKED;
@@ -1143,13 +1723,19 @@ static void common_option(int o, const char *arg, const char **logpath)
 	case 'z': opt.buf_size = (uint32_t)number(arg, 1, 0x7fffffff); break;
 	case 'n': opt.no_commit = true; break;
 	case 'h': opt.hold_s = seconds(arg); break;
+	case 'N': opt.link = true; break;
+	case 'Y': opt.streams = (int)number(arg, 0, LINK_STREAMS); break;
+	case 'i':
+		opt.lie_index = (uint16_t)number(arg, 0, SDP_LINK_STREAMS_MAX - 1);
+		index_given = true;
+		break;
 	default: usage();
 	}
 }
 
 /* What a mode needs, and what the buffers it really posts may be: within
  * the wire's limits and an unprivileged RLIMIT_MEMLOCK. */
-static void check_mode_options(const char *mode)
+static void check_mode_options(void)
 {
 	bool posts = strcmp(mode, "hello") != 0;
 
@@ -1157,6 +1743,29 @@ static void check_mode_options(const char *mode)
 		usage();
 	if (strcmp(mode, "hello") == 0 && !opt.src_port)
 		usage();
+	if (!opt.link && (opt.lie != LLIE_NONE || opt.streams != 1 || index_given ||
+			  popt.second_pending || peer_lie_needs_link(popt.lie))) {
+		fprintf(stderr, "rogue %s: --streams, --stream-index, --second-pending and link lies "
+			"need --link\n", mode);
+		exit(2);
+	}
+	if (popt.second_pending && (popt.lie == LIE_WRITE_IMM_OTHER || popt.lie == LIE_OPEN_DUP_INDEX)) {
+		fprintf(stderr, "rogue peer: --second-pending and %s both need the second stream\n",
+			peer_lie_name(popt.lie));
+		exit(2);
+	}
+	if (opt.link && (opt.v1 || (popt.wire_version && popt.wire_version < SDP_WIRE_VERSION))) {
+		fprintf(stderr, "rogue %s: links speak wire version %d only\n", mode, SDP_WIRE_VERSION);
+		exit(2);
+	}
+	if (strcmp(mode, "hello") == 0 && (unsigned)opt.lie_index + (unsigned)opt.streams > SDP_LINK_STREAMS_MAX) {
+		fprintf(stderr, "rogue hello: --stream-index + --streams past %u\n", SDP_LINK_STREAMS_MAX);
+		exit(2);
+	}
+	/* released-oob, open-index-oob: one past the library's default table of
+	 * SDPSHIM_LINK_STREAMS = 1024 (its first byte past the end). */
+	if (!index_given && (opt.lie == LLIE_RELEASED_OOB || popt.lie == LIE_OPEN_INDEX_OOB))
+		opt.lie_index = 1024;
 	if (posts && (opt.buf_count < SDP_MIN_BUF_COUNT || opt.buf_count > 64 ||
 		      opt.buf_size < SDP_MIN_BUF_SIZE || opt.buf_size > 65536)) {
 		fprintf(stderr, "rogue %s: --buf-count 4..64, --buf-size 4096..65536\n", mode);
@@ -1169,6 +1778,8 @@ static int run_peer_mode(void)
 	popt.to = opt.to;
 	popt.buf_count = opt.buf_count;
 	popt.buf_size = opt.buf_size;
+	popt.link = opt.link;
+	popt.stream_index = opt.lie_index;
 	if (!popt.wire_version)
 		popt.wire_version = opt.v1 ? 1 : SDP_WIRE_VERSION;
 	if (opt.for_s > 0)
@@ -1178,7 +1789,7 @@ static int run_peer_mode(void)
 
 int main(int argc, char **argv)
 {
-	const char *mode, *logpath = NULL;
+	const char *logpath = NULL;
 	struct sigaction sa;
 	int o;
 
@@ -1196,7 +1807,7 @@ int main(int argc, char **argv)
 		common_option(o, optarg, &logpath);
 	if (optind != argc)
 		usage();
-	check_mode_options(mode);
+	check_mode_options();
 	if (logpath) {
 		logfp = fopen(logpath, "a");
 		if (!logfp) {

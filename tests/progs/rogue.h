@@ -43,6 +43,15 @@ enum peer_lie {
 	LIE_WRONG_OFFSET,        /* our SrcAvail/SinkAvail names a wrong stream offset */
 	LIE_STACKED_SRCAVAIL,    /* DATA, then several SrcAvails back to back */
 	LIE_ABORT_DISCONNECT,    /* ABORT + disconnect on an offer, then probe its window */
+	/* Link lies (--link only): */
+	LIE_OPEN_DUP_INDEX,      /* a second OPEN for our stream's index, still in use */
+	LIE_OPEN_INDEX_OOB,      /* our stream opens at index SDP_LINK_STREAMS_MAX - 1 */
+	LIE_BAD_LSEQ,            /* a link header whose lseq skips one */
+	LIE_BAD_LACK,            /* a link header acknowledging messages never sent */
+	LIE_STREAM_UNOPENED,     /* a STREAM message (DATA) for an index never opened */
+	LIE_RELEASED_IN_USE,     /* RELEASED for our stream while it is open, then DATA on it */
+	LIE_WRITE_IMM_OTHER,     /* a WRITE into one stream's sink whose immediate names another */
+	LIE_COUNT
 };
 
 enum peer_offer { OFFER_SRC, OFFER_SINK };
@@ -66,9 +75,14 @@ struct peer_opts {
 	double for_s;            /* overall bound */
 	uint8_t wire_version;    /* the version our Hello, PROOF and COMMIT speak */
 	enum disconnect_at disconnect_at; /* abort-disconnect: when rdma_disconnect goes */
+	bool link;               /* speak link framing: a link Hello, then OPEN (core/link.c) */
+	uint16_t stream_index;   /* --link: our stream's index */
+	bool second_pending;     /* --link: a second stream, left pending at the server */
 };
 
 const char *peer_lie_name(enum peer_lie lie);
+/* A lie that only a link can tell. */
+bool peer_lie_needs_link(enum peer_lie lie);
 int run_peer(const struct peer_opts *o);
 
 #endif

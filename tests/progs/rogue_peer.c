@@ -13,7 +13,18 @@
  * The QP is created with ibv_create_qp and driven through INIT/RTR/RTS with
  * rdma_init_qp_attr, its number passed in the connect parameters, so that
  * rdma_cm never touches it: rdma_disconnect does not move it to the error
- * state, and the abort-disconnect probe can still use it afterwards. */
+ * state, and the abort-disconnect probe can still use it afterwards.
+ *
+ * With --link the rdma_cm connection is a link (core/link.c): its Hello has
+ * SDP_HELLO_FLAG_LINK and names no TCP connection (source port 0, the
+ * link's buffers); the stream then opens with an OPEN naming the 4-tuple,
+ * and the server's OPEN_ACK carries the nonce the PROOF echoes.  Every SEND
+ * starts with a link header (lseq, lack, the stream's index) and takes a
+ * link credit (two, but for a link CREDIT); a WRITE with immediate takes a
+ * credit and an lseq too, its immediate SDP_LINK_IMM(stream, mseq).  The
+ * stream protocol inside is the same as on a channel of its own.  The link
+ * lies (rogue.h) break that framing, or use a second stream (struct xstream)
+ * opened on the same link. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,10 +57,14 @@
 #define END_GRACE_MS   300.0
 
 /* wr_id = kind << 32 | mid << 16 | index */
-enum wr_kind { WRK_RECV = 1, WRK_CTRL, WRK_DATA, WRK_READ, WRK_PROBE };
+enum wr_kind { WRK_RECV = 1, WRK_CTRL, WRK_DATA, WRK_READ, WRK_PROBE, WRK_WRITE };
 #define WRID(kind, mid, idx) (((uint64_t)(kind) << 32) | ((uint64_t)(mid) << 16) | (uint64_t)(idx))
 
-enum phase { PH_RESOLVING, PH_CONNECTING, PH_TCP_UP, PH_PROVING, PH_OPEN, PH_FAILED };
+/* PH_LINK_UP: a link is established, our OPEN is on its way (--link). */
+enum phase { PH_RESOLVING, PH_CONNECTING, PH_LINK_UP, PH_TCP_UP, PH_PROVING, PH_OPEN, PH_FAILED };
+
+/* wr_id's mid byte for the link's own messages (OPEN, CREDIT, RELEASED). */
+#define LINK_MID(kind) (0xe0u | (kind))
 
 enum step_kind {
 	ST_DATA,          /* n bytes of the stream as DATA */
@@ -61,6 +76,8 @@ enum step_kind {
 	ST_PAUSE,         /* n ms */
 	ST_DISCONN,       /* half-close */
 	ST_HOLD,          /* forever (until --for, a signal or the end of the channel) */
+	ST_LIE,           /* tell the scripted link lie now */
+	ST_END,           /* end here (reason lie_told) */
 };
 
 struct step {
@@ -87,7 +104,26 @@ struct peer_src {
 /* The server's SinkAvail we hold (honest: until bytes take its place). */
 struct peer_sink {
 	bool valid;
-	uint64_t off;
+	uint64_t off, addr;
+	uint32_t len, rkey;
+};
+
+/* The second stream a link lie opens beside ours, on the same link: a full
+ * one for write-imm-other (its own TCP connection, COMMIT, PROOF, ATTACH;
+ * it then only holds the sinks the server offers); with --second-pending one
+ * left pending at the server (OPEN_ACK, then nothing: no COMMIT, no TCP
+ * connect, so no accept() ever claims it); and for open-dup-index only its
+ * bound TCP socket, whose tuple the lying OPEN names. */
+enum xphase { XS_NONE, XS_BOUND, XS_OPENING, XS_PENDING, XS_TCP_UP, XS_PROVING, XS_OPEN, XS_GONE };
+
+struct xstream {
+	enum xphase phase;
+	uint16_t idx;
+	int tcp;
+	bool tcp_watch, starving, disconn_sent, attached;
+	uint8_t nonce[SDP_NONCE_SIZE];
+	uint32_t tx_seq, rx_seq, ack_sent, peer_ack, peer_bufs;
+	struct peer_sink sink;
 };
 
 struct probe {
@@ -101,7 +137,9 @@ struct tally {
 	unsigned long long data_sent, data_received, echo_bad;
 	unsigned srcavails, srcavails_ignored, cancels, cancels_ignored, sinkavails, offers_sent,
 		rdcompl, rdcompl_bad, wrcompl, wrcompl_bad, wrcompl_lies, sinkcancelacks,
-		sinkcancelacks_bad, invalid;
+		sinkcancelacks_bad, invalid, other_stream, open_acks, open_naks, released,
+		unexpected, write_imm_lies;
+	unsigned long long tcp_bytes;
 	const char *probe;
 };
 
@@ -149,9 +187,19 @@ struct peer {
 	struct peer_src src;
 	struct peer_sink psink;
 	struct probe probe;
+	/* the link (--link): hdr bytes of link header before every stream message */
+	uint32_t hdr, buf_rx;         /* SDP_LH_SIZE or 0; bytes per receive buffer */
+	uint16_t sidx;                /* our stream's index */
+	uint32_t data_stride;         /* bytes per data send slot: hdr + data_slot */
+	uint32_t l_tx, l_peer_lack;   /* our last lseq; the server's last lack */
+	uint32_t l_peer_bufs, l_peer_size; /* the server's link buffers (its HelloAck) */
+	uint32_t l_rx, l_lack_sent;   /* the server's last lseq taken in; the last lack we sent */
+	bool l_starving;              /* the server asked for a link CREDIT */
+	int frame_lie;                /* the next link header lies (bad-lseq, bad-lack) */
+	struct xstream x;
 	/* how it ends */
 	bool lied, self_aborted, abort_posted, aborted, peer_disconn, disconn_sent, disconnected,
-	     disconnect_called, qp_dead, attached;
+	     disconnect_called, qp_dead, attached, released, script_ended;
 	double deadline;
 	struct tally t;
 };
@@ -192,7 +240,7 @@ static void fail(struct peer *p, const char *what)
 
 static bool channel_ended(const struct peer *p)
 {
-	return p->aborted || p->peer_disconn || p->disconnected || p->qp_dead;
+	return p->aborted || p->peer_disconn || p->disconnected || p->qp_dead || p->released;
 }
 
 /* ------------------------------------------------------------- credits */
@@ -205,6 +253,16 @@ static uint32_t credits(const struct peer *p)
 	return out >= p->peer_bufs ? 0 : p->peer_bufs - out;
 }
 
+/* The server's link buffers still free for us (--link): a link CREDIT may
+ * take the last one, every other SEND (and a WRITE with immediate) needs
+ * two (core/link.c). */
+static uint32_t link_credits(const struct peer *p)
+{
+	uint32_t out = p->l_tx - p->l_peer_lack;
+
+	return out >= p->l_peer_bufs ? 0 : p->l_peer_bufs - out;
+}
+
 /* A credit update, an abort or a keepalive may take the last credit; every
  * other message leaves one (core/credits.h). */
 static bool credit_ok(const struct peer *p, uint8_t mid)
@@ -212,7 +270,35 @@ static bool credit_ok(const struct peer *p, uint8_t mid)
 	bool may_take_last = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_ABORT ||
 			     mid == SDP_MID_KEEPALIVE;
 
+	if (p->hdr && link_credits(p) < 2)
+		return false;
 	return may_take_last ? credits(p) >= 1 : credits(p) > 1;
+}
+
+enum frame_lie { FRAME_TRUE, FRAME_SKIP_LSEQ, FRAME_FALSE_LACK };
+
+/* The link header in front of a SEND (len: the whole message, header
+ * included): the next lseq, and our lack, the server's last message taken
+ * in (its buffer is posted again).  A scripted lie bends one header. */
+static void frame(struct peer *p, uint8_t *buf, uint8_t kind, uint16_t stream, uint32_t len)
+{
+	struct sdp_lh h = { .kind = kind, .stream = stream, .len = len, .lack = p->l_rx };
+
+	h.lseq = ++p->l_tx;
+	h.flags = link_credits(p) <= 2 ? SDP_LINK_FLAG_STARVING : 0;
+	if (p->frame_lie == FRAME_SKIP_LSEQ) {
+		h.lseq = ++p->l_tx;
+		logline("lseq_lie conn=0 kind=%u stream=%u lseq=%u expected=%u", kind, stream, h.lseq,
+			h.lseq - 1);
+	} else if (p->frame_lie == FRAME_FALSE_LACK) {
+		h.lack = p->l_rx + 1000;
+		logline("lack_lie conn=0 kind=%u stream=%u lack=%u received=%u", kind, stream, h.lack,
+			p->l_rx);
+	}
+	p->frame_lie = FRAME_TRUE;
+	p->l_lack_sent = p->l_rx;
+	p->l_starving = false;
+	sdp_lh_to_wire(&h, buf);
 }
 
 /* We consume every message on arrival: our ack is always the last mseq. */
@@ -293,10 +379,12 @@ static bool send_ctrl(struct peer *p, uint8_t mid, const struct sdp_ext *x)
 	if (slot < 0 || p->qp_dead || p->sq_out >= SQ_DEPTH || !credit_ok(p, mid) || len == 0)
 		return false;
 	buf = p->ctrl_mem + (size_t)slot * CTRL_SIZE;
-	fill_header(p, mid, len, buf);
+	fill_header(p, mid, len, buf + p->hdr);
 	if (len > SDP_BSDH_SIZE)
-		sdp_ext_to_wire(x ? x : &(struct sdp_ext){ 0 }, buf + SDP_BSDH_SIZE);
-	if (!post_send(p, WRID(WRK_CTRL, mid, slot), buf, len, p->ctrl_mr->lkey))
+		sdp_ext_to_wire(x ? x : &(struct sdp_ext){ 0 }, buf + p->hdr + SDP_BSDH_SIZE);
+	if (p->hdr)
+		frame(p, buf, SDP_LINK_STREAM, p->sidx, p->hdr + len);
+	if (!post_send(p, WRID(WRK_CTRL, mid, slot), buf, p->hdr + len, p->ctrl_mr->lkey))
 		return false;
 	p->ctrl_busy |= 1u << slot;
 	p->abort_posted |= mid == SDP_MID_ABORT;
@@ -334,6 +422,137 @@ static void maybe_credit_update(struct peer *p)
 		send_ctrl(p, SDP_MID_CREDIT_UPDATE, NULL);
 }
 
+/* ------------------------------------------------------------- the link */
+
+/* One of the link's own messages (OPEN, CREDIT, RELEASED) from a control
+ * slot: the link header and payload bytes. */
+static bool send_link(struct peer *p, uint8_t kind, uint16_t stream, const void *payload,
+		      uint32_t plen)
+{
+	int slot = free_slot(p->ctrl_busy, CTRL_SLOTS);
+	uint32_t need = kind == SDP_LINK_CREDIT ? 1 : 2;
+	uint8_t *buf;
+
+	if (slot < 0 || p->qp_dead || p->sq_out >= SQ_DEPTH || link_credits(p) < need ||
+	    SDP_LH_SIZE + plen > CTRL_SIZE)
+		return false;
+	buf = p->ctrl_mem + (size_t)slot * CTRL_SIZE;
+	if (plen)
+		memcpy(buf + SDP_LH_SIZE, payload, plen);
+	frame(p, buf, kind, stream, (uint32_t)SDP_LH_SIZE + plen);
+	if (!post_send(p, WRID(WRK_CTRL, LINK_MID(kind), slot), buf, (uint32_t)SDP_LH_SIZE + plen,
+		       p->ctrl_mr->lkey))
+		return false;
+	p->ctrl_busy |= 1u << slot;
+	return true;
+}
+
+/* A link CREDIT when half our link buffers were taken in unadvertised, the
+ * server asked (STARVING), or it is down to its last two. */
+static void maybe_link_credit(struct peer *p)
+{
+	uint32_t unadvertised = p->l_rx - p->l_lack_sent;
+
+	if (!p->hdr || p->phase < PH_LINK_UP || unadvertised == 0)
+		return;
+	if (unadvertised >= (p->rx_count + 1) / 2 || p->l_starving || p->rx_count - unadvertised <= 2)
+		send_link(p, SDP_LINK_CREDIT, 0, NULL, 0);
+}
+
+/* OPEN for stream idx, naming the 4-tuple of the TCP socket fd (bound). */
+static bool send_open(struct peer *p, uint16_t idx, int fd)
+{
+	struct sockaddr_storage local;
+	socklen_t len = sizeof(local);
+	struct sdp_open o = { .buf_count = (uint16_t)p->rx_count, .buf_size = p->rx_size };
+	uint8_t payload[sizeof(struct sdp_open_wire)];
+
+	getsockname(fd, (struct sockaddr *)&local, &len);
+	addr_to_wire((struct sockaddr *)&local, o.tuple.src_addr);
+	o.tuple.src_port = addr_port((struct sockaddr *)&local);
+	addr_to_wire((struct sockaddr *)&p->to, o.tuple.dst_addr);
+	o.tuple.dst_port = addr_port((struct sockaddr *)&p->to);
+	sdp_open_to_wire(&o, payload);
+	if (!send_link(p, SDP_LINK_OPEN, idx, payload, sizeof(payload))) {
+		logline("open_failed conn=0 stream=%u (no slot or link credit)", idx);
+		return false;
+	}
+	logline("open_sent conn=0 stream=%u sport=%u dport=%u bufs=%u size=%u lseq=%u", idx,
+		o.tuple.src_port, o.tuple.dst_port, o.buf_count, o.buf_size, p->l_tx);
+	return true;
+}
+
+/* stream-unopened: a STREAM message, DATA of n bytes (no stream's: the
+ * pattern far past anything we send), for an index never opened. */
+static bool send_unopened_data(struct peer *p, uint16_t idx, uint32_t n)
+{
+	int slot = free_slot(p->data_busy, DATA_SLOTS);
+	struct sdp_bsdh h = { .mid = SDP_MID_DATA, .bufs = (uint16_t)p->rx_count,
+			      .len = (uint32_t)SDP_BSDH_SIZE + n, .mseq = 1 };
+	uint8_t *buf;
+
+	if (slot < 0 || p->qp_dead || p->sq_out >= SQ_DEPTH || link_credits(p) < 2)
+		return false;
+	buf = p->data_mem + (size_t)slot * p->data_stride;
+	lie_pattern_fill(buf + p->hdr + SDP_BSDH_SIZE, n, 1ull << 40);
+	sdp_bsdh_to_wire(&h, buf + p->hdr);
+	frame(p, buf, SDP_LINK_STREAM, idx, p->hdr + h.len);
+	if (!post_send(p, WRID(WRK_DATA, SDP_MID_DATA, slot), buf, p->hdr + h.len, p->data_mr->lkey))
+		return false;
+	p->data_busy |= 1u << slot;
+	logline("unopened_sent conn=0 stream=%u bytes=%u lseq=%u", idx, n, p->l_tx);
+	return true;
+}
+
+/* ------------------------------------------------- the second stream */
+
+static uint32_t x_credits(const struct xstream *x)
+{
+	uint32_t out = x->tx_seq - x->peer_ack;
+
+	return out >= x->peer_bufs ? 0 : x->peer_bufs - out;
+}
+
+/* A control message on the second stream (logged as conn=1). */
+static bool x_send_ctrl(struct peer *p, uint8_t mid, const struct sdp_ext *ext)
+{
+	struct xstream *x = &p->x;
+	int slot = free_slot(p->ctrl_busy, CTRL_SLOTS);
+	uint32_t len = (uint32_t)sdp_mid_fixed_len(mid);
+	bool last_ok = mid == SDP_MID_CREDIT_UPDATE;
+	uint8_t *buf;
+	struct sdp_bsdh h = { .mid = mid, .bufs = (uint16_t)p->rx_count, .len = len };
+
+	if (slot < 0 || p->qp_dead || p->sq_out >= SQ_DEPTH || link_credits(p) < 2 || len == 0 ||
+	    (last_ok ? x_credits(x) < 1 : x_credits(x) < 2))
+		return false;
+	h.flags = x_credits(x) <= 2 ? SDP_FLAG_STARVING : 0;
+	h.mseq = ++x->tx_seq;
+	h.mseq_ack = x->rx_seq;
+	x->ack_sent = x->rx_seq;
+	x->starving = false;
+	buf = p->ctrl_mem + (size_t)slot * CTRL_SIZE;
+	sdp_bsdh_to_wire(&h, buf + p->hdr);
+	if (len > SDP_BSDH_SIZE)
+		sdp_ext_to_wire(ext ? ext : &(struct sdp_ext){ 0 }, buf + p->hdr + SDP_BSDH_SIZE);
+	frame(p, buf, SDP_LINK_STREAM, x->idx, p->hdr + len);
+	if (!post_send(p, WRID(WRK_CTRL, mid, slot), buf, p->hdr + len, p->ctrl_mr->lkey))
+		return false;
+	p->ctrl_busy |= 1u << slot;
+	return true;
+}
+
+static void x_maybe_credit_update(struct peer *p)
+{
+	struct xstream *x = &p->x;
+	uint32_t unadvertised = x->rx_seq - x->ack_sent;
+
+	if (x->phase < XS_TCP_UP || x->phase == XS_GONE || unadvertised == 0)
+		return;
+	if (unadvertised >= (p->rx_count + 1) / 2 || x->starving || p->rx_count - unadvertised <= 2)
+		x_send_ctrl(p, SDP_MID_CREDIT_UPDATE, NULL);
+}
+
 /* ---------------------------------------------------------- sending data */
 
 /* Bytes that reach the server at the offset of a sink it gave us void that
@@ -356,11 +575,13 @@ static bool send_data(struct peer *p, uint32_t n)
 	if (slot < 0 || p->qp_dead || p->sq_out >= SQ_DEPTH || !credit_ok(p, SDP_MID_DATA))
 		return false;
 	void_held_sink(p);
-	buf = p->data_mem + (size_t)slot * p->data_slot;
-	lie_pattern_fill(buf + SDP_BSDH_SIZE, n, p->tx_off);
-	fill_header(p, SDP_MID_DATA, (uint32_t)SDP_BSDH_SIZE + n, buf);
-	if (!post_send(p, WRID(WRK_DATA, SDP_MID_DATA, slot), buf, (uint32_t)SDP_BSDH_SIZE + n,
-		       p->data_mr->lkey))
+	buf = p->data_mem + (size_t)slot * p->data_stride;
+	lie_pattern_fill(buf + p->hdr + SDP_BSDH_SIZE, n, p->tx_off);
+	fill_header(p, SDP_MID_DATA, (uint32_t)SDP_BSDH_SIZE + n, buf + p->hdr);
+	if (p->hdr)
+		frame(p, buf, SDP_LINK_STREAM, p->sidx, p->hdr + (uint32_t)SDP_BSDH_SIZE + n);
+	if (!post_send(p, WRID(WRK_DATA, SDP_MID_DATA, slot), buf,
+		       p->hdr + (uint32_t)SDP_BSDH_SIZE + n, p->data_mr->lkey))
 		return false;
 	p->data_busy |= 1u << slot;
 	p->tx_off += n;
@@ -437,11 +658,52 @@ static bool pause_over(struct peer *p, const struct step *s)
 
 static bool send_disconn(struct peer *p)
 {
+	if (p->x.phase == XS_OPEN && !p->x.disconn_sent) {
+		if (!x_send_ctrl(p, SDP_MID_DISCONN, NULL))
+			return false;
+		p->x.disconn_sent = true;
+		logline("disconn_sent conn=1");
+	}
 	if (!send_ctrl(p, SDP_MID_DISCONN, NULL))
 		return false;
 	p->disconn_sent = true;
 	logline("disconn_sent conn=0 stream_off=%llu", (unsigned long long)p->tx_off);
 	return true;
+}
+
+/* The link lie of the script, once there is room for it; true when told. */
+static bool tell_link_lie(struct peer *p)
+{
+	bool told = true;
+
+	switch (p->o->lie) {
+	case LIE_OPEN_DUP_INDEX:
+		/* Our index is in use; the OPEN names the tuple of another socket of ours. */
+		told = send_open(p, p->sidx, p->x.tcp);
+		break;
+	case LIE_BAD_LSEQ:
+	case LIE_BAD_LACK:
+		if (!credit_ok(p, SDP_MID_CREDIT_UPDATE))
+			return false;
+		p->frame_lie = p->o->lie == LIE_BAD_LSEQ ? FRAME_SKIP_LSEQ : FRAME_FALSE_LACK;
+		told = send_ctrl(p, SDP_MID_CREDIT_UPDATE, NULL);
+		p->frame_lie = FRAME_TRUE;
+		break;
+	case LIE_STREAM_UNOPENED:
+		told = send_unopened_data(p, (uint16_t)((p->sidx + 7) % SDP_LINK_STREAMS_MAX), 4096);
+		break;
+	case LIE_RELEASED_IN_USE:
+		told = send_link(p, SDP_LINK_RELEASED, p->sidx, NULL, 0);
+		if (told)
+			logline("released_sent conn=0 stream=%u stream_off=%llu (still in use)", p->sidx,
+				(unsigned long long)p->tx_off);
+		break;
+	default:
+		break;
+	}
+	if (told)
+		p->lied = true;
+	return told;
 }
 
 /* True when the step is done. */
@@ -455,8 +717,11 @@ static bool step_advance(struct peer *p, const struct step *s)
 	case ST_WAIT_ANSWERS: return offers_answered(p) || channel_ended(p);
 	case ST_WAIT_LIE:     return p->lied || channel_ended(p);
 	case ST_PAUSE:        return pause_over(p, s);
-	case ST_DISCONN:      return p->aborted || p->disconnected || p->qp_dead || send_disconn(p);
+	case ST_DISCONN:      return p->aborted || p->disconnected || p->qp_dead || p->released ||
+				     send_disconn(p);
 	case ST_HOLD:         return false;
+	case ST_LIE:          return channel_ended(p) || tell_link_lie(p);
+	case ST_END:          p->script_ended = true; return true;
 	}
 	return false;
 }
@@ -478,19 +743,72 @@ static bool script_sent_data(const struct peer *p)
 	return true;
 }
 
+/* write-imm-other: the server offered a sink on each of our two streams.
+ * One RDMA WRITE fills the second stream's window with as many bytes as our
+ * stream's sink asks for, and its immediate names our stream: does our
+ * stream take them for bytes that landed in its own sink? */
+static void maybe_write_imm_lie(struct peer *p)
+{
+	struct peer_sink *v = &p->psink, *t = &p->x.sink;
+	struct ibv_sge *sge = &p->chain_sge[p->nchain];
+	struct ibv_send_wr *wr = &p->chain[p->nchain];
+	uint32_t imm;
+
+	if (p->o->lie != LIE_WRITE_IMM_OTHER || p->lied || !v->valid || !t->valid ||
+	    p->x.phase != XS_OPEN)
+		return;
+	if (v->len > t->len || v->len > p->win_len) {
+		logline("write_imm_skipped conn=0 len=%u target_len=%u window=%u", v->len, t->len,
+			p->win_len);
+		p->lied = true;
+		return;
+	}
+	if (p->qp_dead || p->sq_out >= SQ_DEPTH || p->nchain == SQ_DEPTH || !credit_ok(p, SDP_MID_DATA))
+		return;
+	lie_pattern_fill(p->win_mem, v->len, p->tx_off);
+	imm = SDP_LINK_IMM(p->sidx, p->tx_seq + 1);
+	*sge = (struct ibv_sge){ .addr = (uintptr_t)p->win_mem, .length = v->len, .lkey = p->win_mr->lkey };
+	*wr = (struct ibv_send_wr){ .wr_id = WRID(WRK_WRITE, 0, 0), .sg_list = sge, .num_sge = 1,
+				    .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+				    .imm_data = htonl(imm) };
+	wr->wr.rdma.remote_addr = t->addr;
+	wr->wr.rdma.rkey = t->rkey;
+	if (p->nchain)
+		p->chain[p->nchain - 1].next = wr;
+	p->nchain++;
+	p->sq_out++;
+	p->tx_seq++; /* the WRITE takes our stream's next sequence number */
+	p->l_tx++;   /* and one of the server's link receives */
+	logline("write_imm_lie conn=0 named_stream=%u target_stream=%u bytes=%u off=%llu mseq=%u "
+		"lseq=%u rkey=0x%x addr=0x%llx (the bytes go to the other stream's sink)", p->sidx,
+		p->x.idx, v->len, (unsigned long long)v->off, p->tx_seq, p->l_tx, t->rkey,
+		(unsigned long long)t->addr);
+	p->tx_off += v->len;
+	v->valid = false;
+	t->valid = false;
+	p->lied = true;
+	p->t.write_imm_lies++;
+}
+
 static void pump_chained(struct peer *p)
 {
-	flush_answers(p);
+	if (p->phase >= PH_TCP_UP)
+		flush_answers(p);
 	if (p->self_aborted || p->disconnected)
 		return; /* nothing after our ABORT, nothing to a peer that left */
-	if (p->phase == PH_OPEN)
+	if (p->phase == PH_OPEN) {
+		maybe_write_imm_lie(p);
 		run_script(p);
-	maybe_credit_update(p);
+	}
+	if (p->phase >= PH_TCP_UP && p->phase != PH_FAILED)
+		maybe_credit_update(p);
+	x_maybe_credit_update(p);
+	maybe_link_credit(p);
 }
 
 static void pump(struct peer *p)
 {
-	if (p->phase < PH_TCP_UP || p->phase == PH_FAILED)
+	if (p->phase < PH_LINK_UP || p->phase == PH_FAILED)
 		return;
 	if (!p->qp_dead)
 		pump_chained(p);
@@ -653,7 +971,8 @@ static void on_sink_avail(struct peer *p, const struct sdp_ext *x)
 		logline("sinkcancelack_sent conn=0 off=%llu (not usable)", (unsigned long long)x->d);
 		return;
 	}
-	p->psink = (struct peer_sink){ .valid = true, .off = x->d };
+	p->psink = (struct peer_sink){ .valid = true, .off = x->d, .addr = x->c, .len = x->a,
+				       .rkey = x->b };
 }
 
 static void on_sink_cancel(struct peer *p, const struct sdp_ext *x)
@@ -798,8 +1117,8 @@ static void note_header(struct peer *p, const struct sdp_bsdh *h)
 
 static void repost(struct peer *p, uint32_t slot)
 {
-	struct ibv_sge sge = { .addr = (uintptr_t)(p->rx_mem + (size_t)slot * p->rx_size),
-			       .length = p->rx_size, .lkey = p->rx_mr->lkey };
+	struct ibv_sge sge = { .addr = (uintptr_t)(p->rx_mem + (size_t)slot * p->buf_rx),
+			       .length = p->buf_rx, .lkey = p->rx_mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = WRID(WRK_RECV, 0, slot), .sg_list = &sge, .num_sge = 1 },
 			   *bad;
 
@@ -807,9 +1126,10 @@ static void repost(struct peer *p, uint32_t slot)
 		logline("repost_failed conn=0 slot=%u", slot);
 }
 
-static void on_msg(struct peer *p, uint32_t slot, uint32_t len)
+/* One message of our stream (its base header first), on a channel of its
+ * own or inside a link's STREAM message. */
+static void on_stream_msg(struct peer *p, const uint8_t *m, uint32_t len)
 {
-	const uint8_t *m = p->rx_mem + (size_t)slot * p->rx_size;
 	struct sdp_ext x = { 0 };
 	struct sdp_bsdh h;
 	enum sdp_wire_error err = sdp_bsdh_from_wire(m, len, p->rx_size, &h);
@@ -818,7 +1138,6 @@ static void on_msg(struct peer *p, uint32_t slot, uint32_t len)
 		p->t.invalid++;
 		logline("msg_invalid conn=0 len=%u first=0x%02x err=%s", len, len ? m[0] : 0,
 			sdp_wire_error_text(err));
-		repost(p, slot);
 		return;
 	}
 	note_header(p, &h);
@@ -829,7 +1148,203 @@ static void on_msg(struct peer *p, uint32_t slot, uint32_t len)
 			mid_name(h.mid), h.len, h.mseq, h.mseq_ack, h.bufs, x.a,
 			(unsigned long long)x.d);
 	dispatch(p, &h, m, &x);
+}
+
+static void on_msg(struct peer *p, uint32_t slot, uint32_t len)
+{
+	on_stream_msg(p, p->rx_mem + (size_t)slot * p->buf_rx, len);
 	repost(p, slot);
+}
+
+/* ------------------------------------------- the link's own messages */
+
+static void stream_begin(struct peer *p);
+static void x_begin(struct peer *p);
+
+/* Order, the server's acknowledgement of our link messages, STARVING. */
+static void link_note_header(struct peer *p, const struct sdp_lh *lh)
+{
+	if (lh->lseq != p->l_rx + 1)
+		logline("link_seq_gap conn=0 lseq=%u expected=%u", lh->lseq, p->l_rx + 1);
+	if ((uint32_t)(lh->lack - p->l_peer_lack) <= (uint32_t)(p->l_tx - p->l_peer_lack))
+		p->l_peer_lack = lh->lack;
+	else
+		logline("link_ack_invalid conn=0 lack=%u lseq_sent=%u", lh->lack, p->l_tx);
+	if (lh->flags & SDP_LINK_FLAG_STARVING)
+		p->l_starving = true;
+}
+
+/* The server's OPEN_ACK or OPEN_NAK: for our stream, for the second one,
+ * or for nothing we asked (logged). */
+static void on_open_answer(struct peer *p, const struct sdp_lh *lh, const uint8_t *payload)
+{
+	bool ours = lh->stream == p->sidx && p->phase == PH_LINK_UP;
+	bool second = !ours && p->x.phase == XS_OPENING && lh->stream == p->x.idx;
+	int conn = second ? 1 : 0;
+	char nx[2 * SDP_NONCE_SIZE + 1];
+	struct sdp_open_ack a;
+
+	if (!ours && !second) {
+		p->t.unexpected++;
+		logline("open_answer_unexpected conn=0 stream=%u kind=%s", lh->stream,
+			lh->kind == SDP_LINK_OPEN_ACK ? "ack" : "nak");
+		return;
+	}
+	if (lh->kind == SDP_LINK_OPEN_NAK ||
+	    sdp_open_ack_from_wire(payload, sizeof(struct sdp_open_ack_wire), &a) != SDP_WIRE_OK) {
+		if (lh->kind == SDP_LINK_OPEN_NAK) {
+			p->t.open_naks++;
+			logline("open_nak conn=%d stream=%u code=%u", conn, lh->stream, payload[0]);
+		} else {
+			p->t.invalid++;
+			logline("open_ack_invalid conn=%d stream=%u", conn, lh->stream);
+		}
+		if (second)
+			p->x.phase = XS_GONE;
+		else
+			p->phase = PH_FAILED;
+		return;
+	}
+	p->t.open_acks++;
+	hex(a.nonce, sizeof(a.nonce), nx);
+	logline("open_ack conn=%d stream=%u bufs=%u size=%u nonce=%s", conn, lh->stream, a.buf_count,
+		a.buf_size, nx);
+	if (second) {
+		memcpy(p->x.nonce, a.nonce, sizeof(p->x.nonce));
+		p->x.peer_bufs = a.buf_count;
+		if (p->o->second_pending) {
+			p->x.phase = XS_PENDING;
+			logline("pending conn=1 stream=%u (left pending: no COMMIT, no TCP connect)",
+				p->x.idx);
+			return;
+		}
+		x_begin(p);
+		return;
+	}
+	memcpy(p->nonce, a.nonce, sizeof(p->nonce));
+	p->peer_bufs = a.buf_count;
+	p->data_slot = a.buf_size < p->l_peer_size - p->hdr ? a.buf_size : p->l_peer_size - p->hdr;
+	if (p->data_slot > DATA_SLOT_MAX)
+		p->data_slot = DATA_SLOT_MAX;
+	stream_begin(p);
+}
+
+static void on_released(struct peer *p, uint16_t idx)
+{
+	bool second = p->x.phase != XS_NONE && idx == p->x.idx && idx != p->sidx;
+
+	p->t.released++;
+	logline("released conn=%d stream=%u", second ? 1 : 0, idx);
+	if (second)
+		p->x.phase = XS_GONE;
+	else if (idx == p->sidx && p->phase >= PH_TCP_UP)
+		p->released = true;
+}
+
+/* A message of the second stream (write-imm-other): the handshake, its
+ * sinks (held, for the lie), credits. */
+static void x_on_msg(struct peer *p, const uint8_t *m, uint32_t len)
+{
+	struct xstream *x = &p->x;
+	struct sdp_ext e = { 0 };
+	struct sdp_bsdh h;
+	enum sdp_wire_error err = sdp_bsdh_from_wire(m, len, p->rx_size, &h);
+
+	if (err != SDP_WIRE_OK) {
+		p->t.invalid++;
+		logline("msg_invalid conn=1 len=%u err=%s", len, sdp_wire_error_text(err));
+		return;
+	}
+	if (h.mseq != x->rx_seq + 1)
+		logline("seq_gap conn=1 mseq=%u expected=%u", h.mseq, x->rx_seq + 1);
+	x->rx_seq = h.mseq;
+	if (h.bufs)
+		x->peer_bufs = h.bufs;
+	if ((uint32_t)(h.mseq_ack - x->peer_ack) <= (uint32_t)(x->tx_seq - x->peer_ack))
+		x->peer_ack = h.mseq_ack;
+	if (h.flags & SDP_FLAG_STARVING)
+		x->starving = true;
+	if (h.mid != SDP_MID_DATA && h.len >= SDP_BSDH_SIZE + SDP_EXT_SIZE)
+		sdp_ext_from_wire(m + SDP_BSDH_SIZE, &e);
+	if (h.mid != SDP_MID_CREDIT_UPDATE)
+		logline("msg conn=1 mid=%u %s len=%u mseq=%u ack=%u a=%u d=%llu", h.mid, mid_name(h.mid),
+			h.len, h.mseq, h.mseq_ack, e.a, (unsigned long long)e.d);
+	switch ((enum sdp_mid)h.mid) {
+	case SDP_MID_ATTACH:
+		if (x->phase == XS_PROVING) {
+			x->phase = XS_OPEN;
+			x->attached = true;
+			logline("attach conn=1");
+		} else {
+			logline("attach_early conn=1 phase=%d (not believed)", (int)x->phase);
+		}
+		break;
+	case SDP_MID_SINK_AVAIL:
+		x->sink = (struct peer_sink){ .valid = true, .off = e.d, .addr = e.c, .len = e.a,
+					      .rkey = e.b };
+		logline("sinkavail conn=1 off=%llu len=%u rkey=0x%x addr=0x%llx (held)",
+			(unsigned long long)e.d, e.a, e.b, (unsigned long long)e.c);
+		break;
+	case SDP_MID_SINK_CANCEL:
+		if (x->sink.valid && x->sink.off == e.d) {
+			x->sink.valid = false;
+			x_send_ctrl(p, SDP_MID_SINK_CANCEL_ACK, &(struct sdp_ext){ .d = e.d });
+			logline("sinkcancelack_sent conn=1 off=%llu", (unsigned long long)e.d);
+		}
+		break;
+	case SDP_MID_DETACH:
+	case SDP_MID_ABORT:
+		x->phase = XS_GONE;
+		break;
+	default:
+		break;
+	}
+}
+
+/* A SEND on the link: its header checked and taken in, then its kind. */
+static void link_on_recv(struct peer *p, uint32_t slot, uint32_t len)
+{
+	const uint8_t *m = p->rx_mem + (size_t)slot * p->buf_rx;
+	struct sdp_lh lh;
+	enum sdp_wire_error err = sdp_lh_from_wire(m, len, p->buf_rx, &lh);
+
+	if (err != SDP_WIRE_OK) {
+		p->t.invalid++;
+		logline("link_msg_invalid conn=0 len=%u first=0x%02x err=%s", len, len ? m[0] : 0,
+			sdp_wire_error_text(err));
+		repost(p, slot);
+		p->l_rx++;
+		return;
+	}
+	link_note_header(p, &lh);
+	switch ((enum sdp_link_kind)lh.kind) {
+	case SDP_LINK_STREAM:
+		if (lh.stream == p->sidx && p->phase >= PH_TCP_UP) {
+			on_stream_msg(p, m + p->hdr, lh.len - p->hdr);
+		} else if (lh.stream == p->x.idx && p->x.phase >= XS_PENDING && p->x.phase != XS_GONE) {
+			x_on_msg(p, m + p->hdr, lh.len - p->hdr);
+		} else {
+			p->t.other_stream++;
+			logline("stream_msg_other conn=0 stream=%u len=%u mid=%u", lh.stream, lh.len,
+				m[p->hdr]);
+		}
+		break;
+	case SDP_LINK_CREDIT:
+		break;
+	case SDP_LINK_OPEN_ACK:
+	case SDP_LINK_OPEN_NAK:
+		on_open_answer(p, &lh, m + p->hdr);
+		break;
+	case SDP_LINK_RELEASED:
+		on_released(p, lh.stream);
+		break;
+	case SDP_LINK_OPEN:
+		p->t.unexpected++;
+		logline("unexpected conn=0 link_kind=OPEN stream=%u", lh.stream);
+		break;
+	}
+	repost(p, slot);
+	p->l_rx = lh.lseq; /* taken in, its buffer posted again */
 }
 
 /* ------------------------------------------------------ the probe */
@@ -925,12 +1440,30 @@ static void on_send_wc(struct peer *p, const struct ibv_wc *wc)
 }
 
 /* A version-3 sender fills our sink with one RDMA WRITE with immediate,
- * which takes one of our receive buffers: the count is our completion's. */
-static void on_write_imm(struct peer *p, uint32_t slot, uint32_t bytes, uint32_t imm)
+ * which takes one of our receive buffers and a sequence number (the
+ * immediate; on a link SDP_LINK_IMM(stream, mseq), and an lseq): the count
+ * is our completion's. */
+static void on_write_imm(struct peer *p, uint32_t bytes, uint32_t imm)
 {
+	uint32_t mseq = imm;
+
 	logline("write_imm conn=0 bytes=%u imm=%u", bytes, imm);
+	if (p->hdr) {
+		p->l_rx++;
+		if (SDP_LINK_IMM_STREAM(imm) != p->sidx || p->phase < PH_TCP_UP) {
+			p->t.other_stream++;
+			logline("write_imm_other conn=0 stream=%u bytes=%u", SDP_LINK_IMM_STREAM(imm), bytes);
+			return;
+		}
+		mseq = p->rx_seq + 1;
+		if (SDP_LINK_IMM_MSEQ16(imm) != (uint16_t)mseq)
+			logline("seq_gap conn=0 mseq16=%u expected=%u", SDP_LINK_IMM_MSEQ16(imm),
+				(uint16_t)mseq);
+	} else if (mseq != p->rx_seq + 1) {
+		logline("seq_gap conn=0 mseq=%u expected=%u", mseq, p->rx_seq + 1);
+	}
+	p->rx_seq = mseq;
 	on_wr_compl(p, &(struct sdp_ext){ .a = bytes, .d = p->rx_off });
-	repost(p, slot);
 }
 
 static void on_wc(struct peer *p, const struct ibv_wc *wc)
@@ -951,16 +1484,20 @@ static void on_wc(struct peer *p, const struct ibv_wc *wc)
 		return;
 	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-		on_write_imm(p, (uint32_t)wc->wr_id, wc->byte_len, ntohl(wc->imm_data));
+		repost(p, (uint32_t)wc->wr_id);
+		on_write_imm(p, wc->byte_len, ntohl(wc->imm_data));
 		return;
 	}
-	if (wc->byte_len > p->rx_size) {
+	if (wc->byte_len > p->buf_rx) {
 		p->t.invalid++;
 		logline("msg_invalid conn=0 len=%u", wc->byte_len);
 		repost(p, (uint32_t)wc->wr_id);
 		return;
 	}
-	on_msg(p, (uint32_t)wc->wr_id, wc->byte_len);
+	if (p->hdr)
+		link_on_recv(p, (uint32_t)wc->wr_id, wc->byte_len);
+	else
+		on_msg(p, (uint32_t)wc->wr_id, wc->byte_len);
 }
 
 static void drain_cq(struct peer *p)
@@ -1053,7 +1590,7 @@ static int make_resources(struct peer *p)
 	p->cq = ibv_create_cq(p->id->verbs, (int)(p->rx_count + SQ_DEPTH + 8), p, p->cch, 0);
 	if (!p->cq || ibv_req_notify_cq(p->cq, 0) != 0 || create_qp(p) != 0)
 		return -1;
-	p->rx_mem = alloc_mr(p, (size_t)p->rx_count * p->rx_size, IBV_ACCESS_LOCAL_WRITE, &p->rx_mr);
+	p->rx_mem = alloc_mr(p, (size_t)p->rx_count * p->buf_rx, IBV_ACCESS_LOCAL_WRITE, &p->rx_mr);
 	p->ctrl_mem = alloc_mr(p, CTRL_SLOTS * CTRL_SIZE, 0, &p->ctrl_mr);
 	p->read_mem = alloc_mr(p, READ_CHUNK, IBV_ACCESS_LOCAL_WRITE, &p->read_mr);
 	p->win_mem = alloc_mr(p, p->win_len, remote, &p->win_mr);
@@ -1064,35 +1601,58 @@ static int make_resources(struct peer *p)
 	return 0;
 }
 
-/* The TCP socket, bound to the address rdma_cm chose; the kernel picks the port. */
-static int make_tcp(struct peer *p)
+/* A TCP socket bound to the address rdma_cm chose (the kernel picks the
+ * port), or -1. */
+static int bind_tcp(struct peer *p, int conn)
 {
 	struct sockaddr_storage local;
 	socklen_t len = sizeof(local);
 	char a[INET6_ADDRSTRLEN];
+	int fd;
 
 	memcpy(&local, rdma_get_local_addr(p->id), sizeof(local));
 	if (local.ss_family == AF_INET)
 		((struct sockaddr_in *)&local)->sin_port = 0;
 	else
 		((struct sockaddr_in6 *)&local)->sin6_port = 0;
-	p->tcp = socket(local.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (p->tcp < 0 ||
-	    bind(p->tcp, (struct sockaddr *)&local,
-		 local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0 ||
-	    getsockname(p->tcp, (struct sockaddr *)&local, &len) != 0)
+	fd = socket(local.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
 		return -1;
+	if (bind(fd, (struct sockaddr *)&local,
+		 local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&local, &len) != 0) {
+		close(fd);
+		return -1;
+	}
 	addr_text((struct sockaddr *)&local, a, sizeof(a));
-	logline("tcp_bound conn=0 addr=%s sport=%u", a, addr_port((struct sockaddr *)&local));
+	logline("tcp_bound conn=%d addr=%s sport=%u", conn, a, addr_port((struct sockaddr *)&local));
+	return fd;
+}
+
+/* Our TCP socket, and the second stream's (write-imm-other, open-dup-index). */
+static int make_tcp(struct peer *p)
+{
+	p->tcp = bind_tcp(p, 0);
+	if (p->tcp < 0)
+		return -1;
+	if (p->o->lie == LIE_WRITE_IMM_OTHER || p->o->lie == LIE_OPEN_DUP_INDEX ||
+	    p->o->second_pending) {
+		p->x.tcp = bind_tcp(p, 1);
+		if (p->x.tcp < 0)
+			return -1;
+		p->x.phase = XS_BOUND;
+	}
 	return 0;
 }
 
+/* The Hello names our TCP 4-tuple; a link's names none (source port 0) and
+ * offers the link's buffers. */
 static void send_hello(struct peer *p)
 {
 	struct sockaddr_storage local;
 	socklen_t len = sizeof(local);
 	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .buf_count = (uint16_t)p->rx_count,
-			       .buf_size = p->rx_size };
+			       .buf_size = p->buf_rx };
 	struct sdp_hello_wire w;
 	struct rdma_conn_param param = { .private_data = &w, .private_data_len = sizeof(w),
 					 .responder_resources = 1, .initiator_depth = 1,
@@ -1100,7 +1660,8 @@ static void send_hello(struct peer *p)
 
 	getsockname(p->tcp, (struct sockaddr *)&local, &len);
 	addr_to_wire((struct sockaddr *)&local, h.tuple.src_addr);
-	h.tuple.src_port = addr_port((struct sockaddr *)&local);
+	h.tuple.src_port = p->hdr ? 0 : addr_port((struct sockaddr *)&local);
+	h.flags = p->hdr ? SDP_HELLO_FLAG_LINK : 0;
 	addr_to_wire((struct sockaddr *)&p->to, h.tuple.dst_addr);
 	h.tuple.dst_port = addr_port((struct sockaddr *)&p->to);
 	sdp_hello_to_wire(&h, &w);
@@ -1111,8 +1672,8 @@ static void send_hello(struct peer *p)
 		return;
 	}
 	p->phase = PH_CONNECTING;
-	logline("hello_sent conn=0 sport=%u bufs=%u size=%u qpn=%u version=%u", h.tuple.src_port,
-		h.buf_count, h.buf_size, p->qp->qp_num, w.version);
+	logline("hello_sent conn=0 sport=%u bufs=%u size=%u qpn=%u version=%u link=%d",
+		h.tuple.src_port, h.buf_count, h.buf_size, p->qp->qp_num, w.version, p->hdr ? 1 : 0);
 }
 
 static bool parse_hello_ack(struct peer *p, const struct rdma_cm_event *ev)
@@ -1133,9 +1694,17 @@ static bool parse_hello_ack(struct peer *p, const struct rdma_cm_event *ev)
 			raw.version = SDP_WIRE_VERSION; /* the same layout */
 		err = sdp_hello_ack_from_wire(&raw, sizeof(raw), &ack);
 	}
+	if (err == SDP_WIRE_OK && !(ack.flags & SDP_HELLO_FLAG_LINK) != !p->hdr)
+		err = SDP_WIRE_BAD_FLAGS; /* a link's answer to a channel's Hello, or back */
 	if (err != SDP_WIRE_OK) {
 		logline("helloack_invalid conn=0 err=\"%s\" len=%zu", sdp_wire_error_text(err), len);
 		return false;
+	}
+	if (p->hdr) {
+		p->l_peer_bufs = ack.buf_count;
+		p->l_peer_size = ack.buf_size;
+		logline("established conn=0 link=1 bufs=%u size=%u", ack.buf_count, ack.buf_size);
+		return true;
 	}
 	memcpy(p->nonce, ack.nonce, sizeof(p->nonce));
 	p->peer_bufs = ack.buf_count;
@@ -1145,17 +1714,16 @@ static bool parse_hello_ack(struct peer *p, const struct rdma_cm_event *ev)
 	return true;
 }
 
-static int tcp_connect(struct peer *p)
+static int tcp_connect(struct peer *p, int fd)
 {
 	struct timeval tv = { .tv_sec = TCP_CONNECT_S };
 	socklen_t len = p->to.ss_family == AF_INET ? sizeof(struct sockaddr_in)
 						   : sizeof(struct sockaddr_in6);
 
-	setsockopt(p->tcp, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(p->tcp, (struct sockaddr *)&p->to, len) != 0)
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&p->to, len) != 0)
 		return -1;
-	fcntl(p->tcp, F_SETFL, fcntl(p->tcp, F_GETFL) | O_NONBLOCK);
-	p->tcp_watch = true;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 	return 0;
 }
 
@@ -1174,17 +1742,69 @@ static void send_commit(struct peer *p)
 		logline("commit_failed conn=0");
 }
 
-/* The server accepted: our QP to RTR and RTS, the RTU (rdma_establish),
- * COMMIT, and only then the TCP connect (as an sdpshim client does). */
+/* Our send slots, once the server's buffer size is known. */
+static bool alloc_data(struct peer *p)
+{
+	p->data_stride = p->hdr + p->data_slot;
+	p->data_mem = alloc_mr(p, (size_t)DATA_SLOTS * p->data_stride, 0, &p->data_mr);
+	return p->data_mem != NULL;
+}
+
+/* The server took our stream (HelloAck, or OPEN_ACK on a link): COMMIT,
+ * and only then the TCP connect (as an sdpshim client does). */
+static void stream_begin(struct peer *p)
+{
+	if (p->hdr && !alloc_data(p)) {
+		fail(p, "send buffers");
+		return;
+	}
+	p->phase = PH_TCP_UP;
+	send_commit(p);
+	if (tcp_connect(p, p->tcp) != 0) {
+		fail(p, "TCP connect");
+		return;
+	}
+	p->tcp_watch = true;
+	logline("tcp_connected conn=0");
+	if (p->o->wire_version == 1)
+		p->phase = PH_PROVING; /* no binding handshake: ATTACH follows accept() */
+}
+
+/* The second stream's OPEN_ACK: its COMMIT and TCP connect. */
+static void x_begin(struct peer *p)
+{
+	struct xstream *x = &p->x;
+	uint8_t nonce[SDP_NONCE_SIZE];
+	struct sdp_ext e = { 0 };
+
+	random_bytes(nonce, sizeof(nonce));
+	sdp_nonce_to_ext(nonce, &e);
+	x->phase = XS_TCP_UP;
+	if (x_send_ctrl(p, SDP_MID_COMMIT, &e)) {
+		flush_chain(p);
+		logline("commit_sent conn=1");
+	} else {
+		logline("commit_failed conn=1");
+	}
+	if (tcp_connect(p, x->tcp) != 0) {
+		logline("error conn=1 TCP connect: %s", strerror(errno));
+		x->phase = XS_GONE;
+		return;
+	}
+	x->tcp_watch = true;
+	logline("tcp_connected conn=1");
+}
+
+/* The server accepted: our QP to RTR and RTS, the RTU (rdma_establish);
+ * then COMMIT and the TCP connect, or on a link the OPEN(s) first. */
 static void on_connect_response(struct peer *p, const struct rdma_cm_event *ev)
 {
 	if (!parse_hello_ack(p, ev)) {
 		p->phase = PH_FAILED;
 		return;
 	}
-	p->data_mem = alloc_mr(p, (size_t)DATA_SLOTS * p->data_slot, 0, &p->data_mr);
-	if (!p->data_mem || qp_to(p, IBV_QPS_INIT) != 0 || qp_to(p, IBV_QPS_RTR) != 0 ||
-	    qp_to(p, IBV_QPS_RTS) != 0) {
+	if ((!p->hdr && !alloc_data(p)) || qp_to(p, IBV_QPS_INIT) != 0 ||
+	    qp_to(p, IBV_QPS_RTR) != 0 || qp_to(p, IBV_QPS_RTS) != 0) {
 		fail(p, "QP to RTS");
 		return;
 	}
@@ -1192,35 +1812,51 @@ static void on_connect_response(struct peer *p, const struct rdma_cm_event *ev)
 		fail(p, "rdma_establish");
 		return;
 	}
-	p->phase = PH_TCP_UP;
-	send_commit(p);
-	if (tcp_connect(p) != 0) {
-		fail(p, "TCP connect");
+	if (!p->hdr) {
+		stream_begin(p);
 		return;
 	}
-	logline("tcp_connected conn=0");
-	if (p->o->wire_version == 1)
-		p->phase = PH_PROVING; /* no binding handshake: ATTACH follows accept() */
+	p->phase = PH_LINK_UP;
+	if (!send_open(p, p->sidx, p->tcp)) {
+		p->phase = PH_FAILED;
+		return;
+	}
+	if (p->o->lie == LIE_WRITE_IMM_OTHER || p->o->second_pending) {
+		p->x.phase = XS_OPENING;
+		if (!send_open(p, p->x.idx, p->x.tcp))
+			p->x.phase = XS_GONE;
+	}
+	flush_chain(p);
 }
 
 /* ------------------------------------------------------ the TCP side */
 
-static void send_proof(struct peer *p)
+/* The PROOF on TCP fd: the nonce of the stream's HelloAck or OPEN_ACK. */
+static bool write_proof(struct peer *p, int fd, const uint8_t *nonce, int conn)
 {
 	struct sdp_bind b = { .kind = SDP_BIND_PROOF };
 	struct sdp_bind_wire w;
 	char nx[2 * SDP_NONCE_SIZE + 1];
 
-	memcpy(b.nonce, p->nonce, sizeof(b.nonce));
+	memcpy(b.nonce, nonce, sizeof(b.nonce));
 	sdp_bind_to_wire(&b, &w);
 	w.version = p->o->wire_version;
-	if (send(p->tcp, &w, sizeof(w), MSG_NOSIGNAL) != (ssize_t)sizeof(w)) {
-		fail(p, "writing the PROOF");
+	if (send(fd, &w, sizeof(w), MSG_NOSIGNAL) != (ssize_t)sizeof(w)) {
+		logline("error conn=%d writing the PROOF: %s", conn, strerror(errno));
+		return false;
+	}
+	hex(nonce, SDP_NONCE_SIZE, nx);
+	logline("proof_sent conn=%d nonce=%s", conn, nx);
+	return true;
+}
+
+static void send_proof(struct peer *p)
+{
+	if (!write_proof(p, p->tcp, p->nonce, 0)) {
+		p->phase = PH_FAILED;
 		return;
 	}
 	p->phase = PH_PROVING;
-	hex(p->nonce, sizeof(p->nonce), nx);
-	logline("proof_sent conn=0 nonce=%s", nx);
 }
 
 static void take_signal(struct peer *p)
@@ -1234,19 +1870,35 @@ static void take_signal(struct peer *p)
 		send_proof(p);
 }
 
-/* In-band bytes: a NAK, or a server's SWITCH record; logged, never used. */
-static void read_tcp(struct peer *p)
+static void x_take_signal(struct peer *p)
 {
+	uint8_t b;
+
+	if (recv(p->x.tcp, &b, 1, MSG_OOB | MSG_DONTWAIT) != 1)
+		return;
+	logline("signal conn=1 byte=0x%02x", b);
+	if (b == SDP_BIND_SIGNAL && p->x.phase == XS_TCP_UP)
+		p->x.phase = write_proof(p, p->x.tcp, p->x.nonce, 1) ? XS_PROVING : XS_GONE;
+}
+
+/* In-band bytes: a NAK, or a server's SWITCH record; logged, never used. */
+static void read_tcp(struct peer *p, int conn)
+{
+	int fd = conn ? p->x.tcp : p->tcp;
 	uint8_t buf[4096];
 	char pv[PREVIEW_BYTES * 4 + 1];
 	struct sdp_bind nak;
-	ssize_t n = recv(p->tcp, buf, sizeof(buf), MSG_DONTWAIT);
+	ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		logline("tcp_%s conn=0%s%s", n == 0 ? "eof" : "error", n ? " " : "", n ? strerror(errno) : "");
-		p->tcp_watch = false;
+		logline("tcp_%s conn=%d%s%s", n == 0 ? "eof" : "error", conn, n ? " " : "",
+			n ? strerror(errno) : "");
+		if (conn)
+			p->x.tcp_watch = false;
+		else
+			p->tcp_watch = false;
 		return;
 	}
 	if ((size_t)n >= SDP_BIND_SIZE && buf[4] == p->o->wire_version)
@@ -1254,12 +1906,17 @@ static void read_tcp(struct peer *p)
 	if ((size_t)n >= SDP_BIND_SIZE &&
 	    sdp_bind_from_wire(buf, SDP_BIND_SIZE, SDP_BIND_KIND_BIT(SDP_BIND_NAK), 1000, &nak) ==
 		    SDP_WIRE_OK) {
-		logline("nak conn=0 reason=%u", nak.reason);
-		p->aborted = true;
+		logline("nak conn=%d reason=%u", conn, nak.reason);
+		if (conn)
+			p->x.phase = XS_GONE;
+		else
+			p->aborted = true;
 		return;
 	}
 	preview(buf, (size_t)n, pv);
-	logline("tcp_bytes conn=0 bytes=%zd preview=%s", n, pv);
+	logline("tcp_bytes conn=%d bytes=%zd preview=%s", conn, n, pv);
+	if (!conn)
+		p->t.tcp_bytes += (unsigned long long)n;
 }
 
 /* ------------------------------------------------------ rdma_cm */
@@ -1337,7 +1994,15 @@ static long long default_bytes(enum peer_lie lie)
 	case LIE_FALSE_WRCOMPL:       return 4096;
 	case LIE_WRONG_OFFSET:
 	case LIE_STACKED_SRCAVAIL:    return 65536;
-	case LIE_ABORT_DISCONNECT:    return 0;
+	case LIE_ABORT_DISCONNECT:
+	case LIE_WRITE_IMM_OTHER:     return 0;
+	case LIE_OPEN_DUP_INDEX:
+	case LIE_OPEN_INDEX_OOB:
+	case LIE_BAD_LSEQ:
+	case LIE_BAD_LACK:
+	case LIE_STREAM_UNOPENED:
+	case LIE_RELEASED_IN_USE:     return 65536;
+	case LIE_COUNT:               break;
 	}
 	return 0;
 }
@@ -1372,6 +2037,41 @@ static void build_script(struct peer *p, const struct peer_opts *o)
 		add_step(p, ST_WAIT_ANSWERS, 0, 0);
 		add_step(p, ST_WAIT_ECHO, 0, 0);
 		break;
+	case LIE_OPEN_INDEX_OOB:
+		add_step(p, ST_WAIT_ECHO, 0, 0); /* the lie was the OPEN */
+		break;
+	case LIE_OPEN_DUP_INDEX:
+	case LIE_STREAM_UNOPENED:
+		/* The lie between two echoed runs: the second must come back too. */
+		add_step(p, ST_WAIT_ECHO, 0, 0);
+		add_step(p, ST_LIE, 0, 0);
+		add_step(p, ST_PAUSE, o->after_ms, 0);
+		if (bytes > 0)
+			add_step(p, ST_DATA, (uint64_t)bytes, 0);
+		add_step(p, ST_WAIT_ECHO, 0, 0);
+		break;
+	case LIE_BAD_LSEQ:
+	case LIE_BAD_LACK:
+		add_step(p, ST_WAIT_ECHO, 0, 0);
+		add_step(p, ST_LIE, 0, 0);
+		add_step(p, ST_PAUSE, o->after_ms, 0);
+		add_step(p, ST_END, 0, 0);
+		break;
+	case LIE_RELEASED_IN_USE:
+		add_step(p, ST_WAIT_ECHO, 0, 0);
+		add_step(p, ST_LIE, 0, 0);
+		if (bytes > 0)
+			add_step(p, ST_DATA, (uint64_t)bytes, 0); /* on the index we released */
+		add_step(p, ST_PAUSE, o->after_ms, 0);
+		add_step(p, ST_END, 0, 0);
+		break;
+	case LIE_WRITE_IMM_OTHER:
+		add_step(p, ST_WAIT_LIE, 0, 0); /* a sink on each stream, then the WRITE */
+		add_step(p, ST_PAUSE, o->after_ms, 0);
+		p->win_len = 2u << 20;          /* the WRITE's source */
+		break;
+	case LIE_COUNT:
+		break;
 	}
 	add_step(p, ST_DISCONN, 0, 0);
 	if (p->win_len < 4096)
@@ -1392,10 +2092,14 @@ static const char *end_reason(struct peer *p)
 		return "failed";
 	if (p->o->lie == LIE_ABORT_DISCONNECT)
 		return p->probe.done && now >= p->probe.done_at + END_GRACE_MS ? "probed" : NULL;
+	if (p->script_ended)
+		return "lie_told";
 	if (p->aborted)
 		return "peer_abort";
 	if (p->disconn_sent && p->peer_disconn)
 		return "closed";
+	if (p->released)
+		return "released";
 	if (p->disconnected)
 		return "disconnected";
 	if (p->qp_dead)
@@ -1414,11 +2118,12 @@ static void loop(struct peer *p)
 	const char *why;
 
 	while (!(why = end_reason(p))) {
-		struct pollfd pfd[3] = { { .fd = p->ch->fd, .events = POLLIN },
+		struct pollfd pfd[4] = { { .fd = p->ch->fd, .events = POLLIN },
 					 { .fd = p->cch ? p->cch->fd : -1, .events = POLLIN },
-					 { .fd = p->tcp_watch ? p->tcp : -1, .events = POLLIN | POLLPRI } };
+					 { .fd = p->tcp_watch ? p->tcp : -1, .events = POLLIN | POLLPRI },
+					 { .fd = p->x.tcp_watch ? p->x.tcp : -1, .events = POLLIN | POLLPRI } };
 
-		if (poll(pfd, 3, 20) < 0 && errno != EINTR)
+		if (poll(pfd, 4, 20) < 0 && errno != EINTR)
 			die("poll: %s", strerror(errno));
 		if (pfd[0].revents)
 			pump_cm(p);
@@ -1428,7 +2133,11 @@ static void loop(struct peer *p)
 		if (pfd[2].revents & POLLPRI)
 			take_signal(p);
 		if (pfd[2].revents & (POLLIN | POLLHUP | POLLERR))
-			read_tcp(p);
+			read_tcp(p, 0);
+		if (pfd[3].revents & POLLPRI)
+			x_take_signal(p);
+		if (pfd[3].revents & (POLLIN | POLLHUP | POLLERR))
+			read_tcp(p, 1);
 		timers(p);
 		pump(p);
 	}
@@ -1442,12 +2151,17 @@ static void summary(const struct peer *p)
 	logline("lie=%s attach=%d data_sent=%llu data_received=%llu echo_bad=%llu srcavails=%u "
 		"srcavails_ignored=%u cancels=%u cancels_ignored=%u sinkavails=%u offers_sent=%u "
 		"rdcompl=%u rdcompl_bad=%u wrcompl=%u wrcompl_bad=%u wrcompl_lies=%u sinkcancelacks=%u "
-		"sinkcancelacks_bad=%u aborted=%d peer_disconn=%d disconnected=%d invalid=%u probe=%s",
+		"sinkcancelacks_bad=%u aborted=%d peer_disconn=%d disconnected=%d invalid=%u probe=%s "
+		"link=%d stream=%u open_acks=%u open_naks=%u released=%u other_stream=%u unexpected=%u "
+		"write_imm_lies=%u tcp_bytes=%llu lseq_sent=%u lseq_received=%u second_attach=%d "
+		"second_pending=%d",
 		peer_lie_name(p->o->lie), p->attached, t->data_sent, t->data_received, t->echo_bad,
 		t->srcavails, t->srcavails_ignored, t->cancels, t->cancels_ignored, t->sinkavails,
 		t->offers_sent, t->rdcompl, t->rdcompl_bad, t->wrcompl, t->wrcompl_bad, t->wrcompl_lies,
 		t->sinkcancelacks, t->sinkcancelacks_bad, p->aborted, p->peer_disconn, p->disconnected,
-		t->invalid, t->probe ? t->probe : "none");
+		t->invalid, t->probe ? t->probe : "none", p->hdr ? 1 : 0, p->sidx, t->open_acks,
+		t->open_naks, t->released, t->other_stream, t->unexpected, t->write_imm_lies,
+		t->tcp_bytes, p->l_tx, p->l_rx, p->x.attached, p->x.phase == XS_PENDING);
 }
 
 static void teardown(struct peer *p)
@@ -1455,7 +2169,7 @@ static void teardown(struct peer *p)
 	struct ibv_mr *mrs[] = { p->rx_mr, p->ctrl_mr, p->data_mr, p->read_mr, p->win_mr };
 	void *mems[] = { p->rx_mem, p->ctrl_mem, p->data_mem, p->read_mem, p->win_mem };
 
-	if (p->phase >= PH_TCP_UP && !p->disconnect_called)
+	if (p->phase >= PH_LINK_UP && !p->disconnect_called)
 		rdma_disconnect(p->id);
 	if (p->qp)
 		ibv_destroy_qp(p->qp);
@@ -1474,6 +2188,8 @@ static void teardown(struct peer *p)
 	rdma_destroy_event_channel(p->ch);
 	if (p->tcp >= 0)
 		close(p->tcp);
+	if (p->x.tcp >= 0)
+		close(p->x.tcp);
 }
 
 static void start(struct peer *p)
@@ -1500,17 +2216,21 @@ int run_peer(const struct peer_opts *o)
 	struct peer *p = &peer;
 
 	p->o = o;
-	p->tcp = -1;
+	p->tcp = p->x.tcp = -1;
 	p->rx_count = o->buf_count;
 	p->rx_size = o->buf_size;
+	p->hdr = o->link ? (uint32_t)SDP_LH_SIZE : 0;
+	p->buf_rx = p->rx_size + p->hdr;
+	p->sidx = o->stream_index;
+	p->x.idx = (uint16_t)((p->sidx + 1) % SDP_LINK_STREAMS_MAX);
 	p->deadline = mono_ms() + o->for_s * 1000.0;
 	parse_to(o->to, &p->to);
 	build_script(p, o);
 	if (p->win_len > WIN_MAX)
 		die("offers need %u bytes of window memory, at most %u", p->win_len, WIN_MAX);
-	logline("start mode=peer to=%s lie=%s steps=%u bufs=%u size=%u version=%u uid=%u", o->to,
-		peer_lie_name(o->lie), p->nsteps, p->rx_count, p->rx_size, o->wire_version,
-		(unsigned)getuid());
+	logline("start mode=peer to=%s lie=%s steps=%u bufs=%u size=%u version=%u link=%d stream=%u "
+		"uid=%u", o->to, peer_lie_name(o->lie), p->nsteps, p->rx_count, p->rx_size,
+		o->wire_version, o->link ? 1 : 0, p->sidx, (unsigned)getuid());
 	start(p);
 	loop(p);
 	summary(p);

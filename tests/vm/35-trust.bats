@@ -13,13 +13,25 @@
 #        for 1024 x 64 KiB (what a 1 GiB guest can pin), must not pin the
 #        server's memory while pending, nor keep honest clients off RDMA;
 #   6    an uncommitted forged Hello must not stall a non-blocking accept4().
+# Each of 1-6 runs twice: per connection (SDPSHIM_LINKS=0: one rdma_cm
+# connection per TCP connection, the rogue's as well), and "[link]": over
+# links (core/link.c), the default, where a client's streams share one rdma_cm
+# connection per server listener and the rogue speaks the link framing
+# (--link): a link Hello, then an OPEN per stream naming its 4-tuple, whose
+# OPEN_ACK carries the nonce.  Then the lies only a link can tell:
+#   7    an OPEN naming another host's address (a tuple the link does not own);
+#   8    a rogue listener's RELEASED for an index past the client's stream table
+#        (the client runs the ASan build: it must not write past it);
+#   9    links held without a stream: the server must not keep them (and their
+#        pinned buffers) for ever, so honest clients get a link again.
 # Every data check is by SHA-256.  To show these reproduce the findings on a
 # build of the version-1 protocol (commit ad1ce48), run this file with
 # BUILD=<that build> SDPSHIM_TRUST_PROGS=<this tree's build>/tests/progs
-# SDPSHIM_ROGUE_ARGS=--v1 (see vm_helpers.bash).
+# SDPSHIM_ROGUE_ARGS=--v1 (see vm_helpers.bash; the [link] cases skip).
 
 load ../helpers
 load vm_helpers
+load ../sanitize
 
 setup() {
   vm_setup
@@ -80,12 +92,14 @@ client_life_ms() {
     awk 'NR == 1 && $NF ~ /^[0-9]+$/ { print $NF - $(NF - 1); f = 1 } END { if (!f) print "none" }'
 }
 
-@test "rogue rdma_cm listener beside a plain redis-server: the preloaded SET reaches the real redis, not the rogue" {
+# listener_beside_plain MODE
+listener_beside_plain() {
   local port want got
+  link_mode "$1"
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   plain_redis "$port"
-  rogue_start rogue listen --port "$port" --addr "$RXE_IP"
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" "${LINK_ARG[@]}"
   wait_for_line "$T/rogue.log" '^listening ' 30
   random_value "$T/value" 3000
   want=$(sha256_of "$T/value")
@@ -104,14 +118,26 @@ client_life_ms() {
   [ "$got" = "$want" ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
   [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
+  # Over a link the client opened its stream there too (the lie was heard).
+  [ "$1" = conn ] || [ "$(rogue_field rogue opens)" -ge 1 ]
 }
 
-@test "rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
+@test "rogue rdma_cm listener beside a plain redis-server: the preloaded SET reaches the real redis, not the rogue" {
+  listener_beside_plain conn
+}
+
+@test "[link] rogue rdma_cm listener beside a plain redis-server: the preloaded SET reaches the real redis, not the rogue" {
+  listener_beside_plain link
+}
+
+# listener_never_attaches MODE
+listener_never_attaches() {
   local port want got life bound=$((3000 + 1000))
+  link_mode "$1"
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   plain_redis "$port"
-  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never "${LINK_ARG[@]}"
   wait_for_line "$T/rogue.log" '^listening ' 30
   random_value "$T/value" 3000
   want=$(sha256_of "$T/value")
@@ -130,14 +156,25 @@ client_life_ms() {
   [ "$got" = "$want" ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
   [ "$(stats_lines "$STATS" role=client path=tcp | wc -l)" -eq 1 ]
+  [ "$1" = conn ] || [ "$(rogue_field rogue opens)" -ge 1 ]
 }
 
-@test "rogue binds the rdma_cm port before a preloaded redis-server starts: the server serves TCP, its clients reach it" {
+@test "rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
+  listener_never_attaches conn
+}
+
+@test "[link] rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
+  listener_never_attaches link
+}
+
+# listener_holds_port MODE
+listener_holds_port() {
   local port want got life bound=$((3000 + 1000))
+  link_mode "$1"
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   # Every address: the server's own rdma_cm bind on $RXE_IP:PORT then fails.
-  rogue_start rogue listen --port "$port"
+  rogue_start rogue listen --port "$port" "${LINK_ARG[@]}"
   wait_for_line "$T/rogue.log" '^listening ' 30
   redis_start "$RXE_IP" "$port"
   random_value "$T/value" 3000
@@ -161,15 +198,27 @@ client_life_ms() {
   # The server had no RDMA listener: every connection it accepted is TCP.
   [ "$(stats_lines "$STATS" comm=redis-server | wc -l)" -ge 1 ]
   [ "$(stats_lines "$STATS" comm=redis-server path=rdma | wc -l)" -eq 0 ]
+  [ "$1" = conn ] || [ "$(rogue_field rogue opens)" -ge 1 ]
 }
 
-@test "forged committed Hello naming a plain client's source port: the plain client gets its own echo, the rogue nothing" {
+@test "rogue binds the rdma_cm port before a preloaded redis-server starts: the server serves TCP, its clients reach it" {
+  listener_holds_port conn
+}
+
+@test "[link] rogue binds the rdma_cm port before a preloaded redis-server starts: the server serves TCP, its clients reach it" {
+  listener_holds_port link
+}
+
+# forged_committed MODE: over a link the Hello is the link's own, and the OPEN
+# names the plain client's tuple.
+forged_committed() {
   local port sport sent got
+  link_mode "$1"
   port=$(free_port); sport=$(free_port)
   start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
   wait_port "$RXE_IP" "$port"
-  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --hold 120
-  wait_for_line "$T/rogue.log" '^(commit_sent|rejected|error) conn=0' 60
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --hold 120 "${LINK_ARG[@]}"
+  wait_for_line "$T/rogue.log" '^(commit_sent|rejected|error|open_nak) conn=0' 60
   plain_echo_client "$RXE_IP" "$port" "$sport" 65536 >"$T/plain.out" 2>&1 || true
   sleep 1 # whatever the server sends the rogue after the accept arrives meanwhile
   rogue_stop rogue || true
@@ -190,6 +239,15 @@ client_life_ms() {
   [ "$(rogue_field rogue data_bytes)" = 0 ]
   [ "$src" -eq 0 ]
   [ "$(stats_lines "$STATS" role=server path=tcp | wc -l)" -eq 1 ]
+  [ "$1" = conn ] || grep -q '^open_ack conn=0 stream=0 ' "$T/rogue.log"
+}
+
+@test "forged committed Hello naming a plain client's source port: the plain client gets its own echo, the rogue nothing" {
+  forged_committed conn
+}
+
+@test "[link] forged committed OPEN naming a plain client's source port: the plain client gets its own echo, the rogue nothing" {
+  forged_committed link
 }
 
 # flood_phase NAME SPORT BUF_SIZE: 16 Hellos (source ports SPORT..SPORT+15)
@@ -200,7 +258,7 @@ flood_phase() {
   local name=$1 rc=0
   pin_watch_mark "$name"
   rogue_start "$name" hello --to "$RXE_IP:$FLOOD_PORT" --src-port "$2" --count 16 \
-    --buf-count 1024 --buf-size "$3" --hold 300
+    --buf-count 1024 --buf-size "$3" --hold 300 "${LINK_ARG[@]}"
   wait_for_line "$T/$name.log" '^holding ' 120 || rc=1
   run_timeout 120 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$FLOOD_PORT" -n 1 -b 262144 \
     >"$T/$name.honest" 2>&1 || rc=1
@@ -209,9 +267,15 @@ flood_phase() {
   return "$rc"
 }
 
-@test "16 Hellos asking for 1024 x 1 MiB (and 1024 x 64 KiB) buffers: the server pins < 64 MiB for them, honest clients stay on RDMA" {
+# hello_flood MODE: over links, 16 link Hellos (each opening one stream whose
+# OPEN asks the same); a link pins its own geometry whatever it is asked,
+# 2 x SDPSHIM_LINK_BUFS x (SDPSHIM_BUF_SIZE + 16) = 4 MiB by default, so the
+# bound is 17 of those (the honest client's link too) + 16 MiB, not 64 MiB.
+hello_flood() {
   local spid base_pin base_mr base_peak= peak= oom= src=0 r1=0 r2=0 ph
   local limit=$((64 << 20)) max_pin max_mr grow_pin grow_mr
+  link_mode "$1"
+  [ "$1" = conn ] || limit=$(( 17 * 2 * 64 * (32768 + 16) + (16 << 20) ))
   FLOOD_PORT=$(free_port)
   # The server runs in a memory cgroup where the kernel has one: a server
   # that pins what such Hellos ask for runs out there, not in the whole guest.
@@ -268,15 +332,28 @@ flood_phase() {
   [ "$(stats_lines "$STATS" role=client comm=connects | wc -l)" -eq 2 ]
   [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 2 ]
   [ "$src" -eq 0 ]
+  [ "$1" = conn ] || [ "$(grep -c '^open_ack ' "$T/big.log")" -eq 16 ]
 }
 
-@test "uncommitted forged Hello naming a plain client's source port: a non-blocking accept4() is not stalled" {
-  local port sport sent got ms
+@test "16 Hellos asking for 1024 x 1 MiB (and 1024 x 64 KiB) buffers: the server pins < 64 MiB for them, honest clients stay on RDMA" {
+  hello_flood conn
+}
+
+@test "[link] 16 link Hellos and OPENs asking for 1024 x 1 MiB (and 1024 x 64 KiB) buffers: the server pins its own link geometry for them, honest clients stay on RDMA" {
+  hello_flood link
+}
+
+# uncommitted_forged MODE: over a link the pending stream exists once its
+# OPEN_ACK came.
+uncommitted_forged() {
+  local port sport sent got ms ready='^(established|rejected|error) conn=0'
+  link_mode "$1"
+  [ "$1" = conn ] || ready='^(open_ack|open_nak|rejected|error) conn=0'
   port=$(free_port); sport=$(free_port)
   start_bg server timeout -k 5 120 "${PRE[@]}" "$TRUST_PROGS/acceptwait" -s "$port" -a "$RXE_IP" -n 1
   wait_for_line "$T/server.log" '^listening ' 30
-  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --no-commit --hold 120
-  wait_for_line "$T/rogue.log" '^(established|rejected|error) conn=0' 60
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --no-commit --hold 120 "${LINK_ARG[@]}"
+  wait_for_line "$T/rogue.log" "$ready" 60
   plain_echo_client "$RXE_IP" "$port" "$sport" 65536 >"$T/plain.out" 2>&1 || true
   local src=0
   wait_bg server || src=$?
@@ -288,10 +365,113 @@ flood_phase() {
        "rogue:" "$(head -12 "$T/rogue.log")" "$(stats_lines "$STATS")"
   grep -q 'uid=65534' "$T/rogue.log"
   grep -q '^established conn=0' "$T/rogue.log"   # the pending channel existed
+  [ "$1" = conn ] || grep -q '^open_ack conn=0' "$T/rogue.log"
   [ "$src" -eq 0 ]
   [ -n "$ms" ]
   awk -v ms="$ms" 'BEGIN { exit !(ms < 500) }'
   [ -n "$sent" ]
   [ "$got" = "$sent" ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
+}
+
+@test "uncommitted forged Hello naming a plain client's source port: a non-blocking accept4() is not stalled" {
+  uncommitted_forged conn
+}
+
+@test "[link] uncommitted forged OPEN naming a plain client's source port: a non-blocking accept4() is not stalled" {
+  uncommitted_forged link
+}
+
+# --- lies only a link can tell ----------------------------------------------
+
+# honest_connects PORT NAME: a preloaded `connects` client echoing 64 KiB,
+# checked by SHA-256 in the client; output in $T/NAME.out
+honest_connects() {
+  run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$1" -n 1 -b 65536 >"$T/$2.out" 2>&1
+}
+
+@test "[link] OPEN naming another host's address (a tuple its link does not own): OPEN_NAK, one diagnostic, no stream; the server lives, an honest client stays on RDMA" {
+  local port sport src=0 hrc=0
+  link_mode link
+  port=$(free_port); sport=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  # The link's own Hello is honest; its OPEN names 10.77.0.99:SPORT.
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --src-addr 10.77.0.99 \
+    --hold 120 --link
+  wait_for_line "$T/rogue.log" '^(open_ack|open_nak|rejected|error) conn=0' 60 || true
+  honest_connects "$port" honest || hrc=$?
+  rogue_stop rogue || true
+  wait_bg server || src=$?
+  show "rogue (OPEN naming 10.77.0.99:$sport -> $RXE_IP:$port):" "$(head -12 "$T/rogue.log")" \
+       "honest client (rc=$hrc): $(tr '\n' ' ' <"$T/honest.out")" \
+       "server (rc=$src):" "$(bg_log server | tail -6)" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  grep -q '^established conn=0 link=1 ' "$T/rogue.log"
+  grep -q '^open_nak conn=0 stream=0 code=5 ' "$T/rogue.log"   # SDP_REJECT_TUPLE
+  [ "$(rogue_field rogue opened)" = 0 ]
+  [ "$(rogue_field rogue attach)" = 0 ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(link_diags "$T/server.log" 'OPEN names a TCP tuple this listener does not serve')" -eq 1 ]
+  [ "$hrc" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/honest.out"
+  [ "$src" -eq 0 ]
+  [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
+}
+
+@test "[link] rogue listener's RELEASED for a stream index past the client's table: the client (ASan build) writes nothing past it and gets its echo from the real server over TCP" {
+  local port crc=0 src=0
+  san_setup
+  link_mode link
+  # 1024 streams per link is the default; the rogue names index 1024, the
+  # first one past the client's table.
+  export SDPSHIM_CONNECT_TIMEOUT_MS=3000 SDPSHIM_LINK_STREAMS=1024
+  port=$(free_port)
+  start_bg server timeout -k 5 120 "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1   # plain TCP
+  wait_port "$RXE_IP" "$port"
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --link --lie released-oob \
+    --stream-index 1024
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  run_timeout 60 env "${SAN_ENV[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 1 -b 65536 \
+    >"$T/client.out" 2>&1 || crc=$?
+  rogue_stop rogue || true
+  wait_bg server || src=$?
+  show "client, ASan build preloaded (rc=$crc; 99: ASan report):" "$(head -40 "$T/client.out")" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "server rc=$src" \
+       "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  # The lie was told to the client's link.
+  grep -q '^released_lie conn=0 stream=1024 ' "$T/rogue.log"
+  [ "$(rogue_field rogue lies)" = 1 ]
+  san_clean <"$T/client.out"
+  [ "$crc" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/client.out"
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$src" -eq 0 ]
+}
+
+@test "[link] links held open without a stream (SDPSHIM_LINK_MAX of them): the server lets them go within SDPSHIM_PENDING_TTL_MS, and an honest client then gets RDMA again" {
+  local port src=0 hrc=0 ttl=3000
+  link_mode link
+  port=$(free_port)
+  # A small link budget stands for the default 64 (4 MiB pinned each): the
+  # rogue needs one QP and 128 KiB per link it holds.
+  start_bg server env SDPSHIM_LINK_MAX=4 SDPSHIM_PENDING_TTL_MS=$ttl timeout -k 5 120 \
+    "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port 1 --count 4 --link --streams 0 --hold 120
+  wait_for_line "$T/rogue.log" '^holding ' 60
+  sleep $(( ttl / 1000 + 3 ))   # the pending TTL, and some
+  honest_connects "$port" honest || hrc=$?
+  rogue_stop rogue || true
+  wait_bg server || src=$?
+  show "rogue (4 links, no stream):" "$(head -14 "$T/rogue.log")" "$(rogue_summary rogue)" \
+       "honest client $(( ttl / 1000 + 3 )) s later (rc=$hrc): $(tr '\n' ' ' <"$T/honest.out")" \
+       "server (rc=$src):" "$(bg_log server | tail -6)" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  [ "$(grep -c '^established conn=[0-9]* link=1 ' "$T/rogue.log")" -eq 4 ]
+  [ "$hrc" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/honest.out"
+  [ "$src" -eq 0 ]
+  [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
 }

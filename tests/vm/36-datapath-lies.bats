@@ -23,12 +23,33 @@
 #        one-line diagnostic; it never crashes; other clients are unaffected;
 #   7    DATA, then 4 SrcAvails back to back before the server reads: each
 #        RdmaRdCompl names its own SrcAvail's offset, or the server aborts.
+# Each of 1-7 runs twice: per connection (SDPSHIM_LINKS=0 for every preloaded
+# process, the rogue's own rdma_cm connection per stream) and "[link]": the
+# rogue speaks links (--link: a link Hello, an OPEN naming its 4-tuple, the
+# OPEN_ACK's nonce in its PROOF, every message in a link header), the honest
+# clients use links (the default).  Then the lies only a link can tell, each
+# against a preloaded evecho (or canary) with an honest client afterwards:
+#   8    a second OPEN for the index its stream still uses;
+#   9    an OPEN for index 1024, past the server's stream table (the server
+#        runs the ASan build);
+#   10   a link header whose lseq skips one, while a second stream of its link
+#        is pending (the server runs the ASan build); 11  one that
+#        acknowledges link messages never sent;
+#   12   a STREAM message (DATA) for an index never opened;
+#   13   RELEASED for its stream while it is open, then DATA on it;
+#   14   two streams on its link, a sink offered on each: one RDMA WRITE fills
+#        the second stream's sink while its immediate names the first (canary:
+#        recv() must never return the canary its buffer held).
+# What must hold each time: the server lives, the liar gets no byte but its
+# own, a lie the server can see costs one diagnostic line, and honest
+# clients on their own links keep their bytes byte-exact.
 # The rogue checks every byte it gets back against the stream it sent
 # (tests/progs/lie_pattern.h); honest clients (tests/progs/connects) check
 # theirs by SHA-256.
 
 load ../helpers
 load vm_helpers
+load ../sanitize
 
 setup() {
   vm_setup
@@ -57,11 +78,13 @@ rogue_lines() {
   grep -v '^data conn=' "$T/$1.log" | tail -"${2:-30}"
 }
 
-@test "the rogue peer as an honest client: attached over RDMA, its 1 MiB echo comes back byte-exact (in part by READs of the server's SrcAvails)" {
+# honest_peer MODE
+honest_peer() {
   local port rc=0 erc=0
+  link_mode "$1"
   port=$(free_port)
   evecho_start "$port" -m 262144 -M 300
-  rogue_peer rogue --to "$RXE_IP:$port" --lie none --bytes 1048576 --for 120
+  rogue_peer rogue --to "$RXE_IP:$port" --lie none --bytes 1048576 --for 120 "${LINK_ARG[@]}"
   bg_wait_for rogue 130 || rc=$?
   [ "$rc" -ne 124 ] || bg_stop rogue 10 || true
   bg_stop evecho 15 || erc=$?
@@ -77,16 +100,28 @@ rogue_lines() {
   [ "$(rogue_field rogue srcavails)" -ge 1 ]
   [ "$erc" -eq 0 ]
   [ "$(stats_lines "$STATS" comm=evecho role=server path=rdma reason=none | wc -l)" -eq 1 ]
+  [ "$1" = conn ] || { [ "$(rogue_field rogue link)" = 1 ] && [ "$(rogue_field rogue open_acks)" = 1 ]; }
 }
 
-@test "rogue that never answers a SrcAvailCancel: the event-loop server's send() returns within 15 s, honest clients get their echo byte-exact meanwhile and afterwards" {
+@test "the rogue peer as an honest client: attached over RDMA, its 1 MiB echo comes back byte-exact (in part by READs of the server's SrcAvails)" {
+  honest_peer conn
+}
+
+@test "[link] the rogue peer as an honest client: attached over RDMA, its 1 MiB echo comes back byte-exact (in part by READs of the server's SrcAvails)" {
+  honest_peer link
+}
+
+# never_answers_cancel MODE
+never_answers_cancel() {
   local port r1=0 r2=0 erc=0 t0 t1 slow
+  link_mode "$1"
   port=$(free_port)
   # The server's non-blocking write cancels its SrcAvail after 5 ms; the
   # answer it then waits for never comes.
   export SDPSHIM_ZCOPY_NB_WAIT_MS=5 SDPSHIM_ZCOPY_ANSWER_MS=2000
   evecho_start "$port" -m 262144 -M 300
-  rogue_peer rogue --to "$RXE_IP:$port" --lie never-answer-cancel --bytes 1048576 --for 240
+  rogue_peer rogue --to "$RXE_IP:$port" --lie never-answer-cancel --bytes 1048576 --for 240 \
+    "${LINK_ARG[@]}"
   wait_for_line "$T/rogue.log" '^(srccancel_ignored|end) ' 90 || true
   t0=$(now_ms)
   honest_echo "$port" 262144 during || r1=$?
@@ -115,15 +150,26 @@ rogue_lines() {
   [ "$(stats_lines "$STATS" comm=connects role=client path=rdma | wc -l)" -ge 1 ]
 }
 
-@test "rogue that answers a SinkAvail with a full RdmaWrCompl and writes nothing: recv() never returns the canary its buffer held" {
+@test "rogue that never answers a SrcAvailCancel: the event-loop server's send() returns within 15 s, honest clients get their echo byte-exact meanwhile and afterwards" {
+  never_answers_cancel conn
+}
+
+@test "[link] rogue that never answers a SrcAvailCancel: the event-loop server's send() returns within 15 s, honest clients get their echo byte-exact meanwhile and afterwards" {
+  never_answers_cancel link
+}
+
+# false_wrcompl MODE
+false_wrcompl() {
   local port crc=0 buf=1052672
+  link_mode "$1"
   port=$(free_port)
   start_bg canary timeout -k 5 120 "${PRE[@]}" "$TRUST_PROGS/canary" -s "$port" -a "$RXE_IP" \
     -b "$buf" -x $((4096 + buf)) -t 30
   wait_for_line "$T/canary.log" '^listening ' 30
   # 4096 real bytes first; then the lie at the next sink (offset 4096); then
   # a DisConn 3 s later, so a receiver that waits for real bytes sees EOF.
-  rogue_peer rogue --to "$RXE_IP:$port" --lie false-wrcompl --bytes 4096 --after-ms 3000 --for 90
+  rogue_peer rogue --to "$RXE_IP:$port" --lie false-wrcompl --bytes 4096 --after-ms 3000 --for 90 \
+    "${LINK_ARG[@]}"
   bg_wait_for canary 110 || crc=$?
   bg_stop rogue 10 || true
   show "canary (rc=$crc; 1: it got the canary back):" "$(bg_log canary)" "rogue:" \
@@ -132,6 +178,14 @@ rogue_lines() {
   grep -Eq '^end=.* pattern_bytes=4096 ' "$T/canary.log"
   if grep -Eq 'canary_bytes=[1-9]' "$T/canary.log"; then return 1; fi
   [ "$crc" -eq 0 ]
+}
+
+@test "rogue that answers a SinkAvail with a full RdmaWrCompl and writes nothing: recv() never returns the canary its buffer held" {
+  false_wrcompl conn
+}
+
+@test "[link] rogue that answers a SinkAvail with a full RdmaWrCompl and writes nothing: recv() never returns the canary its buffer held" {
+  false_wrcompl link
 }
 
 # abort_probe OP WHEN CANARY_ARGS...: a canary (send mode: a SrcAvail, op
@@ -148,7 +202,7 @@ abort_probe() {
   # A short RC ack timeout on the rogue's QP: a probe nobody answers (a peer
   # QP in the error state drops it) fails after 7 x 268 ms.
   rogue_peer "$name" --to "$RXE_IP:$port" --lie abort-disconnect --disconnect-at "$when" \
-    --after-ms 500 --ack-timeout 16 --for 60
+    --after-ms 500 --ack-timeout 16 --for 60 "${LINK_ARG[@]}"
   bg_wait_for "$name" 70 || rrc=$?
   [ "$rrc" -ne 124 ] || bg_stop "$name" 10 || true
   bg_stop "c_${op}_$when" 10 || true
@@ -171,8 +225,10 @@ probe_failed() {
   return 1
 }
 
-@test "rogue that sends ABORT and then disconnects mid-READ: its RDMA READ of the server's old send window afterwards fails" {
+# abort_mid_read MODE
+abort_mid_read() {
   local when happened=()
+  link_mode "$1"
   PROBES=()
   # send mode: one blocking 1 MiB send() (a SrcAvail); the socket and the
   # buffer are then held until SIGTERM.
@@ -187,8 +243,18 @@ probe_failed() {
   if grep -q '^probe_data ' "$T"/r_read_*.log; then return 1; fi # it read the server's memory
 }
 
-@test "rogue that sends ABORT and then disconnects while a recv() exposes its buffer: its RDMA WRITE afterwards fails, the buffer stays untouched" {
+@test "rogue that sends ABORT and then disconnects mid-READ: its RDMA READ of the server's old send window afterwards fails" {
+  abort_mid_read conn
+}
+
+@test "[link] rogue that sends ABORT and then disconnects mid-READ: its RDMA READ of the server's old send window afterwards fails" {
+  abort_mid_read link
+}
+
+# abort_mid_recv MODE
+abort_mid_recv() {
   local when happened=()
+  link_mode "$1"
   PROBES=()
   # recv mode: a blocking 1 MiB recv() (a SinkAvail); after it returns, the
   # socket and the buffer are held until SIGTERM, then checked for late writes.
@@ -201,6 +267,14 @@ probe_failed() {
     probe_failed "$when" write
   done
   grep -q ' late_bytes=0 ' "$T"/c_write_acked.log
+}
+
+@test "rogue that sends ABORT and then disconnects while a recv() exposes its buffer: its RDMA WRITE afterwards fails, the buffer stays untouched" {
+  abort_mid_recv conn
+}
+
+@test "[link] rogue that sends ABORT and then disconnects while a recv() exposes its buffer: its RDMA WRITE afterwards fails, the buffer stays untouched" {
+  abort_mid_recv link
 }
 
 # offset_verdict NAME DIAG_BEFORE: "ok: ..." or "BAD: ..." for one wrong-offset rogue
@@ -224,8 +298,10 @@ offset_verdict() {
   fi
 }
 
-@test "rogue SrcAvail or SinkAvail at a wrong stream offset (ahead, behind): answered at that offset or aborted with a one-line diagnostic; the server lives on, honest clients are unaffected" {
+# wrong_offset MODE
+wrong_offset() {
   local port spec name before verdicts=() hrc erc=0 alive=1
+  link_mode "$1"
   port=$(free_port)
   evecho_start "$port"
   for spec in "src 4096" "src -4096" "sink 4096" "sink -4096"; do
@@ -234,7 +310,7 @@ offset_verdict() {
     before=$(diagnostics "$T/evecho.log")
     # 64 KiB echoed first, then the offer at the true offset + delta.
     rogue_peer "$name" --to "$RXE_IP:$port" --lie wrong-offset --offer "$1" --offset-delta "$2" \
-      --bytes 65536 --for 60
+      --bytes 65536 --for 60 "${LINK_ARG[@]}"
     bg_wait_for "$name" 70 || bg_stop "$name" 10 || true
     sleep 0.5 # the server's diagnostic, if any, is in its log
     hrc=0
@@ -254,12 +330,22 @@ offset_verdict() {
   done
 }
 
-@test "rogue DATA, then 4 SrcAvails back to back before the server reads: every RdmaRdCompl names its own SrcAvail's offset, or the server aborts with a diagnostic" {
+@test "rogue SrcAvail or SinkAvail at a wrong stream offset (ahead, behind): answered at that offset or aborted with a one-line diagnostic; the server lives on, honest clients are unaffected" {
+  wrong_offset conn
+}
+
+@test "[link] rogue SrcAvail or SinkAvail at a wrong stream offset (ahead, behind): answered at that offset or aborted with a one-line diagnostic; the server lives on, honest clients are unaffected" {
+  wrong_offset link
+}
+
+# stacked_srcavail MODE
+stacked_srcavail() {
   local port rc=0 hrc=0 erc=0 total=$((65536 + 4 * 262144))
+  link_mode "$1"
   port=$(free_port)
   evecho_start "$port"
   rogue_peer rogue --to "$RXE_IP:$port" --lie stacked-srcavail --stack 4 --src-len 262144 \
-    --bytes 65536 --for 90
+    --bytes 65536 --for 90 "${LINK_ARG[@]}"
   bg_wait_for rogue 100 || rc=$?
   [ "$rc" -ne 124 ] || bg_stop rogue 10 || true
   honest_echo "$port" 262144 honest || hrc=$?
@@ -279,4 +365,150 @@ offset_verdict() {
   [ "$hrc" -eq 0 ]
   honest_ok honest
   [ "$erc" -eq 0 ]
+}
+
+@test "rogue DATA, then 4 SrcAvails back to back before the server reads: every RdmaRdCompl names its own SrcAvail's offset, or the server aborts with a diagnostic" {
+  stacked_srcavail conn
+}
+
+@test "[link] rogue DATA, then 4 SrcAvails back to back before the server reads: every RdmaRdCompl names its own SrcAvail's offset, or the server aborts with a diagnostic" {
+  stacked_srcavail link
+}
+
+# --- lies only a link can tell ------------------------------------------------
+
+# link_lie LIE [ROGUE ARGS...]: a preloaded evecho on a fresh port (started
+# with EVECHO_ENV words in front, e.g. the ASan build), the rogue peer telling
+# LIE over its link with 64 KiB echoed first, then an honest client of its own
+# link.  Sets PORT, RRC (the rogue's exit; 124: still running at 50 s), HRC
+# (the honest client's), ALIVE (1: evecho still ran after both), ERC (evecho's
+# exit after SIGTERM), SPORT (the rogue's TCP source port) and IN (the bytes
+# evecho read from the rogue's connection, by its close line).
+link_lie() {
+  local lie=$1; shift
+  RRC=0 HRC=0 ALIVE=0 ERC=0
+  link_mode link
+  PORT=$(free_port)
+  start_bg evecho timeout -k 5 600 "${EVECHO_ENV[@]}" "$TRUST_PROGS/evecho" -s "$PORT" -a "$RXE_IP"
+  wait_for_line "$T/evecho.log" '^listening ' 30
+  rogue_peer rogue --to "$RXE_IP:$PORT" --link --lie "$lie" --after-ms 1000 --for 40 "$@"
+  bg_wait_for rogue 50 || RRC=$?
+  [ "$RRC" -ne 124 ] || bg_stop rogue 10 || true
+  sleep 0.5 # the server's diagnostic, if any, is in its log
+  honest_echo "$PORT" 262144 honest || HRC=$?
+  bg_running evecho && ALIVE=1
+  bg_stop evecho 15 || ERC=$?
+  SPORT=$(sed -nE 's/^tcp_bound conn=0 .* sport=([0-9]+) .*/\1/p' "$T/rogue.log")
+  IN=$(sed -nE "s/^close conn=[0-9]+ peer=[^ ]*:$SPORT in=([0-9]+) .*/\\1/p" "$T/evecho.log")
+  show "rogue (--lie $lie, rc=$RRC):" "$(rogue_lines rogue 24)" \
+       "honest client afterwards (rc=$HRC): $(tr '\n' ' ' <"$T/honest.out")" \
+       "evecho (alive after both: $ALIVE; rc=$ERC after SIGTERM; read $IN bytes from the rogue):" \
+       "$(bg_log evecho | tail -12)" "$(stats_lines "$STATS")"
+}
+
+# link_lie_holds: what every link lie must leave: the server lived through it
+# and ends cleanly, the honest client's echo came back byte-exact over RDMA,
+# and the rogue got no byte that was not its own stream's.
+link_lie_holds() {
+  grep -q 'uid=65534' "$T/rogue.log"
+  [ "$ALIVE" -eq 1 ]
+  [ "$ERC" -eq 0 ]
+  [ "$HRC" -eq 0 ]
+  honest_ok honest
+  [ "$(stats_lines "$STATS" comm=connects role=client path=rdma reason=none | wc -l)" -eq 1 ]
+  [ "$(rfield rogue echo_bad)" = 0 ]
+  [ "$(rfield rogue data_received)" -le "$(rfield rogue data_sent)" ]
+  [ "$(rfield rogue link)" = 1 ]
+}
+
+@test "[link] rogue OPEN for the index its stream still uses: refused with one diagnostic, its stream goes on byte-exact; the server lives, an honest client is unaffected" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie open-dup-index
+  link_lie_holds
+  [ "$(grep -c '^open_sent conn=0 stream=0 ' "$T/rogue.log")" -eq 2 ]
+  if grep -q '^open_answer_unexpected conn=0 stream=0 kind=ack' "$T/rogue.log"; then return 1; fi
+  grep -q '^end conn=0 reason=closed ' "$T/rogue.log"
+  [ "$(rfield rogue data_received)" = 131072 ]
+  [ "$(rfield rogue data_sent)" = 131072 ]
+  [ "$(link_diags "$T/evecho.log" 'index is still in use')" -eq 1 ]
+}
+
+@test "[link] rogue OPEN for stream index 1024, past the server's table: the server (ASan build) reads and writes nothing past it, lives, and serves an honest client" {
+  san_setup
+  export SDPSHIM_LINK_STREAMS=1024
+  EVECHO_ENV=(env "${SAN_ENV[@]}")
+  link_lie open-index-oob --stream-index 1024 --for 20
+  show "evecho's sanitizer lines:" "$(grep -E 'AddressSanitizer|runtime error|SUMMARY' "$T/evecho.log" | head -5)"
+  grep -q '^open_sent conn=0 stream=1024 ' "$T/rogue.log"
+  san_clean <"$T/evecho.log"
+  link_lie_holds
+}
+
+@test "[link] rogue link header whose lseq skips one, a second stream of its link pending: the server (ASan build) fails that link with one diagnostic, drops the pending stream cleanly, lives, and serves an honest client" {
+  san_setup
+  EVECHO_ENV=(env "${SAN_ENV[@]}")
+  # The pending stream: OPENed, never committed nor connected, so it sits in
+  # the listener's pending table when its link fails; the honest client's
+  # accept() then walks that table.
+  link_lie bad-lseq --second-pending
+  show "evecho's sanitizer lines:" "$(grep -E 'AddressSanitizer|runtime error|SUMMARY|#[0-9] ' "$T/evecho.log" | head -16)"
+  grep -q '^pending conn=1 stream=1 ' "$T/rogue.log"
+  grep -q '^lseq_lie conn=0 ' "$T/rogue.log"
+  san_clean <"$T/evecho.log"
+  link_lie_holds
+  [ "$(rfield rogue data_received)" = 65536 ]
+  [ "$(link_diags "$T/evecho.log" 'link peer violated the sdpshim protocol')" -eq 1 ]
+}
+
+@test "[link] rogue link header acknowledging link messages never sent: the server fails that link with one diagnostic, lives, and serves an honest client on its own link" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie bad-lack
+  link_lie_holds
+  grep -q '^lack_lie conn=0 ' "$T/rogue.log"
+  [ "$(rfield rogue data_received)" = 65536 ]
+  [ "$(link_diags "$T/evecho.log" 'link peer violated the sdpshim protocol')" -eq 1 ]
+}
+
+@test "[link] rogue STREAM message (DATA) for an index never opened: no stream takes its bytes; the rogue's own stream goes on byte-exact, the server lives, an honest client is unaffected" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie stream-unopened
+  link_lie_holds
+  grep -q '^unopened_sent conn=0 stream=7 bytes=4096 ' "$T/rogue.log"
+  grep -q '^end conn=0 reason=closed ' "$T/rogue.log"
+  [ "$(rfield rogue data_received)" = 131072 ]
+  # evecho read exactly the rogue's stream: the 4 KiB for index 7 went nowhere.
+  [ "$IN" = 131072 ]
+  [ "$(link_diags "$T/evecho.log" 'violated')" -le 1 ]
+}
+
+@test "[link] rogue RELEASED for its stream while it is open, then DATA on it: the server gives that stream up with one diagnostic and takes none of the DATA; it lives, an honest client is unaffected" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie released-in-use
+  link_lie_holds
+  grep -q '^released_sent conn=0 stream=0 ' "$T/rogue.log"
+  [ "$(rfield rogue data_received)" -le 65536 ]
+  [ -z "$IN" ] || [ "$IN" -le 65536 ]
+  [ "$(link_diags "$T/evecho.log" 'released the stream')" -eq 1 ]
+}
+
+@test "[link] rogue WRITE with immediate into one stream's sink naming another stream of its link: recv() on the named stream never returns the canary its buffer held" {
+  local port crc=0
+  link_mode link
+  port=$(free_port)
+  start_bg canary timeout -k 5 120 "${PRE[@]}" "$TRUST_PROGS/canary" -s "$port" -a "$RXE_IP" \
+    -n 2 -b 1052672 -t 20
+  wait_for_line "$T/canary.log" '^listening ' 30
+  # Both streams of its link attach; the canary's first recv() on each offers
+  # a sink; the WRITE fills stream 1's and names stream 0; DisConn 2 s later.
+  rogue_peer rogue --to "$RXE_IP:$port" --link --lie write-imm-other --after-ms 2000 --for 60
+  bg_wait_for canary 70 || crc=$?
+  bg_stop rogue 10 || true
+  show "canary, two connections (rc=$crc; 1: a recv() returned the canary):" "$(bg_log canary)" \
+       "rogue:" "$(rogue_lines rogue 30)" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  # The scenario happened: both streams attached, the lying WRITE went out.
+  [ "$(rfield rogue second_attach)" = 1 ]
+  grep -q '^write_imm_lie conn=0 named_stream=0 target_stream=1 ' "$T/rogue.log"
+  if grep -Eq 'canary_bytes=[1-9]' "$T/canary.log"; then return 1; fi
+  [ "$crc" -eq 0 ]
 }

@@ -457,10 +457,34 @@ ref_digest() {
 #   pin_watch_start PID / pin_watch_stop   sample both every 0.1 s into $T/pin.samples
 #   pin_watch_mark NAME       start a named stretch of samples
 #   pin_watch_max [NAME]      "MAX_VMPIN_KB MAX_MR_BYTES" over all samples (or NAME's stretch)
+#   link_mode MODE            the transport a trust case runs over: conn = one rdma_cm connection
+#                             per TCP connection (SDPSHIM_LINKS=0 for every preloaded process, the
+#                             rogue without --link); link = links (SDPSHIM_LINKS=1, the default)
+#                             and a rogue that speaks them (--link).  Sets LINK_ARG (an array:
+#                             add "${LINK_ARG[@]}" to the rogue's words) and MODE; skips a link
+#                             case when ROGUE_ARGS speaks an old version (links are version 3)
+#   link_diags FILE PATTERN   lines of FILE matching PATTERN (0 when none or no file)
 
 TRUST_PROGS=${SDPSHIM_TRUST_PROGS:-$PROGS}
 read -r -a ROGUE_ARGS <<<"${SDPSHIM_ROGUE_ARGS:-}"
 AS_NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+
+link_mode() {
+  MODE=$1
+  case $1 in
+    conn) export SDPSHIM_LINKS=0; LINK_ARG=() ;;
+    link)
+      case " ${ROGUE_ARGS[*]} " in
+        *" --v1 "*|*" --wire-version "*) skip "links speak wire version 3 only (SDPSHIM_ROGUE_ARGS=${ROGUE_ARGS[*]})" ;;
+      esac
+      export SDPSHIM_LINKS=1; LINK_ARG=(--link) ;;
+    *) echo "link_mode: conn or link, not $1" >&2; return 1 ;;
+  esac
+}
+
+link_diags() {
+  grep -c -- "$2" "$1" 2>/dev/null || true
+}
 
 rogue_start() {
   local name=$1; shift
