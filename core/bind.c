@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 
 /* How long the server waits for a PROOF, the client for its answer: the
  * tunable SDPSHIM_CONNECT_TIMEOUT_MS (a rule's connect_timeout_ms bounds the
@@ -361,7 +362,18 @@ static void client_send_proof(struct sdp_conn *c, bool inline_oob)
 static void reap_before_judging(struct sdp_conn *c)
 {
 	for (unsigned waited_us = 0;; waited_us += 100) {
-		cq_poll(c);
+		struct sdp_link *link = link_hold(c);
+
+		if (link) {
+			/* A linked stream's queue is its link's, taken in with no
+			 * stream locked (the link hands each message to its stream
+			 * under the stream's lock, this one's included). */
+			pthread_mutex_unlock(&c->lock);
+			link_reap_held(link);
+			pthread_mutex_lock(&c->lock);
+		} else {
+			cq_poll(c);
+		}
 		if (c->phase != CONN_AWAIT_ATTACH || c->carrier_dead || waited_us >= ATTACH_GRACE_US)
 			return;
 		usleep(100);

@@ -63,6 +63,8 @@ struct link_wr {
 struct sdp_link {
 	int cm_kind; /* CM_KIND_LINK: first, for rdma_cm id and CQ contexts */
 	pthread_mutex_t lock;
+	pthread_mutex_t poll_lock; /* one thread takes in the CQ at a time: streams see their
+				    * messages in order (taken with no stream or link lock held) */
 	_Atomic int refs;
 	enum link_state state;
 	bool is_server;
@@ -190,6 +192,7 @@ static void link_free(struct sdp_link *link)
 	free(link->streams);
 	free(link->peer_holds);
 	pthread_mutex_destroy(&link->lock);
+	pthread_mutex_destroy(&link->poll_lock);
 	free(link);
 }
 
@@ -209,6 +212,7 @@ static struct sdp_link *link_alloc(bool is_server)
 		return NULL;
 	link->cm_kind = CM_KIND_LINK;
 	pthread_mutex_init(&link->lock, NULL);
+	pthread_mutex_init(&link->poll_lock, NULL);
 	atomic_init(&link->refs, 1); /* the process's list */
 	link->is_server = is_server;
 	link->pid = getpid();
@@ -1694,6 +1698,7 @@ static void drain_cq(struct sdp_link *link)
 
 	if (!link->cq || link->destroying || link->pid != getpid())
 		return;
+	pthread_mutex_lock(&link->poll_lock);
 	do {
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(link->cq, 16, wc);
@@ -1705,6 +1710,7 @@ static void drain_cq(struct sdp_link *link)
 		maybe_send_credit(link);
 		pthread_mutex_unlock(&link->lock);
 	} while (n == 16);
+	pthread_mutex_unlock(&link->poll_lock);
 }
 
 void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
@@ -1724,6 +1730,21 @@ void link_reap(struct sdp_conn *c)
 	if (!link)
 		return;
 	link_get(link);
+	drain_cq(link);
+	link_put(link);
+}
+
+struct sdp_link *link_hold(struct sdp_conn *c)
+{
+	if (c->link)
+		link_get(c->link);
+	return c->link;
+}
+
+void link_reap_held(struct sdp_link *link)
+{
+	if (!link)
+		return;
 	drain_cq(link);
 	link_put(link);
 }

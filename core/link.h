@@ -53,6 +53,10 @@ void link_stream_stop(struct sdp_conn *c);
 /* Progress thread, c not locked: takes in what c's link has completed (an
  * ATTACH in the queue is seen before the TCP bytes that followed it). */
 void link_reap(struct sdp_conn *c);
+/* The same from any thread: link_hold with c locked (NULL: not linked),
+ * then link_reap_held with c unlocked (it releases the hold). */
+struct sdp_link *link_hold(struct sdp_conn *c);
+void link_reap_held(struct sdp_link *link);
 /* Write zero-copy: at most one stream of a link exposes a sink at a time
  * (a WRITE's completion on the shared QP cannot say which window it
  * filled).  Claim before binding the sink's window; false: another stream
