@@ -72,7 +72,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINK_BUFS", 8, 1024, 64, store_link_bufs },
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },
-	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 30000, store_link_idle_ms },
+	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 20000, store_link_idle_ms },
 	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
 };
 

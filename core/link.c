@@ -23,7 +23,6 @@
 
 #define LINK_DIRECT_WRS  256u /* work requests beyond the send slots (zero-copy) */
 #define LINK_CONNECT_BOUND_MS 30000u
-#define LINK_SERVER_IDLE_EXTRA_MS 5000u
 #define LINK_WR_SEND  1u
 #define LINK_WR_RECV  2u
 #define LINK_WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
@@ -820,12 +819,13 @@ static void notify_streams_failed(void *arg)
 
 /* ------------------------------------------------------------- streams */
 
-/* A link without streams closes after SDPSHIM_LINK_IDLE_MS (a server's a
- * little later than its client's, which normally disconnects first): an
- * idle link pins its buffers for nobody, and a peer cannot hold one. */
+/* A link without streams closes: a client's after SDPSHIM_LINK_IDLE_MS, a
+ * server's after SDPSHIM_PENDING_TTL_MS, as a channel no accept() claims
+ * (longer by default, so the client normally disconnects first).  An idle
+ * link pins its buffers for nobody, and a peer cannot hold one. */
 static void arm_idle_timer(struct sdp_link *link)
 {
-	unsigned ms = sdp_tun.link_idle_ms + (link->is_server ? LINK_SERVER_IDLE_EXTRA_MS : 0);
+	unsigned ms = link->is_server ? sdp_tun.pending_ttl_ms : sdp_tun.link_idle_ms;
 
 	progress_timer_arm(&link->timer, progress_now_ms() + ms);
 }

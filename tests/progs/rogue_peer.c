@@ -743,47 +743,52 @@ static bool script_sent_data(const struct peer *p)
 	return true;
 }
 
-/* write-imm-other: the server offered a sink on each of our two streams.
- * One RDMA WRITE fills the second stream's window with as many bytes as our
- * stream's sink asks for, and its immediate names our stream: does our
- * stream take them for bytes that landed in its own sink? */
+/* write-imm-other: a sink the server offered on one of our two streams is
+ * filled by one RDMA WRITE whose immediate names the OTHER stream.  (A link
+ * lets one stream at a time expose a sink, so usually only one has one; if
+ * both do, the second stream's is filled and ours named.)  Does the named
+ * stream take bytes that landed in another stream's buffer? */
 static void maybe_write_imm_lie(struct peer *p)
 {
-	struct peer_sink *v = &p->psink, *t = &p->x.sink;
+	struct peer_sink *v = &p->psink, *t = &p->x.sink, *target;
 	struct ibv_sge *sge = &p->chain_sge[p->nchain];
 	struct ibv_send_wr *wr = &p->chain[p->nchain];
-	uint32_t imm;
+	uint32_t imm, named, target_idx, mseq, len;
 
-	if (p->o->lie != LIE_WRITE_IMM_OTHER || p->lied || !v->valid || !t->valid ||
+	if (p->o->lie != LIE_WRITE_IMM_OTHER || p->lied || (!v->valid && !t->valid) ||
 	    p->x.phase != XS_OPEN)
 		return;
-	if (v->len > t->len || v->len > p->win_len) {
-		logline("write_imm_skipped conn=0 len=%u target_len=%u window=%u", v->len, t->len,
-			p->win_len);
+	target = t->valid ? t : v;
+	target_idx = t->valid ? p->x.idx : p->sidx;
+	named = t->valid ? p->sidx : p->x.idx;
+	len = v->valid && t->valid && v->len < t->len ? v->len : target->len;
+	if (len > p->win_len) {
+		logline("write_imm_skipped conn=0 len=%u window=%u", len, p->win_len);
 		p->lied = true;
 		return;
 	}
 	if (p->qp_dead || p->sq_out >= SQ_DEPTH || p->nchain == SQ_DEPTH || !credit_ok(p, SDP_MID_DATA))
 		return;
-	lie_pattern_fill(p->win_mem, v->len, p->tx_off);
-	imm = SDP_LINK_IMM(p->sidx, p->tx_seq + 1);
-	*sge = (struct ibv_sge){ .addr = (uintptr_t)p->win_mem, .length = v->len, .lkey = p->win_mr->lkey };
+	lie_pattern_fill(p->win_mem, len, p->tx_off);
+	/* The named stream's next sequence number: the WRITE takes it. */
+	mseq = named == p->sidx ? ++p->tx_seq : ++p->x.tx_seq;
+	imm = SDP_LINK_IMM(named, mseq);
+	*sge = (struct ibv_sge){ .addr = (uintptr_t)p->win_mem, .length = len, .lkey = p->win_mr->lkey };
 	*wr = (struct ibv_send_wr){ .wr_id = WRID(WRK_WRITE, 0, 0), .sg_list = sge, .num_sge = 1,
 				    .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
 				    .imm_data = htonl(imm) };
-	wr->wr.rdma.remote_addr = t->addr;
-	wr->wr.rdma.rkey = t->rkey;
+	wr->wr.rdma.remote_addr = target->addr;
+	wr->wr.rdma.rkey = target->rkey;
 	if (p->nchain)
 		p->chain[p->nchain - 1].next = wr;
 	p->nchain++;
 	p->sq_out++;
-	p->tx_seq++; /* the WRITE takes our stream's next sequence number */
-	p->l_tx++;   /* and one of the server's link receives */
-	logline("write_imm_lie conn=0 named_stream=%u target_stream=%u bytes=%u off=%llu mseq=%u "
-		"lseq=%u rkey=0x%x addr=0x%llx (the bytes go to the other stream's sink)", p->sidx,
-		p->x.idx, v->len, (unsigned long long)v->off, p->tx_seq, p->l_tx, t->rkey,
-		(unsigned long long)t->addr);
-	p->tx_off += v->len;
+	p->l_tx++; /* one of the server's link receives */
+	logline("write_imm_lie conn=0 named_stream=%u target_stream=%u bytes=%u mseq=%u lseq=%u "
+		"rkey=0x%x addr=0x%llx (the bytes go to the other stream's sink)", named, target_idx,
+		len, mseq, p->l_tx, target->rkey, (unsigned long long)target->addr);
+	if (named == p->sidx)
+		p->tx_off += len;
 	v->valid = false;
 	t->valid = false;
 	p->lied = true;

@@ -498,8 +498,11 @@ link_lie_holds() {
   start_bg canary timeout -k 5 120 "${PRE[@]}" "$TRUST_PROGS/canary" -s "$port" -a "$RXE_IP" \
     -n 2 -b 1052672 -t 20
   wait_for_line "$T/canary.log" '^listening ' 30
-  # Both streams of its link attach; the canary's first recv() on each offers
-  # a sink; the WRITE fills stream 1's and names stream 0; DisConn 2 s later.
+  # Both streams of its link attach; the canary's recv() on each would offer
+  # a sink, but a link exposes one sink at a time (docs/links.md): the WRITE
+  # fills the one offered and names the other stream, which has none.  The
+  # server fails the link (one diagnostic); its streams move to TCP, where
+  # the rogue sends nothing more.
   rogue_peer rogue --to "$RXE_IP:$port" --link --lie write-imm-other --after-ms 2000 --for 60
   bg_wait_for canary 70 || crc=$?
   bg_stop rogue 10 || true
@@ -508,7 +511,8 @@ link_lie_holds() {
   grep -q 'uid=65534' "$T/rogue.log"
   # The scenario happened: both streams attached, the lying WRITE went out.
   [ "$(rfield rogue second_attach)" = 1 ]
-  grep -q '^write_imm_lie conn=0 named_stream=0 target_stream=1 ' "$T/rogue.log"
+  grep -Eq '^write_imm_lie conn=0 named_stream=(0 target_stream=1|1 target_stream=0) ' "$T/rogue.log"
+  grep -q 'RDMA WRITE naming a stream without an open sink' "$T/canary.log"
   if grep -Eq 'canary_bytes=[1-9]' "$T/canary.log"; then return 1; fi
   [ "$crc" -eq 0 ]
 }
