@@ -101,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(h[0].version == SDP_WIRE_VERSION && (h[0].flags & ~SDP_HELLO_FLAG_LINK) == 0);
 	CHECK(h[0].buf_count >= SDP_MIN_BUF_COUNT && h[0].buf_count <= SDP_MAX_BUF_COUNT);
 	CHECK(h[0].buf_size >= SDP_MIN_BUF_SIZE && h[0].buf_size <= SDP_MAX_BUF_SIZE);
-	CHECK(h[0].tuple.src_port != 0 && h[0].tuple.dst_port != 0);
+	CHECK((h[0].tuple.src_port == 0) == ((h[0].flags & SDP_HELLO_FLAG_LINK) != 0) &&
+	      h[0].tuple.dst_port != 0); /* a link's Hello names no source port */
 
 	memset(&out, 0x5a, sizeof(out));
 	sdp_hello_to_wire(&h[0], &out);
