@@ -925,8 +925,11 @@ void link_stream_stop(struct sdp_conn *c)
 		return;
 	c->link_stopped = true;
 	pthread_mutex_lock(&link->lock);
-	if (zc_busy(c))
+	if (zc_busy(c)) {
+		sdp_warn("a stream with zero-copy work in flight stopped; its link fails so that no "
+			 "remote access outlives it (its other streams move to TCP)");
 		link_fail_locked(link, "a stream with zero-copy work stopped");
+	}
 	n = purge_jobs_of(link, c, &ids);
 	pthread_mutex_unlock(&link->lock);
 	/* What was queued never went: settle it as flushed. */
