@@ -74,6 +74,17 @@ void cm_apply_ack_timeout(struct rdma_cm_id *id)
 	SDP_GUARD_LEAVE();
 }
 
+void cm_conn_param(struct rdma_conn_param *param, const void *private_data, uint8_t len)
+{
+	memset(param, 0, sizeof(*param));
+	param->private_data = private_data;
+	param->private_data_len = len;
+	param->responder_resources = 1;
+	param->initiator_depth = 1;
+	param->retry_count = 7; /* a lost packet is retransmitted, never fatal at once */
+	param->rnr_retry_count = 7;
+}
+
 int cm_channel_ensure(struct rdma_event_channel **out)
 {
 	int err = 0;

@@ -203,13 +203,7 @@ static void on_route_resolved(struct sdp_conn *c)
 	}
 	conn_post_all_recvs(c);
 	build_hello(c, &hello);
-	memset(&param, 0, sizeof(param));
-	param.private_data = &hello;
-	param.private_data_len = sizeof(hello);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
-	param.retry_count = 7;
-	param.rnr_retry_count = 7;
+	cm_conn_param(&param, &hello, sizeof(hello));
 	cm_apply_ack_timeout(c->cm_id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_connect(c->cm_id, &param);

@@ -260,13 +260,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 				      .buf_size = c->buf_size };
 	memcpy(ack.nonce, c->nonce_local, SDP_NONCE_SIZE);
 	sdp_hello_ack_to_wire(&ack, &ack_wire);
-	memset(&param, 0, sizeof(param));
-	param.private_data = &ack_wire;
-	param.private_data_len = sizeof(ack_wire);
-	param.responder_resources = 1;
-	param.initiator_depth = 1;
-	param.retry_count = 7; /* a lost packet is retransmitted, never fatal at once */
-	param.rnr_retry_count = 7;
+	cm_conn_param(&param, &ack_wire, sizeof(ack_wire));
 	pending_insert(l, c);
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();

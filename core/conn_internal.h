@@ -171,6 +171,9 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why);
 
 /* cm.c: the process-wide rdma_cm event channel */
 int cm_channel_ensure(struct rdma_event_channel **out);
+/* The connection parameters of every connect and accept: our private data
+ * and the transport's retry counts. */
+void cm_conn_param(struct rdma_conn_param *param, const void *private_data, uint8_t len);
 /* Applies SDPSHIM_ACK_TIMEOUT (if set) to id before connect or accept. */
 void cm_apply_ack_timeout(struct rdma_cm_id *id);
 /* cm_client.c / cm_server.c: event handlers */
