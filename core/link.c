@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "base/guard.h"
 #include "base/log.h"
+#include "base/pin_budget.h" /* pin_pages_len() */
 #include "base/stats_shm.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
@@ -302,7 +303,7 @@ static int setup_receive(struct sdp_link *link, struct rdma_cm_id *id)
 	link->rx_mem = dev_alloc_registered(link->dev, link->rx_mem_len, &link->rx_mr, &err);
 	if (!link->rx_mem)
 		return err ? err : -ENOMEM;
-	LINK_COUNT(link, pinned_bytes, link->rx_mem_len);
+	LINK_COUNT(link, pinned_bytes, pin_pages_len(link->rx_mem_len)); /* as the budget counts */
 	for (uint32_t i = 0; i < link->buf_count; i++)
 		if (post_recv(link, i) != 0)
 			return -EIO;
@@ -324,7 +325,7 @@ static int setup_send(struct sdp_link *link, uint32_t peer_size, uint32_t peer_c
 	link->tx_mem = dev_alloc_registered(link->dev, link->tx_mem_len, &link->tx_mr, &err);
 	if (!link->tx_mem)
 		return err ? err : -ENOMEM;
-	LINK_COUNT(link, pinned_bytes, link->tx_mem_len);
+	LINK_COUNT(link, pinned_bytes, pin_pages_len(link->tx_mem_len));
 	link->slot_free = calloc(link->nslots, sizeof(*link->slot_free));
 	link->wrs = calloc(link->sq_depth, sizeof(*link->wrs));
 	if (!link->slot_free || !link->wrs)
@@ -1115,6 +1116,20 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 	return rc;
 }
 
+static void connect_failed(struct sdp_link *link, enum sdp_reason reason, const char *why);
+
+/* The client could not register the link's buffers: its streams use TCP
+ * with the reason a channel of its own would have had (resources for the
+ * pinned-memory budget, which says so once itself; memlock for the kernel). */
+static void link_setup_failed(struct sdp_link *link, int err)
+{
+	enum sdp_reason reason = conn_setup_error_reason(err);
+
+	sdp_log_at(err == -ENOBUFS ? SDP_LOG_DEBUG : SDP_LOG_WARN, "cannot set up an RDMA link: %s%s",
+		   strerror(-err), reason == SDP_REASON_MEMLOCK ? " (RLIMIT_MEMLOCK too low?)" : "");
+	connect_failed(link, reason, "link setup failed");
+}
+
 static void on_route_resolved(struct sdp_link *link)
 {
 	struct rdma_conn_param param;
@@ -1124,10 +1139,7 @@ static void on_route_resolved(struct sdp_link *link)
 	int err = setup_receive(link, link->cm_id);
 
 	if (err) {
-		sdp_warn("cannot set up an RDMA link: %s%s", strerror(-err),
-			 err == -ENOMEM || err == -EPERM || err == -EAGAIN ? " (RLIMIT_MEMLOCK or "
-			 "SDPSHIM_PIN_BUDGET too low?)" : "");
-		link_fail(link, "link setup failed");
+		link_setup_failed(link, err);
 		return;
 	}
 	h.buf_count = (uint16_t)link->buf_count;
@@ -1199,7 +1211,7 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 		}
 		err = setup_send(link, ack.buf_size, ack.buf_count);
 		if (err) {
-			link_fail(link, "link send buffers");
+			link_setup_failed(link, err);
 			return;
 		}
 	}

@@ -192,9 +192,10 @@ connect_ms() {
   port=$(free_port)
   start_bg server timeout -k 5 90 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
   wait_port "$RXE_IP" "$port"
-  # 3 MiB holds one connection's channel (2134016 bytes); 64 KiB writes stay
-  # under the zero-copy threshold, so nothing else is registered.
-  start_bg client timeout -k 5 90 env SDPSHIM_PIN_BUDGET=3M "${PRE[@]}" "$CONNECTS" \
+  # 5 MiB holds one link (4202496 bytes: 64 receive buffers and 64 send
+  # slots of 32 KiB + 16, each area in whole pages; docs/links.md); 64 KiB
+  # writes stay under the zero-copy threshold, so nothing else is registered.
+  start_bg client timeout -k 5 90 env SDPSHIM_PIN_BUDGET=5M "${PRE[@]}" "$CONNECTS" \
     -c "$RXE_IP" -p "$port" -n 1 -b 65536 -w "$T/release"
   wait_for_line "$T/client.log" '^holding$' 60
   json=$("$SDPSHIM_BIN" stat --json)
@@ -205,11 +206,12 @@ connect_ms() {
   "$PY" -S -c '
 import json, sys
 doc = json.loads(sys.argv[1])
-p = [p for p in doc["processes"] if p["pin_budget"] == 3145728]
+p = [p for p in doc["processes"] if p["pin_budget"] == 5242880]
 assert len(p) == 1, doc
 p = p[0]
-assert p["pinned_bytes"] == 2134016, p
-assert p["budget_refusals"] == 0 and p["links"] == [], p
+assert p["pinned_bytes"] == 4202496, p
+assert p["budget_refusals"] == 0 and len(p["links"]) == 1, p
+assert p["links"][0]["pinned_bytes"] == 4202496 and p["links"][0]["streams"] == 1, p["links"]
 assert [c["path"] for c in p["connections"] if c["role"] == "client"] == ["rdma"], p' "$json"
   grep -qx "ok 1" "$T/client.log"
 }
