@@ -90,10 +90,14 @@ print("%d stream(s): sent %d bytes, receiver got %d bytes (%.3f Gbit/s)" % (
 sys.exit(0 if got > 0 and sent > 0 and streams == int(sys.argv[2]) else 1)' "$json" "$IPERF_STREAMS"
   show "iperf3 -t 5 $*: $output" "RC QPs seen: iperf3 $(qp_seen iperf3)"
   [ "$status" -eq 0 ]
-  # Control connection plus the data streams share one link per end (both
-  # ends are iperf3 processes in this one guest): two RC QPs, not one per
-  # connection; the stats below check each connection's path.
-  [ "$(qp_seen iperf3)" -ge 2 ] && [ "$(qp_seen iperf3)" -le 4 ]
+  # Control connection plus the data streams, both ends in this one guest:
+  # with links one RC QP per end, else one per connection and end; the
+  # stats below check each connection's path.
+  if [ "${SDPSHIM_LINKS:-0}" = 1 ]; then
+    [ "$(qp_seen iperf3)" -ge 2 ] && [ "$(qp_seen iperf3)" -le 4 ]
+  else
+    [ "$(qp_seen iperf3)" -ge $(( 2 * (IPERF_STREAMS + 1) )) ]
+  fi
   assert_all_rdma "$STATS" iperf3
   [ "$(stats_lines "$STATS" role=client | wc -l)" -eq $(( IPERF_STREAMS + 1 )) ]
 }

@@ -285,13 +285,18 @@ redis_bench() {
     cat "$out" >&2
     return 1
   fi
-  # 50 clients (the default -c) are connected during each test: they share
-  # one link, one RC QP per process (docs/links.md; a second while an idle
-  # one closes); redis_stats checks that each connection's path is rdma.
+  # 50 clients (the default -c) are connected during each test: with links
+  # they share one RC QP per process (docs/links.md; a second while an idle
+  # one closes), else each has its own; redis_stats checks every path.
   local q
-  for q in "$(qp_seen redis-benchmark)" "$(qp_seen redis-server)"; do
-    [ "$q" -ge 1 ] && [ "$q" -le 2 ]
-  done
+  if [ "${SDPSHIM_LINKS:-0}" = 1 ]; then
+    for q in "$(qp_seen redis-benchmark)" "$(qp_seen redis-server)"; do
+      [ "$q" -ge 1 ] && [ "$q" -le 2 ]
+    done
+  else   # a channel, and an RC QP, per connection
+    [ "$(qp_seen redis-benchmark)" -ge 50 ]
+    [ "$(qp_seen redis-server)" -ge 50 ]
+  fi
 }
 
 # redis-benchmark does not check replies: SET 40 random values over one redis-cli
