@@ -306,7 +306,19 @@ resource_bounds() {
   show "$(reasons)"
   # SET's clients, GET's, the benchmark's CONFIG connection, redis-cli's: every line on
   # RDMA, each client line paired with its server line, both ends' byte counts equal.
+  # A socket redis-benchmark opened for a client it no longer needed, its
+  # connect still in flight when the run ended, never decided a path
+  # (path=undecided, reason=pending, no bytes): it never carried a byte, so
+  # it is counted apart, at most one connect batch of them.
   [ "$(stats_count comm=redis-benchmark role=client)" -ge $(( 2 * c + 1 )) ]
+  local undecided
+  undecided=$(grep -c '"path":"undecided","reason":"pending"' "$STATS" || true)
+  [ "$undecided" -le 64 ]
+  if [ "$undecided" -gt 0 ]; then
+    ! grep '"path":"undecided"' "$STATS" | grep -vq '"bytes_sent":0,"bytes_received":0'
+    grep -v '"path":"undecided","reason":"pending"' "$STATS" >"$T/stats.decided"
+    STATS=$T/stats.decided
+  fi
   assert_all_rdma "$STATS" redis-server redis-benchmark redis-cli
   assert_exact_bytes "$STATS"
 }
