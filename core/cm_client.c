@@ -283,7 +283,7 @@ enum sdp_reason cm_reject_reason(uint8_t code)
 	}
 }
 
-static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
+enum sdp_reason cm_event_reject_reason(const struct rdma_cm_event *ev)
 {
 	return cm_reject_reason(sdp_reject_from_wire(ev->param.conn.private_data,
 						    ev->param.conn.private_data_len));
@@ -325,7 +325,7 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 			on_established(c, ev);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		on_cm_error(c, ev, reason_for_reject(ev));
+		on_cm_error(c, ev, cm_event_reject_reason(ev));
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:

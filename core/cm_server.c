@@ -369,14 +369,16 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 	sdp_debug("opened a stream on a link for port %u", l->port);
 }
 
-void conn_peer_released(struct sdp_conn *c)
+void conn_stream_lost(struct sdp_conn *c, enum sdp_reason unopened, const char *why)
 {
+	if (!c->carrier_why)
+		c->carrier_why = why;
 	if (c->is_server && c->phase == CONN_PENDING)
-		pending_drop(c);
+		pending_drop(c); /* out of the listener's table first */
 	else if (!c->is_server && c->phase == CONN_RESOLVING)
-		conn_fallback(c, SDP_REASON_PROTOCOL);
+		conn_fallback(c, unopened);
 	else
-		close_ev_carrier_failed(c, ECONNRESET, "the peer released the stream");
+		close_ev_carrier_failed(c, ECONNRESET, why);
 }
 
 /* Takes c out of its listener's pending table; true if it was there. */

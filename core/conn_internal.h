@@ -219,15 +219,19 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 			   const struct sdp_open *o, const struct sockaddr *peer);
 /* cm_server.c: rejects a connect request that has no channel. */
 void cm_reject_request(struct rdma_cm_id *id, uint8_t code);
-/* The peer's end of a linked stream is gone (its RELEASED): what
- * DISCONNECTED is to a channel with its own QP. */
-void conn_peer_released(struct sdp_conn *c);
+/* A linked stream lost its carrier (the peer's RELEASED, or its link
+ * failed): what DISCONNECTED is to a channel with its own QP.  A pending
+ * server stream leaves its listener's table; a client stream not opened
+ * yet falls back with reason `unopened`. */
+void conn_stream_lost(struct sdp_conn *c, enum sdp_reason unopened, const char *why);
 /* cm_client.c: the server answered a linked stream's OPEN. */
 void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
 			  const uint8_t nonce[SDP_NONCE_SIZE]);
 void client_stream_refused(struct sdp_conn *c, uint8_t code);
-/* The fallback reason for a server's reject code (0: no sdpshim there). */
+/* The fallback reason for a server's reject code (0: no sdpshim there),
+ * and for a REJECTED event's private data. */
 enum sdp_reason cm_reject_reason(uint8_t code);
+enum sdp_reason cm_event_reject_reason(const struct rdma_cm_event *ev);
 
 /* budget.c: what unattached (pending) channels may hold, per source address
  * (c->tuple.src_addr) and per process.  take: true if the channel fits

@@ -769,21 +769,23 @@ static void maybe_destroy_locked(struct sdp_link *link)
 		sdp_error("cannot queue a link's teardown: out of memory (link leaked)");
 }
 
-static void drain_cq(struct sdp_link *link);
-
-/* A stream whose link is gone: what a failed QP or DISCONNECTED is to a
- * channel of its own (c locked). */
-static void stream_carrier_lost(struct sdp_conn *c, const char *why)
+/* The link's streams, each with a reference, in a malloc'd array of *n
+ * (link locked); NULL if there is no memory. */
+static struct sdp_conn **streams_snapshot_locked(struct sdp_link *link, uint32_t *n)
 {
-	if (!c->carrier_why)
-		c->carrier_why = why;
-	if (c->is_server && c->phase == CONN_PENDING)
-		pending_drop(c); /* out of the listener's table first */
-	else if (!c->is_server && c->phase == CONN_RESOLVING)
-		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
-	else
-		close_ev_carrier_failed(c, ECONNRESET, why);
+	struct sdp_conn **list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
+
+	*n = 0;
+	for (uint32_t i = 0; list && i < link->streams_max; i++) {
+		if (link->streams[i]) {
+			conn_get(link->streams[i]);
+			list[(*n)++] = link->streams[i];
+		}
+	}
+	return list;
 }
+
+static void drain_cq(struct sdp_link *link);
 
 static void notify_streams_failed(void *arg)
 {
@@ -795,19 +797,13 @@ static void notify_streams_failed(void *arg)
 	 * in their last messages (a DisConn, credits) before they judge. */
 	drain_cq(link);
 	pthread_mutex_lock(&link->lock);
-	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
-	for (uint32_t i = 0; list && i < link->streams_max; i++) {
-		if (link->streams[i]) {
-			conn_get(link->streams[i]);
-			list[n++] = link->streams[i];
-		}
-	}
+	list = streams_snapshot_locked(link, &n);
 	pthread_mutex_unlock(&link->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		struct sdp_conn *c = list[i];
 
 		conn_lock(c);
-		stream_carrier_lost(c, link->why);
+		conn_stream_lost(c, SDP_REASON_RDMA_CM_ERROR, link->why);
 		conn_unlock(c);
 		conn_put(c);
 	}
@@ -1164,15 +1160,7 @@ static void open_waiting_streams(struct sdp_link *link)
 	uint32_t n = 0;
 
 	pthread_mutex_lock(&link->lock);
-	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
-	for (uint32_t i = 0; list && i < link->streams_max; i++) {
-		struct sdp_conn *c = link->streams[i];
-
-		if (c) {
-			conn_get(c);
-			list[n++] = c;
-		}
-	}
+	list = streams_snapshot_locked(link, &n);
 	pthread_mutex_unlock(&link->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		struct sdp_conn *c = list[i];
@@ -1231,12 +1219,6 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 		open_waiting_streams(link);
 }
 
-static enum sdp_reason reason_for_reject(const struct rdma_cm_event *ev)
-{
-	return cm_reject_reason(sdp_reject_from_wire(ev->param.conn.private_data,
-						     ev->param.conn.private_data_len));
-}
-
 /* The link never came up: its streams fall back with the reason. */
 static void connect_failed(struct sdp_link *link, enum sdp_reason reason, const char *why)
 {
@@ -1251,13 +1233,7 @@ static void connect_failed(struct sdp_link *link, enum sdp_reason reason, const 
 	}
 	link->state = LINK_FAILED;
 	link->why = why;
-	list = calloc(link->nstreams ? link->nstreams : 1, sizeof(*list));
-	for (uint32_t i = 0; list && i < link->streams_max; i++) {
-		if (link->streams[i]) {
-			conn_get(link->streams[i]);
-			list[n++] = link->streams[i];
-		}
-	}
+	list = streams_snapshot_locked(link, &n);
 	pthread_mutex_unlock(&link->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		conn_lock(list[i]);
@@ -1288,7 +1264,7 @@ void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev)
 			on_established(link, ev);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		connect_failed(link, reason_for_reject(ev), "the server rejected the link");
+		connect_failed(link, cm_event_reject_reason(ev), "the server rejected the link");
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -1502,7 +1478,7 @@ static void on_released(struct sdp_link *link, uint16_t idx)
 		return;
 	conn_lock(c);
 	if (c->link == link && !c->link_stopped)
-		conn_peer_released(c);
+		conn_stream_lost(c, SDP_REASON_PROTOCOL, "the peer released the stream");
 	conn_unlock(c);
 	conn_put(c);
 }
