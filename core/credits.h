@@ -33,6 +33,24 @@ static inline bool credits_allow_ctrl(uint32_t avail, bool may_take_last)
 	return may_take_last ? avail >= 1 : avail > CREDIT_RESERVE;
 }
 
+/* Does a message ask the peer for an ack (the STARVING flag)?  When it
+ * leaves us at the reserve, but a credit update or keepalive probe asks only
+ * if something of ours waits for credits: two ends at their reserve whose
+ * updates asked would answer each other's updates forever, and the updates
+ * would take the credits their data waits for. */
+static inline bool message_asks_ack(uint32_t credits_after, bool is_update, bool work_waiting)
+{
+	return credits_after <= CREDIT_RESERVE && (!is_update || work_waiting);
+}
+
+/* A pending credit update goes before queued data only if that data cannot
+ * go now: the data carries the same ack, and the update would take the
+ * credit the data needs. */
+static inline bool update_goes_first(bool data_waiting, uint32_t avail)
+{
+	return !data_waiting || !credits_allow_data(avail);
+}
+
 /* Should the receiver send a standalone credit update?  unadvertised =
  * messages consumed since the last ack we sent. */
 static inline bool credit_update_due(uint32_t unadvertised, uint32_t bufs, bool peer_starving)

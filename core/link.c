@@ -386,16 +386,23 @@ static int32_t wr_take(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id
 	return i;
 }
 
+/* A header asks for an ack when it leaves the link two credits or fewer;
+ * a CREDIT only if jobs wait (the rule of message_asks_ack, core/credits.h:
+ * two ends whose CREDITs asked would trade them forever). */
 static void fill_lh(struct sdp_link *link, uint8_t kind, uint16_t stream, uint32_t len, void *out)
 {
+	uint32_t credits = link_credits(link), after = credits ? credits - 1 : 0;
+	bool asks = after <= 2 && (kind != SDP_LINK_CREDIT || link->jobs);
 	struct sdp_lh h = {
 		.kind = kind,
 		.stream = stream,
 		.len = len,
-		.lseq = ++link->tx_lseq,
+		.lseq = link->tx_lseq + 1,
 		.lack = link->rx_lseq,
-		.flags = link_credits(link) <= 2 ? SDP_LINK_FLAG_STARVING : 0,
+		.flags = asks ? SDP_LINK_FLAG_STARVING : 0,
 	};
+
+	link->tx_lseq++;
 
 	link->rx_lack_sent = link->rx_lseq;
 	link->credit_due = false;

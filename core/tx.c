@@ -136,10 +136,19 @@ static uint32_t coalesce_threshold(const struct sdp_conn *c)
 	return c->peer_buf_count / 4 > 2 ? c->peer_buf_count / 4 : 2;
 }
 
+/* Something of ours waits for credits: data, or control other than an update
+ * or a probe (the bit of the message being sent is already cleared). */
+static bool work_waiting(const struct sdp_conn *c)
+{
+	return tx_has_unposted(c) ||
+	       (c->ctrl_pending & ~(CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE)));
+}
+
 static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out)
 {
 	uint32_t after = tx_credits(c) - 1;
-	bool want_ack = after <= CREDIT_RESERVE ||
+	bool is_update = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_KEEPALIVE;
+	bool want_ack = message_asks_ack(after, is_update, work_waiting(c)) ||
 			(mid == SDP_MID_DATA && data_in_flight(c) + 1 >= coalesce_threshold(c));
 	struct sdp_bsdh h = {
 		.mid = mid,
@@ -298,12 +307,19 @@ void tx_kick(struct sdp_conn *c)
 {
 	bool starving = false;
 
+	bool data_waiting;
+	uint32_t first = CTRL_OVERTAKING;
+
 	if (!c->qp || !c->ctrl_mem || c->carrier_dead || c->link_stopped ||
 	    !phase_sends_ctrl(c->phase))
 		return;
-	send_ctrls(c, CTRL_OVERTAKING);
+	/* (data may not overtake a held ATTACH) */
+	data_waiting = phase_sends_data(c->phase) && !c->attach_held && tx_has_unposted(c);
+	if (!update_goes_first(data_waiting, tx_credits(c)))
+		first &= ~CTRL_BIT(SDP_MID_CREDIT_UPDATE); /* the data carries the ack */
+	send_ctrls(c, first);
 	if (!phase_sends_data(c->phase) || c->attach_held)
-		return; /* (data may not overtake a held ATTACH) */
+		return;
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
 		struct tx_slot *slot = slot_at(c, c->tx_posted);
 		bool partial = c->tx_posted + 1 == c->tx_head && slot->len < c->tx_slot_size;
@@ -321,6 +337,8 @@ void tx_kick(struct sdp_conn *c)
 		atomic_fetch_add_explicit(&c->st->credit_stalls, 1, memory_order_relaxed);
 	if (!tx_has_unposted(c))
 		send_ctrls(c, ~0u);
+	else
+		send_ctrls(c, CTRL_BIT(SDP_MID_CREDIT_UPDATE)); /* unless the data carried it */
 	if (c->st)
 		atomic_store_explicit(&c->st->tx_credits, tx_credits(c), memory_order_relaxed);
 }

@@ -1,7 +1,8 @@
 /* Unit tests (TAP) for core/credits.h: credit and ring arithmetic, the
  * rule that only a credit update (or an Abort) may take the last credit,
- * and a two-end simulation showing that rule keeps bursts of control
- * messages crossing on the wire from deadlocking. */
+ * a two-end simulation showing that rule keeps bursts of control
+ * messages crossing on the wire from deadlocking, and one showing that two
+ * ends at their reserve stop trading credit updates and let data through. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -179,6 +180,170 @@ static int test_crossing_bursts(void)
 	return ok;
 }
 
+/* ---- two ends at their reserve, trading credit updates ----------------------
+ * The state of a hang seen in the test bed (issue 15, a busy stream beside a
+ * thousand idle ones): both ends had one credit and a window of updates in
+ * flight toward the other, each asking for an ack; every update that landed
+ * was answered by one, which took the credit the sender's data needed. */
+
+#define WBUFS  8u
+#define WDELAY 3   /* rounds a message spends on the wire */
+#define WQ     64
+
+struct wmsg {
+	bool update, asks;
+	uint32_t ack;
+	int due;
+};
+
+struct wend {
+	uint32_t tx_seq, peer_ack, rx_seq, rx_ack, rx_ack_sent;
+	bool peer_starving, update_pending;
+	int data_left, updates_sent;
+	struct wmsg q[WQ]; /* toward the other end, in order */
+	int qh, qt;
+};
+
+struct wrules {
+	bool (*asks)(uint32_t after, bool is_update, bool work_waiting);
+	bool (*update_first)(bool data_waiting, uint32_t avail);
+};
+
+static bool asks_before(uint32_t after, bool is_update, bool work_waiting)
+{
+	(void)is_update, (void)work_waiting;
+	return after <= CREDIT_RESERVE; /* the rule before: every message at the reserve asked */
+}
+
+static bool update_first_before(bool data_waiting, uint32_t avail)
+{
+	(void)data_waiting, (void)avail;
+	return true; /* the order before: updates always overtook data */
+}
+
+static uint32_t wavail(const struct wend *e)
+{
+	return credits_available(WBUFS, e->tx_seq, e->peer_ack);
+}
+
+static void wput(const struct wrules *r, struct wend *e, bool update, int now)
+{
+	bool asks = r->asks(wavail(e) - 1, update, e->data_left > (update ? 0 : 1));
+
+	e->tx_seq++;
+	e->rx_ack_sent = e->rx_ack;
+	if (e->rx_ack == e->rx_seq)
+		e->peer_starving = false;
+	e->q[e->qt++ % WQ] = (struct wmsg){ .update = update, .asks = asks, .ack = e->rx_ack, .due = now + WDELAY };
+	e->updates_sent += update;
+}
+
+static void wsend_update(const struct wrules *r, struct wend *e, int now)
+{
+	if (!e->update_pending)
+		return;
+	if (e->rx_ack != e->rx_ack_sent && credits_allow_ctrl(wavail(e), true)) {
+		wput(r, e, true, now);
+		e->update_pending = false;
+	} else if (e->rx_ack == e->rx_ack_sent) {
+		e->update_pending = false; /* another message carried it */
+	}
+}
+
+/* tx_kick's order: the update, then data, then the update if still due. */
+static void wkick(const struct wrules *r, struct wend *e, int now)
+{
+	if (r->update_first(e->data_left > 0, wavail(e)))
+		wsend_update(r, e, now);
+	while (e->data_left > 0 && credits_allow_data(wavail(e))) {
+		wput(r, e, false, now);
+		e->data_left--;
+	}
+	wsend_update(r, e, now);
+}
+
+/* Every message is consumed on arrival (the reader keeps up). */
+static void wdeliver(struct wend *from, struct wend *to, int now)
+{
+	while (from->qh != from->qt && from->q[from->qh % WQ].due <= now) {
+		struct wmsg m = from->q[from->qh++ % WQ];
+		uint32_t view;
+
+		to->rx_seq++;
+		to->rx_ack = to->rx_seq;
+		to->peer_ack = m.ack;
+		to->peer_starving |= m.asks;
+		view = peer_view_of_credits(WBUFS, to->rx_seq, to->rx_ack_sent);
+		if (credit_update_due(to->rx_ack - to->rx_ack_sent, WBUFS,
+				      to->peer_starving || view <= CREDIT_RESERVE + 1))
+			to->update_pending = true;
+	}
+}
+
+/* An end WDELAY + 1 rounds into the trade, with an update sent every round
+ * (message k in round k - 11; the peer's message k acks ours up to k - 4, the
+ * last it got before sending): ten sent, the last WDELAY on the wire, one
+ * credit left; seven received, the last not acked yet, its sender starving. */
+static void wend_trading(struct wend *e)
+{
+	e->tx_seq = 10;
+	e->peer_ack = 7 - (WDELAY + 1);
+	e->rx_seq = e->rx_ack = 7;
+	e->rx_ack_sent = 10 - (WDELAY + 1);
+	e->peer_starving = e->update_pending = true;
+	for (uint32_t k = 11 - WDELAY; k <= 10; k++)
+		e->q[e->qt++] = (struct wmsg){ .update = true, .asks = true, .ack = k - (WDELAY + 1),
+					       .due = (int)k - 11 + WDELAY };
+}
+
+/* Rounds until the data is through and nothing more is on the wire, or -1. */
+static int simulate_reserve_trade(const struct wrules *r, int data, int *updates)
+{
+	struct wend a, b;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	a.data_left = data;
+	wend_trading(&a);
+	wend_trading(&b);
+	for (int now = 0; now < 2000; now++) {
+		wkick(r, &a, now);
+		wkick(r, &b, now);
+		wdeliver(&a, &b, now);
+		wdeliver(&b, &a, now);
+		if (!a.data_left && a.qh == a.qt && b.qh == b.qt && !a.update_pending && !b.update_pending) {
+			*updates = a.updates_sent + b.updates_sent;
+			return now;
+		}
+	}
+	*updates = a.updates_sent + b.updates_sent;
+	return -1;
+}
+
+static int test_reserve_trade(void)
+{
+	const struct wrules before = { asks_before, update_first_before };
+	const struct wrules now = { message_asks_ack, update_goes_first };
+	int ok = 1, updates, rounds;
+
+	rounds = simulate_reserve_trade(&before, 100, &updates);
+	ok &= check(rounds < 0, "the old rules never get the data through (%d updates in 2000 rounds)",
+		    updates);
+	rounds = simulate_reserve_trade(&now, 100, &updates);
+	ok &= check(rounds > 0, "the data goes through and the wire goes quiet (round %d)", rounds);
+	ok &= check(updates < 2 * 100, "at most about one update per data message (%d)", updates);
+	rounds = simulate_reserve_trade(&now, 0, &updates);
+	ok &= check(rounds > 0 && updates <= 2 * (int)WBUFS, "without data the trade stops (%d updates)",
+		    updates);
+	ok &= check(!message_asks_ack(1, true, false), "an update with nothing waiting asks nothing");
+	ok &= check(message_asks_ack(1, true, true) && message_asks_ack(1, false, false),
+		    "an update with work waiting, or any other message, at the reserve asks");
+	ok &= check(!message_asks_ack(2, false, true), "above the reserve nothing asks");
+	ok &= check(!update_goes_first(true, 2) && update_goes_first(true, 1) && update_goes_first(false, 2),
+		    "an update waits only behind data that can go");
+	return ok;
+}
+
 static const struct tap_case cases[] = {
 	{ "credits available from posted buffers and acks", test_available },
 	{ "data and control leave the last credit to updates", test_allow },
@@ -186,6 +351,7 @@ static const struct tap_case cases[] = {
 	{ "acknowledgement validity", test_ack_valid },
 	{ "ring arithmetic", test_ring },
 	{ "crossing bursts of control messages never stop both ends", test_crossing_bursts },
+	{ "two ends at their reserve stop trading updates and let data through", test_reserve_trade },
 };
 
 int main(void)

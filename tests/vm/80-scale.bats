@@ -28,6 +28,9 @@
 #    fills them), then a 4 MiB echo between the same two processes must finish
 #    within 60 s, checked byte by byte; then every stopped stream resumes and
 #    its bytes are checked (count and SHA-256 against the writer's).
+#  - busy beside idle: tests/progs/hol -m idle, SDPSHIM_SCALE_IDLE (default 1000)
+#    idle connections and one stream of 64 MiB between the same two processes,
+#    every byte compared; then each idle one echoes 16 checked bytes.
 #  - unprivileged: manyconn and evecho as nobody with RLIMIT_MEMLOCK 8 MiB
 #    (ulimit -l 8192), 100 concurrent connections, all on RDMA, byte-exact.
 #
@@ -50,6 +53,7 @@ CONNS=${SDPSHIM_SCALE_CONNS:-1000}
 REDIS_CLIENTS=${SDPSHIM_SCALE_REDIS_CLIENTS:-1000}
 REDIS_REQUESTS=${SDPSHIM_SCALE_REDIS_REQUESTS:-$((4 * REDIS_CLIENTS))}
 CYCLES=${SDPSHIM_SCALE_CYCLES:-1000}
+IDLE_CONNS=${SDPSHIM_SCALE_IDLE:-1000}
 NOFILE=${SDPSHIM_SCALE_NOFILE:-1048576}
 ECHO_BYTES=256
 PIN_MAX=$((256 << 20))   # pinned bytes (sum of mrlen) per process
@@ -383,6 +387,30 @@ resource_bounds() {
   done
   [ "$(stats_count comm=hol role=client)" -eq $(( 2 * k + 1 )) ]
   [ "$(stats_count comm=hol role=server)" -eq $(( 2 * k + 1 )) ]
+  assert_all_rdma "$STATS" hol
+  assert_exact_bytes "$STATS"
+}
+
+@test "scale: a 64 MiB stream beside $IDLE_CONNS idle connections of the same two processes, every byte checked; each idle one echoes checked bytes after it" {
+  # Once hung here: both ends of the busy stream at their last credit,
+  # trading credit updates that each asked for an answer (tests/unit/test_credits.c).
+  local port rc=0 src=0
+  port=$(free_port)
+  start_bg server timeout -k 5 600 prlimit --nofile="$NOFILE:$NOFILE" "${PRE[@]}" "$PROGS/hol" -s "$port" \
+    -a "$RXE_IP" -n $(( IDLE_CONNS + 1 ))
+  bg_wait_line server "^listening on $port\$" 60
+  run_timeout 300 prlimit --nofile="$NOFILE:$NOFILE" "${PRE[@]}" "$PROGS/hol" -c "$RXE_IP" -p "$port" -m idle -k "$IDLE_CONNS" -b 67108864 \
+    >"$T/client.out" 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  show "hol -m idle -k $IDLE_CONNS -b 67108864 (rc=$rc):" "$(tail -5 "$T/client.out")" \
+       "server (rc=$src):" "$(bg_log server | tail -5)" "$(reasons)"
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -qx "ok idle=$IDLE_CONNS bytes=67108864" "$T/client.out"
+  grep -Eq "^busy: 67108864 bytes in [0-9]+ ms = [0-9.]+ MB/s with $IDLE_CONNS idle connections, every byte checked ok\$" "$T/client.out"
+  [ "$(stats_count comm=hol role=client)" -eq $(( IDLE_CONNS + 1 )) ]
+  [ "$(stats_count comm=hol role=server)" -eq $(( IDLE_CONNS + 1 )) ]
   assert_all_rdma "$STATS" hol
   assert_exact_bytes "$STATS"
 }
