@@ -68,7 +68,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_PENDING_PER_SOURCE", 1, 65536, 64, store_pending_per_source },
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
 	{ "SDPSHIM_PENDING_STREAMS_MAX", 2, 1 << 20, 8192, store_pending_streams_max },
-	{ "SDPSHIM_LINKS", 0, 1, 0, store_links },
+	{ "SDPSHIM_LINKS", 0, 1, 1, store_links },
 	{ "SDPSHIM_LINK_BUFS", 8, 1024, 64, store_link_bufs },
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },

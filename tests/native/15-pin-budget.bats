@@ -93,7 +93,7 @@ print(json.dumps(procs[0][field]))' "$1" "$2"
   grep -qx "  RLIMIT_MEMLOCK allows $want connections with per-connection channels" <<<"$out"
   grep -qx "  pin budget: 8.0 MiB (8388608 bytes; the default 256.0 MiB, capped at the soft RLIMIT_MEMLOCK), $(( 8388608 / $(link_bytes 32768 64) )) links or $want connections with per-connection channels; past it new connections use TCP, reason resources" <<<"$out"
   # Links: one pins the same whatever it carries (docs/links.md).
-  grep -qx "  links (SDPSHIM_LINKS=0): one link pins 4.0 MiB ($(link_bytes 32768 64) bytes) and carries up to 1024 connections to one server" <<<"$out"
+  grep -qx "  links (SDPSHIM_LINKS=1): one link pins 4.0 MiB ($(link_bytes 32768 64) bytes) and carries up to 1024 connections to one server" <<<"$out"
   grep -qx "  RLIMIT_MEMLOCK allows 1 links: 1024 connections to one server with links ($want with per-connection channels)" <<<"$out"
   # The lines that were there before are unchanged.
   grep -qx "  one RDMA connection pins 2.0 MiB (2 x SDPSHIM_BUF_SIZE 32768 x SDPSHIM_BUF_COUNT 32)" <<<"$out"

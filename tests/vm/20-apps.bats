@@ -93,7 +93,7 @@ sys.exit(0 if got > 0 and sent > 0 and streams == int(sys.argv[2]) else 1)' "$js
   # Control connection plus the data streams, both ends in this one guest:
   # with links one RC QP per end, else one per connection and end; the
   # stats below check each connection's path.
-  if [ "${SDPSHIM_LINKS:-0}" = 1 ]; then
+  if [ "${SDPSHIM_LINKS:-1}" = 1 ]; then
     [ "$(qp_seen iperf3)" -ge 2 ] && [ "$(qp_seen iperf3)" -le 4 ]
   else
     [ "$(qp_seen iperf3)" -ge $(( 2 * (IPERF_STREAMS + 1) )) ]

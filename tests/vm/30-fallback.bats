@@ -190,7 +190,7 @@ connect_ms() {
 @test "a live process's budget and pinned bytes in sdpshim stat" {
   local port json
   port=$(free_port)
-  export SDPSHIM_LINKS=1 # the link's record in the stats (links are not the default yet)
+  export SDPSHIM_LINKS=1 # the link's record in the stats (whatever the default)
   start_bg server timeout -k 5 90 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
   wait_port "$RXE_IP" "$port"
   # 5 MiB holds one link (4202496 bytes: 64 receive buffers and 64 send

@@ -84,8 +84,8 @@ teardown_file() {
 }
 
 setup() {
-  # Many connections per process need links (docs/links.md), which are
-  # not the default yet: every process of this file runs with them.
+  # Many connections per process need links (docs/links.md): every process
+  # of this file runs with them, whatever the default.
   export SDPSHIM_LINKS=1
   vm_setup
   local p

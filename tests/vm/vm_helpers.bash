@@ -289,7 +289,7 @@ redis_bench() {
   # they share one RC QP per process (docs/links.md; a second while an idle
   # one closes), else each has its own; redis_stats checks every path.
   local q
-  if [ "${SDPSHIM_LINKS:-0}" = 1 ]; then
+  if [ "${SDPSHIM_LINKS:-1}" = 1 ]; then
     for q in "$(qp_seen redis-benchmark)" "$(qp_seen redis-server)"; do
       [ "$q" -ge 1 ] && [ "$q" -le 2 ]
     done
