@@ -34,13 +34,16 @@ static inline bool credits_allow_ctrl(uint32_t avail, bool may_take_last)
 }
 
 /* Does a message ask the peer for an ack (the STARVING flag)?  When it
- * leaves us at the reserve, but a credit update or keepalive probe asks only
- * if something of ours waits for credits: two ends at their reserve whose
- * updates asked would answer each other's updates forever, and the updates
- * would take the credits their data waits for. */
-static inline bool message_asks_ack(uint32_t credits_after, bool is_update, bool work_waiting)
+ * leaves us at the reserve; a credit update or keepalive probe never asks.
+ * Two ends at their reserve whose updates asked would answer each other's
+ * updates forever, one ack each, and the updates would take the credits
+ * their data waits for.  An end that is short of credits is still answered:
+ * its last data or other control message asked, and a receiver that sees
+ * the sender's credits at the reserve sends an update anyway
+ * (peer_view_of_credits, core/rx.c). */
+static inline bool message_asks_ack(uint32_t credits_after, bool is_update)
 {
-	return credits_after <= CREDIT_RESERVE && (!is_update || work_waiting);
+	return credits_after <= CREDIT_RESERVE && !is_update;
 }
 
 /* A pending credit update goes before queued data only if that data cannot

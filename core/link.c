@@ -387,12 +387,15 @@ static int32_t wr_take(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id
 }
 
 /* A header asks for an ack when it leaves the link two credits or fewer;
- * a CREDIT only if jobs wait (the rule of message_asks_ack, core/credits.h:
- * two ends whose CREDITs asked would trade them forever). */
+ * a CREDIT never does (the rule of message_asks_ack, core/credits.h: two
+ * ends whose CREDITs asked would trade them forever).  An end whose jobs
+ * wait for credits is answered anyway: a job needs two, so the peer holds
+ * at least buf_count - 1 buffers it has not advertised, past the half that
+ * makes maybe_send_credit send. */
 static void fill_lh(struct sdp_link *link, uint8_t kind, uint16_t stream, uint32_t len, void *out)
 {
 	uint32_t credits = link_credits(link), after = credits ? credits - 1 : 0;
-	bool asks = after <= 2 && (kind != SDP_LINK_CREDIT || link->jobs);
+	bool asks = after <= 2 && kind != SDP_LINK_CREDIT;
 	struct sdp_lh h = {
 		.kind = kind,
 		.stream = stream,

@@ -136,19 +136,11 @@ static uint32_t coalesce_threshold(const struct sdp_conn *c)
 	return c->peer_buf_count / 4 > 2 ? c->peer_buf_count / 4 : 2;
 }
 
-/* Something of ours waits for credits: data, or control other than an update
- * or a probe (the bit of the message being sent is already cleared). */
-static bool work_waiting(const struct sdp_conn *c)
-{
-	return tx_has_unposted(c) ||
-	       (c->ctrl_pending & ~(CTRL_BIT(SDP_MID_CREDIT_UPDATE) | CTRL_BIT(SDP_MID_KEEPALIVE)));
-}
-
 static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out)
 {
 	uint32_t after = tx_credits(c) - 1;
 	bool is_update = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_KEEPALIVE;
-	bool want_ack = message_asks_ack(after, is_update, work_waiting(c)) ||
+	bool want_ack = message_asks_ack(after, is_update) ||
 			(mid == SDP_MID_DATA && data_in_flight(c) + 1 >= coalesce_threshold(c));
 	struct sdp_bsdh h = {
 		.mid = mid,

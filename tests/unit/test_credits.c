@@ -205,13 +205,13 @@ struct wend {
 };
 
 struct wrules {
-	bool (*asks)(uint32_t after, bool is_update, bool work_waiting);
+	bool (*asks)(uint32_t after, bool is_update);
 	bool (*update_first)(bool data_waiting, uint32_t avail);
 };
 
-static bool asks_before(uint32_t after, bool is_update, bool work_waiting)
+static bool asks_before(uint32_t after, bool is_update)
 {
-	(void)is_update, (void)work_waiting;
+	(void)is_update;
 	return after <= CREDIT_RESERVE; /* the rule before: every message at the reserve asked */
 }
 
@@ -228,7 +228,7 @@ static uint32_t wavail(const struct wend *e)
 
 static void wput(const struct wrules *r, struct wend *e, bool update, int now)
 {
-	bool asks = r->asks(wavail(e) - 1, update, e->data_left > (update ? 0 : 1));
+	bool asks = r->asks(wavail(e) - 1, update);
 
 	e->tx_seq++;
 	e->rx_ack_sent = e->rx_ack;
@@ -297,13 +297,14 @@ static void wend_trading(struct wend *e)
 }
 
 /* Rounds until the data is through and nothing more is on the wire, or -1. */
-static int simulate_reserve_trade(const struct wrules *r, int data, int *updates)
+static int simulate_reserve_trade(const struct wrules *r, int a_data, int b_data, int *updates)
 {
 	struct wend a, b;
 
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
-	a.data_left = data;
+	a.data_left = a_data;
+	b.data_left = b_data;
 	wend_trading(&a);
 	wend_trading(&b);
 	for (int now = 0; now < 2000; now++) {
@@ -311,7 +312,7 @@ static int simulate_reserve_trade(const struct wrules *r, int data, int *updates
 		wkick(r, &b, now);
 		wdeliver(&a, &b, now);
 		wdeliver(&b, &a, now);
-		if (!a.data_left && a.qh == a.qt && b.qh == b.qt && !a.update_pending && !b.update_pending) {
+		if (!a.data_left && !b.data_left && a.qh == a.qt && b.qh == b.qt && !a.update_pending && !b.update_pending) {
 			*updates = a.updates_sent + b.updates_sent;
 			return now;
 		}
@@ -326,19 +327,24 @@ static int test_reserve_trade(void)
 	const struct wrules now = { message_asks_ack, update_goes_first };
 	int ok = 1, updates, rounds;
 
-	rounds = simulate_reserve_trade(&before, 100, &updates);
+	rounds = simulate_reserve_trade(&before, 100, 0, &updates);
 	ok &= check(rounds < 0, "the old rules never get the data through (%d updates in 2000 rounds)",
 		    updates);
-	rounds = simulate_reserve_trade(&now, 100, &updates);
+	rounds = simulate_reserve_trade(&now, 100, 0, &updates);
 	ok &= check(rounds > 0, "the data goes through and the wire goes quiet (round %d)", rounds);
 	ok &= check(updates < 2 * 100, "at most about one update per data message (%d)", updates);
-	rounds = simulate_reserve_trade(&now, 0, &updates);
+	rounds = simulate_reserve_trade(&now, 100, 100, &updates);
+	ok &= check(rounds > 0, "data queued at both ends: both go through (round %d, %d updates)", rounds,
+		    updates);
+	rounds = simulate_reserve_trade(&now, 0, 100, &updates);
+	ok &= check(rounds > 0, "data at the other end only: it goes through (round %d)", rounds);
+	rounds = simulate_reserve_trade(&now, 0, 0, &updates);
 	ok &= check(rounds > 0 && updates <= 2 * (int)WBUFS, "without data the trade stops (%d updates)",
 		    updates);
-	ok &= check(!message_asks_ack(1, true, false), "an update with nothing waiting asks nothing");
-	ok &= check(message_asks_ack(1, true, true) && message_asks_ack(1, false, false),
-		    "an update with work waiting, or any other message, at the reserve asks");
-	ok &= check(!message_asks_ack(2, false, true), "above the reserve nothing asks");
+	ok &= check(!message_asks_ack(0, true) && !message_asks_ack(1, true), "an update never asks");
+	ok &= check(message_asks_ack(1, false) && message_asks_ack(0, false),
+		    "any other message at the reserve asks");
+	ok &= check(!message_asks_ack(2, false), "above the reserve nothing asks");
 	ok &= check(!update_goes_first(true, 2) && update_goes_first(true, 1) && update_goes_first(false, 2),
 		    "an update waits only behind data that can go");
 	return ok;
