@@ -44,6 +44,7 @@ struct link_job {
 	struct sdp_conn *c;        /* COPY, WR: with a reference */
 	uint64_t wr_id;            /* the stream's */
 	const uint8_t *msg;        /* COPY: stays valid until the send completes */
+	uint8_t *owned;            /* COPY whose stream went first: msg's own copy */
 	uint32_t len;
 	struct ibv_send_wr wr;     /* WR */
 	struct ibv_sge sge;
@@ -478,6 +479,12 @@ static int post_job(struct sdp_link *link, struct link_job *j)
 
 static void link_fail_locked(struct sdp_link *link, const char *why);
 
+static void job_release(struct link_job *j)
+{
+	free(j->owned);
+	free(j);
+}
+
 /* Posts queued jobs while there is room (link lock held).  A job's
  * reference to its stream passes to the work request. */
 static void drain_jobs(struct sdp_link *link)
@@ -491,11 +498,11 @@ static void drain_jobs(struct sdp_link *link)
 		if (post_job(link, j) != 0) {
 			if (j->c)
 				conn_put(j->c);
-			free(j);
+			job_release(j);
 			link_fail_locked(link, "posting a send failed");
 			return;
 		}
-		free(j);
+		job_release(j);
 	}
 }
 
@@ -554,7 +561,7 @@ static void job_free(struct link_job *j)
 		return;
 	if (j->c)
 		conn_put(j->c);
-	free(j);
+	job_release(j);
 }
 
 static int submit(struct sdp_link *link, struct link_job *j)
@@ -772,7 +779,7 @@ static void maybe_destroy_locked(struct sdp_link *link)
 		link->jobs = j->next;
 		if (j->c)
 			conn_put(j->c);
-		free(j);
+		job_release(j);
 	}
 	link->jobs_tail = NULL;
 	if (progress_defer(destroy_on_progress, link) != 0)
@@ -907,9 +914,40 @@ static uint32_t purge_jobs_of(struct sdp_link *link, struct sdp_conn *c, uint64_
 		if (ids && n < cap)
 			(*ids)[n++] = j->wr_id;
 		conn_put(c);
-		free(j);
+		job_release(j);
 	}
 	return n;
+}
+
+/* A stream that goes while messages of its wait in the queue (it reset,
+ * and its Abort waits behind link credits): they still go, ahead of its
+ * RELEASED, each with a copy of its bytes and no stream to tell.  Dropped,
+ * the peer would take the RELEASED for a lost carrier and move the stream to
+ * TCP, resending into a socket our app closed.  Zero-copy requests are
+ * dropped: the stream's memory goes with it (and zc_busy failed the link). */
+static void orphan_jobs_of(struct sdp_link *link, struct sdp_conn *c)
+{
+	struct link_job **pp = &link->jobs;
+
+	link->jobs_tail = NULL;
+	while (*pp) {
+		struct link_job *j = *pp;
+
+		if (j->c == c && j->kind == JOB_COPY && (j->owned = malloc(j->len ? j->len : 1))) {
+			memcpy(j->owned, j->msg, j->len);
+			j->msg = j->owned;
+			j->c = NULL;
+			conn_put(c);
+		}
+		if (j->c != c) {
+			link->jobs_tail = j;
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		conn_put(c);
+		job_release(j);
+	}
 }
 
 /* Any window bound or zero-copy work in flight: the peer (or our READ)
@@ -966,7 +1004,7 @@ void link_stream_detach(struct sdp_conn *c)
 	if (known)
 		released = link_msg_job(SDP_LINK_RELEASED, idx, NULL, 0);
 	pthread_mutex_lock(&link->lock);
-	purge_jobs_of(link, c, NULL);
+	orphan_jobs_of(link, c);
 	if (link->streams[idx] == c) {
 		link->streams[idx] = NULL;
 		link->nstreams--;
