@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -30,7 +31,8 @@ static struct {
 	pthread_t thread;
 	int epfd, wake_fd, timer_fd;
 	struct deferred *work_head, *work_tail;
-	struct progress_timer *timers;
+	struct timer_heap timers;
+	uint64_t timerfd_at_ms; /* what the timerfd is set to; 0: disarmed */
 	struct progress_source wake_src, timer_src;
 	pthread_cond_t parked_cond;
 	bool stopping, parked;
@@ -151,35 +153,29 @@ static void run_deferred(void)
 	}
 }
 
-/* Called with prog.lock held: programs the timerfd for the earliest timer. */
+/* Called with prog.lock held: programs the timerfd for the earliest timer,
+ * unless it already is. */
 static void rearm_timerfd_locked(void)
 {
+	struct heap_node *top = timer_heap_top(&prog.timers);
+	uint64_t earliest = top ? (top->at_ms ? top->at_ms : 1) : 0;
 	struct itimerspec its;
-	uint64_t earliest = 0;
 
-	for (struct progress_timer *t = prog.timers; t; t = t->next)
-		if (!earliest || t->at_ms < earliest)
-			earliest = t->at_ms;
+	if (earliest == prog.timerfd_at_ms)
+		return;
+	prog.timerfd_at_ms = earliest;
 	memset(&its, 0, sizeof(its));
 	if (earliest) {
 		its.it_value.tv_sec = (time_t)(earliest / 1000);
 		its.it_value.tv_nsec = (long)(earliest % 1000) * 1000000L;
-		if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
-			its.it_value.tv_nsec = 1;
 	}
 	timerfd_settime(prog.timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 static void unlink_timer_locked(struct progress_timer *t)
 {
-	for (struct progress_timer **pp = &prog.timers; *pp; pp = &(*pp)->next) {
-		if (*pp == t) {
-			*pp = t->next;
-			break;
-		}
-	}
+	timer_heap_remove(&prog.timers, &t->node);
 	t->armed = false;
-	t->next = NULL;
 }
 
 void progress_timer_arm(struct progress_timer *t, uint64_t at_ms)
@@ -187,10 +183,11 @@ void progress_timer_arm(struct progress_timer *t, uint64_t at_ms)
 	pthread_mutex_lock(&prog.lock);
 	if (t->armed)
 		unlink_timer_locked(t);
-	t->at_ms = at_ms ? at_ms : 1;
-	t->armed = true;
-	t->next = prog.timers;
-	prog.timers = t;
+	t->node.at_ms = at_ms ? at_ms : 1;
+	if (timer_heap_push(&prog.timers, &t->node) == 0)
+		t->armed = true;
+	else
+		sdp_error("out of memory arming a timer (its wait loses its bound)");
 	rearm_timerfd_locked();
 	pthread_mutex_unlock(&prog.lock);
 }
@@ -210,19 +207,18 @@ static void fire_due_timers(void)
 	uint64_t now = progress_now_ms();
 
 	for (;;) {
+		struct heap_node *top;
 		struct progress_timer *due = NULL;
 
 		pthread_mutex_lock(&prog.lock);
-		for (struct progress_timer *t = prog.timers; t; t = t->next) {
-			if (t->at_ms <= now) {
-				due = t;
-				break;
-			}
-		}
-		if (due)
+		top = timer_heap_top(&prog.timers);
+		if (top && top->at_ms <= now) {
+			due = (struct progress_timer *)((char *)top - offsetof(struct progress_timer, node));
 			unlink_timer_locked(due);
-		else
+		} else {
+			prog.timerfd_at_ms = 0; /* it fired: set it again */
 			rearm_timerfd_locked();
+		}
 		pthread_mutex_unlock(&prog.lock);
 		if (!due)
 			return;
@@ -316,7 +312,8 @@ int progress_start(void)
 	}
 	/* After fork the parent's thread is gone; its fds are the parent's too. */
 	prog.work_head = prog.work_tail = NULL;
-	prog.timers = NULL;
+	timer_heap_clear(&prog.timers);
+	prog.timerfd_at_ms = 0;
 	err = create_fds();
 	if (!err) {
 		pthread_attr_init(&attr);
@@ -383,5 +380,6 @@ void progress_atfork_child(void)
 	prog.epfd = prog.wake_fd = prog.timer_fd = -1;
 	prog.pid = 0;
 	prog.work_head = prog.work_tail = NULL;
-	prog.timers = NULL;
+	timer_heap_clear(&prog.timers);
+	prog.timerfd_at_ms = 0;
 }

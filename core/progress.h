@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/timer_heap.h"
+
 struct progress_source {
 	/* Called on the progress thread with the epoll events of the fd. */
 	void (*on_ready)(struct progress_source *src, uint32_t events);
@@ -26,10 +28,9 @@ int progress_defer(void (*fn)(void *arg), void *arg);
 /* A one-shot timer: fn(arg) on the progress thread at or after at_ms
  * (CLOCK_MONOTONIC ms).  Re-arming replaces the deadline. */
 struct progress_timer {
-	uint64_t at_ms;
+	struct heap_node node; /* its deadline (at_ms) and place in the heap */
 	void (*fn)(void *arg);
 	void *arg;
-	struct progress_timer *next;
 	bool armed;
 };
 void progress_timer_arm(struct progress_timer *t, uint64_t at_ms);
