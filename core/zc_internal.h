@@ -44,7 +44,9 @@ int zc_mw_bind(struct sdp_conn *c, struct zc_window *w, struct mrc_entry *mre, u
 	       uint32_t len, int access);
 /* Registers [buf, +n) and binds w over it with access (remote read or
  * write): 0 with *mre held; 1 if the buffer cannot be registered (buffer
- * copy instead); -ECONNRESET if the bind failed (the carrier is given up). */
+ * copy instead, and also when the bind failed and the stream moved to TCP:
+ * its bytes go there); -ECONNRESET if the bind failed and the stream could
+ * not move (the carrier is given up). */
 int zc_expose(struct sdp_conn *c, struct zc_window *w, const void *buf, uint32_t n, int access,
 	      struct mrc_entry **mre);
 /* Invalidates the window and waits until that is done (or fails the QP). */

@@ -71,7 +71,10 @@ int zc_expose(struct sdp_conn *c, struct zc_window *w, const void *buf, uint32_t
 		mrcache_put(*mre);
 		close_ev_carrier_failed(c, EIO, remote_write ? "binding a write window failed"
 							     : "binding a read window failed");
-		return -ECONNRESET;
+		/* On a link that already failed the bind fails at once, in the
+		 * app's call: the switch it started carries the bytes, and the
+		 * call must not report a reset for it. */
+		return c->sw.started && !c->hard_error ? 1 : -ECONNRESET;
 	}
 	return 0;
 }
