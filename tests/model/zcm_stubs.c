@@ -146,7 +146,7 @@ WEAK void progress_timer_arm(struct progress_timer *t, uint64_t at_ms)
 		return;
 	}
 	zcm.timers[free_slot] = t;
-	t->at_ms = at_ms;
+	t->node.at_ms = at_ms;
 	t->armed = true;
 }
 
@@ -168,7 +168,7 @@ uint64_t zcm_next_timer_us(void)
 
 		if (!t || !t->armed)
 			continue;
-		at = t->at_ms * 1000 > MONO_BASE_US ? t->at_ms * 1000 - MONO_BASE_US : 0;
+		at = t->node.at_ms * 1000 > MONO_BASE_US ? t->node.at_ms * 1000 - MONO_BASE_US : 0;
 		if (at < next)
 			next = at;
 	}
@@ -182,7 +182,7 @@ bool zcm_fire_timers(void)
 	for (int i = 0; i < ZCM_TIMERS; i++) {
 		struct progress_timer *t = zcm.timers[i];
 
-		if (!t || !t->armed || t->at_ms * 1000 > zcm.now_us + MONO_BASE_US)
+		if (!t || !t->armed || t->node.at_ms * 1000 > zcm.now_us + MONO_BASE_US)
 			continue;
 		if (!zcm_lock_free()) {
 			zcm_finding("the app blocked holding the connection lock");
