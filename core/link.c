@@ -923,17 +923,30 @@ static uint32_t purge_jobs_of(struct sdp_link *link, struct sdp_conn *c, uint64_
  * and its Abort waits behind link credits): they still go, ahead of its
  * RELEASED, each with a copy of its bytes and no stream to tell.  Dropped,
  * the peer would take the RELEASED for a lost carrier and move the stream to
- * TCP, resending into a socket our app closed.  Zero-copy requests are
- * dropped: the stream's memory goes with it (and zc_busy failed the link). */
+ * TCP, resending into a socket our app closed.  All or a prefix of them
+ * go, never with a hole in the stream's sequence: a queued zero-copy request
+ * (the stream's memory goes with it) drops them all, as does running out of
+ * memory from that job on. */
+static bool has_zc_job(const struct sdp_link *link, const struct sdp_conn *c)
+{
+	for (const struct link_job *j = link->jobs; j; j = j->next)
+		if (j->c == c && j->kind == JOB_WR)
+			return true;
+	return false;
+}
+
 static void orphan_jobs_of(struct sdp_link *link, struct sdp_conn *c)
 {
 	struct link_job **pp = &link->jobs;
+	bool keep = !has_zc_job(link, c);
 
 	link->jobs_tail = NULL;
 	while (*pp) {
 		struct link_job *j = *pp;
 
-		if (j->c == c && j->kind == JOB_COPY && (j->owned = malloc(j->len ? j->len : 1))) {
+		if (keep && j->c == c && !(j->owned = malloc(j->len ? j->len : 1)))
+			keep = false;
+		if (keep && j->c == c) {
 			memcpy(j->owned, j->msg, j->len);
 			j->msg = j->owned;
 			j->c = NULL;
@@ -1352,7 +1365,9 @@ static void link_timer_fired(void *arg)
 		connect_failed(link, SDP_REASON_RDMA_TIMEOUT, "the link did not come up in time");
 		return;
 	}
-	if (link->state == LINK_UP && !link->nstreams) {
+	if (link->state == LINK_UP && !link->nstreams && link->jobs) {
+		arm_idle_timer(link); /* messages of streams that went still wait for credits */
+	} else if (link->state == LINK_UP && !link->nstreams) {
 		link->state = LINK_CLOSING;
 		stats_identity(link);
 		disconnect = true;

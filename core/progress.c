@@ -163,13 +163,13 @@ static void rearm_timerfd_locked(void)
 
 	if (earliest == prog.timerfd_at_ms)
 		return;
-	prog.timerfd_at_ms = earliest;
 	memset(&its, 0, sizeof(its));
 	if (earliest) {
 		its.it_value.tv_sec = (time_t)(earliest / 1000);
 		its.it_value.tv_nsec = (long)(earliest % 1000) * 1000000L;
 	}
-	timerfd_settime(prog.timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+	/* Remembered only once set: a failed call is tried again next time. */
+	prog.timerfd_at_ms = timerfd_settime(prog.timer_fd, TFD_TIMER_ABSTIME, &its, NULL) == 0 ? earliest : 0;
 }
 
 static void unlink_timer_locked(struct progress_timer *t)
