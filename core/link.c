@@ -401,12 +401,10 @@ static void fill_lh(struct sdp_link *link, uint8_t kind, uint16_t stream, uint32
 		.kind = kind,
 		.stream = stream,
 		.len = len,
-		.lseq = link->tx_lseq + 1,
+		.lseq = ++link->tx_lseq,
 		.lack = link->rx_lseq,
 		.flags = asks ? SDP_LINK_FLAG_STARVING : 0,
 	};
-
-	link->tx_lseq++;
 
 	link->rx_lack_sent = link->rx_lseq;
 	link->credit_due = false;
@@ -937,30 +935,17 @@ static bool has_zc_job(const struct sdp_link *link, const struct sdp_conn *c)
 
 static void orphan_jobs_of(struct sdp_link *link, struct sdp_conn *c)
 {
-	struct link_job **pp = &link->jobs;
-	bool keep = !has_zc_job(link, c);
-
-	link->jobs_tail = NULL;
-	while (*pp) {
-		struct link_job *j = *pp;
-
-		if (keep && j->c == c && !(j->owned = malloc(j->len ? j->len : 1)))
-			keep = false;
-		if (keep && j->c == c) {
-			memcpy(j->owned, j->msg, j->len);
-			j->msg = j->owned;
-			j->c = NULL;
-			conn_put(c);
-		}
-		if (j->c != c) {
-			link->jobs_tail = j;
-			pp = &j->next;
+	for (struct link_job *j = has_zc_job(link, c) ? NULL : link->jobs; j; j = j->next) {
+		if (j->c != c)
 			continue;
-		}
-		*pp = j->next;
+		if (!(j->owned = malloc(j->len ? j->len : 1)))
+			break;
+		memcpy(j->owned, j->msg, j->len);
+		j->msg = j->owned;
+		j->c = NULL;
 		conn_put(c);
-		job_release(j);
 	}
+	purge_jobs_of(link, c, NULL); /* what could not go */
 }
 
 /* Any window bound or zero-copy work in flight: the peer (or our READ)
@@ -1365,12 +1350,14 @@ static void link_timer_fired(void *arg)
 		connect_failed(link, SDP_REASON_RDMA_TIMEOUT, "the link did not come up in time");
 		return;
 	}
-	if (link->state == LINK_UP && !link->nstreams && link->jobs) {
-		arm_idle_timer(link); /* messages of streams that went still wait for credits */
-	} else if (link->state == LINK_UP && !link->nstreams) {
-		link->state = LINK_CLOSING;
-		stats_identity(link);
-		disconnect = true;
+	if (link->state == LINK_UP && !link->nstreams) {
+		if (link->jobs) {
+			arm_idle_timer(link); /* messages of streams that went still wait for credits */
+		} else {
+			link->state = LINK_CLOSING;
+			stats_identity(link);
+			disconnect = true;
+		}
 	}
 	pthread_mutex_unlock(&link->lock);
 	if (disconnect) {

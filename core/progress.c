@@ -158,7 +158,7 @@ static void run_deferred(void)
 static void rearm_timerfd_locked(void)
 {
 	struct heap_node *top = timer_heap_top(&prog.timers);
-	uint64_t earliest = top ? (top->at_ms ? top->at_ms : 1) : 0;
+	uint64_t earliest = top ? top->at_ms : 0; /* armed deadlines are never 0 */
 	struct itimerspec its;
 
 	if (earliest == prog.timerfd_at_ms)

@@ -297,20 +297,18 @@ static bool phase_sends_ctrl(enum conn_phase phase)
 
 void tx_kick(struct sdp_conn *c)
 {
+	/* (data may not overtake a held ATTACH) */
+	bool sends_data = phase_sends_data(c->phase) && !c->attach_held;
 	bool starving = false;
-
-	bool data_waiting;
 	uint32_t first = CTRL_OVERTAKING;
 
 	if (!c->qp || !c->ctrl_mem || c->carrier_dead || c->link_stopped ||
 	    !phase_sends_ctrl(c->phase))
 		return;
-	/* (data may not overtake a held ATTACH) */
-	data_waiting = phase_sends_data(c->phase) && !c->attach_held && tx_has_unposted(c);
-	if (!update_goes_first(data_waiting, tx_credits(c)))
+	if (!update_goes_first(sends_data && tx_has_unposted(c), tx_credits(c)))
 		first &= ~CTRL_BIT(SDP_MID_CREDIT_UPDATE); /* the data carries the ack */
 	send_ctrls(c, first);
-	if (!phase_sends_data(c->phase) || c->attach_held)
+	if (!sends_data)
 		return;
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
 		struct tx_slot *slot = slot_at(c, c->tx_posted);
