@@ -15,7 +15,6 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
-#include "core/link.h"
 #include "core/zcopy.h"
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
@@ -45,24 +44,6 @@ static bool ready_for(struct sdp_conn *c, bool for_write)
 	return for_write ? conn_writable_locked(c) : conn_readable_locked(c);
 }
 
-/* Takes in c's completions from the app's thread (c locked; it may be
- * unlocked meanwhile).  A linked stream's are its link's, taken in with no
- * stream locked: the link hands each message to its stream under the
- * stream's lock, this one's included. */
-static void app_poll(struct sdp_conn *c)
-{
-	struct sdp_link *link = link_hold(c);
-
-	if (!link) {
-		cq_poll(c);
-		return;
-	}
-	conn_unlock(c);
-	link_app_reap_held(link);
-	conn_lock(c);
-	cq_poll(c); /* what the messages allow: sends, readiness */
-}
-
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
 static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 {
@@ -72,7 +53,7 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 		return false;
 	until = conn_now_us() + sdp_tun.spin_us;
 	while (conn_now_us() < until) {
-		app_poll(c);
+		cq_poll(c);
 		if (ready_for(c, for_write))
 			return true;
 		conn_unlock(c);
@@ -91,13 +72,6 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 
 	if (spin_until_ready(c, for_write))
 		return 0;
-	if (c->link && has_qp_phase(c->phase)) {
-		/* A message the progress thread has not taken in yet wakes
-		 * nobody if it is taken in here. */
-		app_poll(c);
-		if (ready_for(c, for_write))
-			return 0;
-	}
 	if (timeout_ms >= 0) {
 		int64_t left = (int64_t)timeout_ms - (int64_t)((conn_now_us() - start_us) / 1000);
 		if (left <= 0)

@@ -800,7 +800,7 @@ static struct sdp_conn **streams_snapshot_locked(struct sdp_link *link, uint32_t
 	return list;
 }
 
-static void drain_cq(struct sdp_link *link, bool by_app);
+static void drain_cq(struct sdp_link *link);
 
 static void notify_streams_failed(void *arg)
 {
@@ -810,7 +810,7 @@ static void notify_streams_failed(void *arg)
 
 	/* What completed before the failure happened first: the streams take
 	 * in their last messages (a DisConn, credits) before they judge. */
-	drain_cq(link, false);
+	drain_cq(link);
 	pthread_mutex_lock(&link->lock);
 	list = streams_snapshot_locked(link, &n);
 	pthread_mutex_unlock(&link->lock);
@@ -1719,29 +1719,21 @@ static void on_wc(struct sdp_link *link, const struct ibv_wc *wc)
 	on_recv(link, wc);
 }
 
-/* Takes in every completion queued, no stream locked.  The progress
- * thread waits for its turn; an app thread (by_app) leaves the queue to
- * whoever is at it already, and its receives are counted apart. */
-static void drain_cq(struct sdp_link *link, bool by_app)
+/* Takes in every completion queued (progress thread, no stream locked). */
+static void drain_cq(struct sdp_link *link)
 {
 	struct ibv_wc wc[16];
 	int n;
 
 	if (!link->cq || link->destroying || link->pid != getpid())
 		return;
-	if (!by_app)
-		pthread_mutex_lock(&link->poll_lock);
-	else if (pthread_mutex_trylock(&link->poll_lock) != 0)
-		return;
+	pthread_mutex_lock(&link->poll_lock);
 	do {
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(link->cq, 16, wc);
 		SDP_GUARD_LEAVE();
-		for (int i = 0; i < n; i++) {
-			if (by_app && (wc[i].wr_id >> 32) != LINK_WR_SEND)
-				LINK_COUNT(link, msgs_received_by_app, 1);
+		for (int i = 0; i < n; i++)
 			on_wc(link, &wc[i]);
-		}
 		pthread_mutex_lock(&link->lock);
 		drain_jobs(link);
 		maybe_send_credit(link);
@@ -1757,7 +1749,7 @@ void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
 	SDP_GUARD_ENTER();
 	ibv_req_notify_cq(cq, 0);
 	SDP_GUARD_LEAVE();
-	drain_cq(link, false);
+	drain_cq(link);
 }
 
 void link_reap(struct sdp_conn *c)
@@ -1767,7 +1759,7 @@ void link_reap(struct sdp_conn *c)
 	if (!link)
 		return;
 	link_get(link);
-	drain_cq(link, false);
+	drain_cq(link);
 	link_put(link);
 }
 
@@ -1782,15 +1774,7 @@ void link_reap_held(struct sdp_link *link)
 {
 	if (!link)
 		return;
-	drain_cq(link, false);
-	link_put(link);
-}
-
-void link_app_reap_held(struct sdp_link *link)
-{
-	if (!link)
-		return;
-	drain_cq(link, true);
+	drain_cq(link);
 	link_put(link);
 }
 

@@ -390,10 +390,6 @@ void link_reap(struct sdp_conn *c);
 WEAK bool link_sink_claim(struct sdp_conn *c) { return true; }
 WEAK void link_sink_release(struct sdp_conn *c) {}
 WEAK void link_reap(struct sdp_conn *c) {}
-struct sdp_link *link_hold(struct sdp_conn *c);
-void link_app_reap_held(struct sdp_link *link);
-WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
-WEAK void link_app_reap_held(struct sdp_link *link) {}
 
 void zcm_stubs_init(void)
 {
