@@ -295,20 +295,24 @@ static bool phase_sends_ctrl(enum conn_phase phase)
 	       phase == CONN_AWAIT_ATTACH || phase == CONN_TCP_CONNECTING;
 }
 
+/* Data may not overtake a held ATTACH. */
+static bool may_send_data(const struct sdp_conn *c)
+{
+	return phase_sends_data(c->phase) && !c->attach_held;
+}
+
 void tx_kick(struct sdp_conn *c)
 {
-	/* (data may not overtake a held ATTACH) */
-	bool sends_data = phase_sends_data(c->phase) && !c->attach_held;
 	bool starving = false;
 	uint32_t first = CTRL_OVERTAKING;
 
 	if (!c->qp || !c->ctrl_mem || c->carrier_dead || c->link_stopped ||
 	    !phase_sends_ctrl(c->phase))
 		return;
-	if (!update_goes_first(sends_data && tx_has_unposted(c), tx_credits(c)))
+	if (!update_goes_first(may_send_data(c) && tx_has_unposted(c), tx_credits(c)))
 		first &= ~CTRL_BIT(SDP_MID_CREDIT_UPDATE); /* the data carries the ack */
 	send_ctrls(c, first);
-	if (!sends_data)
+	if (!may_send_data(c)) /* read again: a failed control post may have moved the phase */
 		return;
 	while (tx_has_unposted(c) && sq_has_room(c) && !c->carrier_dead) {
 		struct tx_slot *slot = slot_at(c, c->tx_posted);
