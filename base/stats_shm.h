@@ -48,7 +48,7 @@
 #include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
-#define STATS_VERSION 2 /* 2: link records, the pinned-memory budget */
+#define STATS_VERSION 3 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app */
 #define STATS_REASON_SLOTS 32
 #define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
 #define STATS_LINKS_MAX (1u << 16) /* the largest SDPSHIM_LINK_SLOTS (base/config.c) */
@@ -134,6 +134,7 @@ struct sdp_link_stats {
 	_Atomic uint64_t msgs_sent, msgs_received;
 	_Atomic uint64_t bytes_sent, bytes_received;
 	_Atomic uint64_t streams_opened;               /* since the link came up */
+	_Atomic uint64_t msgs_received_by_app;         /* of msgs_received: taken in by an app thread */
 };
 
 /* The writer's segment.  hdr is the shared mapping: written, never read back

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/link.h"
 #include "core/zcopy.h"
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
@@ -39,9 +40,37 @@ uint64_t conn_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+/* A call's start, the origin of its SO_RCVTIMEO/SO_SNDTIMEO: read when
+ * the call first has to wait, so a call that finds its bytes (or room)
+ * at once reads no clock. */
+static uint64_t call_start(uint64_t *start_us)
+{
+	if (!*start_us)
+		*start_us = conn_now_us();
+	return *start_us;
+}
+
 static bool ready_for(struct sdp_conn *c, bool for_write)
 {
 	return for_write ? conn_writable_locked(c) : conn_readable_locked(c);
+}
+
+/* Takes in c's completions from the app's thread (c locked; it may be
+ * unlocked meanwhile).  A linked stream's are its link's, taken in with no
+ * stream locked: the link hands each message to its stream under the
+ * stream's lock, this one's included. */
+static void app_poll(struct sdp_conn *c)
+{
+	struct sdp_link *link = link_hold(c);
+
+	if (!link) {
+		cq_poll(c);
+		return;
+	}
+	conn_unlock(c);
+	link_app_reap_held(link);
+	conn_lock(c);
+	cq_poll(c); /* what the messages allow: sends, readiness */
 }
 
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
@@ -53,7 +82,7 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 		return false;
 	until = conn_now_us() + sdp_tun.spin_us;
 	while (conn_now_us() < until) {
-		cq_poll(c);
+		app_poll(c);
 		if (ready_for(c, for_write))
 			return true;
 		conn_unlock(c);
@@ -72,11 +101,20 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 
 	if (spin_until_ready(c, for_write))
 		return 0;
+	/* The bound first: a caller whose condition is not readiness (a
+	 * zero-copy source waiting for its answer) must not loop on "ready". */
 	if (timeout_ms >= 0) {
 		int64_t left = (int64_t)timeout_ms - (int64_t)((conn_now_us() - start_us) / 1000);
 		if (left <= 0)
 			return -EAGAIN;
 		remaining = (int)left;
+	}
+	if (c->link && has_qp_phase(c->phase)) {
+		/* A message the progress thread has not taken in yet wakes
+		 * nobody if it is taken in here. */
+		app_poll(c);
+		if (ready_for(c, for_write))
+			return 0;
 	}
 	conn_unlock(c);
 	conn_prepare_wait(c);
@@ -201,7 +239,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 {
 	struct iovec discard = { NULL, iov_total(iov, iovcnt) };
 	size_t total = discard.iov_len, done = 0;
-	uint64_t start = conn_now_us();
+	uint64_t start = 0;
 	ssize_t rc;
 	bool again;
 
@@ -225,7 +263,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms, start);
+		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms, call_start(&start));
 		if (z < 0) {
 			/* Bytes that came another way meanwhile are returned first. */
 			done += take_queued(c, iov, iovcnt, done, total, flags);
@@ -243,7 +281,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		/* Not READ directly (a small buffer, say): stage it, or this
 		 * wait wakes at once for the same SrcAvail, again and again. */
 		zc_stage_kick(c);
-		int w = conn_wait(c, false, timeout_ms, start);
+		int w = conn_wait(c, false, timeout_ms, call_start(&start));
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;
@@ -312,7 +350,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		  bool nonblock, int timeout_ms)
 {
 	size_t total = iov_total(iov, iovcnt), done = 0;
-	uint64_t start = conn_now_us();
+	uint64_t start = 0;
 	ssize_t rc;
 	bool again;
 
@@ -330,7 +368,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 
 		if (try_zc && seg && zc_send_eligible(c, room)) {
 			ssize_t z = zc_send(c, seg, room, nb, nb ? (int)sdp_tun.zcopy_nb_wait_ms : timeout_ms,
-					    start);
+					    call_start(&start));
 
 			if (z < 0) {
 				rc = done ? (ssize_t)done : z;
@@ -360,7 +398,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		int w = conn_wait(c, true, timeout_ms, start);
+		int w = conn_wait(c, true, timeout_ms, call_start(&start));
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;

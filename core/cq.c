@@ -46,7 +46,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 	}
 	switch (WR_KIND(wc->wr_id)) {
 	case WR_RECV:
-		c->last_rx_ms = progress_now_ms();
+		c->last_rx_ms = progress_coarse_ms();
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
 			rx_on_write_imm(c, WR_INDEX(wc->wr_id), wc->byte_len, be32toh(wc->imm_data));
 		else
@@ -79,7 +79,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 static void after_completions(struct sdp_conn *c, int total, int sends)
 {
 	if (sends)
-		c->sq_progress_ms = progress_now_ms(); /* the watchdog's clock (timers.c) */
+		c->sq_progress_ms = progress_coarse_ms(); /* the watchdog's clock (timers.c) */
 	if (total && c->app_closed)
 		close_check_orphan(c); /* a send it waited for may have completed */
 	tx_kick(c);

@@ -15,6 +15,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/pin_budget.h" /* pin_pages_len() */
+#include "base/self.h"
 #include "base/stats_shm.h"
 #include "core/conn_internal.h"
 #include "core/dev.h"
@@ -704,6 +705,16 @@ static void unlist(struct sdp_link *link)
 	pthread_mutex_unlock(&links_lock);
 }
 
+static bool sends_in_flight(struct sdp_link *link)
+{
+	bool any;
+
+	pthread_mutex_lock(&link->lock);
+	any = link->wrs_free < link->sq_depth;
+	pthread_mutex_unlock(&link->lock);
+	return any;
+}
+
 /* Progress thread: the completions still queued release their streams'
  * references; then the resources go. */
 static void destroy_on_progress(void *arg)
@@ -721,9 +732,12 @@ static void destroy_on_progress(void *arg)
 	if (link->qp)
 		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
 	SDP_GUARD_LEAVE();
-	/* Flushed requests complete soon; a bounded wait for them (each holds
-	 * a stream's reference). */
-	while (link->wrs && link->wrs_free < link->sq_depth && idle < 100) {
+	/* App threads poll the CQ too (drain_cq): the last poll and the
+	 * teardown hold the poll lock, and drain_cq looks again once it has
+	 * the lock.  Flushed requests complete soon; a bounded wait for them
+	 * (each holds a stream's reference). */
+	pthread_mutex_lock(&link->poll_lock);
+	while (link->wrs && sends_in_flight(link) && idle < 100) {
 		SDP_GUARD_ENTER();
 		n = link->cq ? ibv_poll_cq(link->cq, 16, wc) : 0;
 		SDP_GUARD_LEAVE();
@@ -738,7 +752,9 @@ static void destroy_on_progress(void *arg)
 				if (link->wrs[idx].c)
 					conn_put(link->wrs[idx].c);
 				link->wrs[idx].c = NULL;
+				pthread_mutex_lock(&link->lock);
 				link->wrs_free++;
+				pthread_mutex_unlock(&link->lock);
 			}
 		}
 	}
@@ -756,6 +772,7 @@ static void destroy_on_progress(void *arg)
 		}
 	} while (n > 0);
 	destroy_resources(link);
+	pthread_mutex_unlock(&link->poll_lock);
 	stats_close(link);
 	if (link->lsn)
 		listener_release(link->lsn);
@@ -800,7 +817,7 @@ static struct sdp_conn **streams_snapshot_locked(struct sdp_link *link, uint32_t
 	return list;
 }
 
-static void drain_cq(struct sdp_link *link);
+static void drain_cq(struct sdp_link *link, bool by_app);
 
 static void notify_streams_failed(void *arg)
 {
@@ -810,7 +827,7 @@ static void notify_streams_failed(void *arg)
 
 	/* What completed before the failure happened first: the streams take
 	 * in their last messages (a DisConn, credits) before they judge. */
-	drain_cq(link);
+	drain_cq(link, false);
 	pthread_mutex_lock(&link->lock);
 	list = streams_snapshot_locked(link, &n);
 	pthread_mutex_unlock(&link->lock);
@@ -1023,6 +1040,13 @@ void link_stream_detach(struct sdp_conn *c)
 	maybe_destroy_locked(link);
 	pthread_mutex_unlock(&link->lock);
 	job_free(released);
+	/* A delivery that found c in the table before it left ends before c's
+	 * memory goes: deliveries run under the poll lock (drain_cq), and
+	 * this runs with no lock held (conn_destroy_resources). */
+	if (link->pid == getpid()) {
+		pthread_mutex_lock(&link->poll_lock);
+		pthread_mutex_unlock(&link->poll_lock);
+	}
 	link_put(link);
 }
 
@@ -1544,7 +1568,7 @@ static void on_stream_message(struct sdp_link *link, uint16_t idx, const uint8_t
 		return;
 	conn_lock(c);
 	if (c->link == link && !c->link_stopped) {
-		c->last_rx_ms = progress_now_ms();
+		c->last_rx_ms = progress_coarse_ms();
 		rx_on_link_message(c, msg, len);
 		cq_stream_progress(c);
 	}
@@ -1573,7 +1597,7 @@ static void on_write_imm(struct sdp_link *link, uint32_t byte_len, uint32_t imm)
 	}
 	conn_lock(c);
 	if (c->link == link && !c->link_stopped) {
-		c->last_rx_ms = progress_now_ms();
+		c->last_rx_ms = progress_coarse_ms();
 		rx_on_link_write(c, byte_len, SDP_LINK_IMM_MSEQ16(imm));
 		cq_stream_progress(c);
 	}
@@ -1617,7 +1641,7 @@ static void repost_taken(struct sdp_link *link, uint32_t idx, uint32_t lseq)
 	pthread_mutex_unlock(&link->lock);
 }
 
-static void on_recv(struct sdp_link *link, const struct ibv_wc *wc)
+static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 {
 	uint32_t idx = (uint32_t)wc->wr_id;
 	const uint8_t *msg;
@@ -1630,6 +1654,8 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc)
 		return;
 	}
 	LINK_COUNT(link, msgs_received, 1);
+	if (by_app)
+		LINK_COUNT(link, msgs_received_by_app, 1);
 	LINK_COUNT(link, bytes_received, wc->byte_len);
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		on_write_imm(link, wc->byte_len, be32toh(wc->imm_data));
@@ -1704,7 +1730,7 @@ static void on_send_done(struct sdp_link *link, const struct ibv_wc *wc)
 	conn_put(w.c);
 }
 
-static void on_wc(struct sdp_link *link, const struct ibv_wc *wc)
+static void on_wc(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 {
 	if ((wc->wr_id >> 32) == LINK_WR_SEND) {
 		on_send_done(link, wc);
@@ -1716,24 +1742,45 @@ static void on_wc(struct sdp_link *link, const struct ibv_wc *wc)
 		link_fail(link, ibv_wc_status_str(wc->status));
 		return;
 	}
-	on_recv(link, wc);
+	on_recv(link, wc, by_app);
 }
 
-/* Takes in every completion queued (progress thread, no stream locked). */
-static void drain_cq(struct sdp_link *link)
+/* The CQ is still there to poll (poll lock held: teardown takes it). */
+static bool cq_pollable(struct sdp_link *link)
+{
+	bool ok;
+
+	pthread_mutex_lock(&link->lock);
+	ok = link->cq && !link->destroying;
+	pthread_mutex_unlock(&link->lock);
+	return ok;
+}
+
+/* Takes in every completion queued, no stream locked.  The progress
+ * thread waits for its turn; an app thread (by_app) leaves the queue to
+ * whoever is at it already, and the receives it takes in are counted apart. */
+static void drain_cq(struct sdp_link *link, bool by_app)
 {
 	struct ibv_wc wc[16];
 	int n;
 
-	if (!link->cq || link->destroying || link->pid != getpid())
+	if (link->pid != self_pid())
 		return;
-	pthread_mutex_lock(&link->poll_lock);
+	if (!by_app)
+		pthread_mutex_lock(&link->poll_lock);
+	else if (pthread_mutex_trylock(&link->poll_lock) != 0)
+		return;
+	if (!cq_pollable(link)) {
+		pthread_mutex_unlock(&link->poll_lock);
+		return;
+	}
 	do {
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(link->cq, 16, wc);
 		SDP_GUARD_LEAVE();
-		for (int i = 0; i < n; i++)
-			on_wc(link, &wc[i]);
+		for (int i = 0; i < n; i++) {
+			on_wc(link, &wc[i], by_app);
+		}
 		pthread_mutex_lock(&link->lock);
 		drain_jobs(link);
 		maybe_send_credit(link);
@@ -1749,7 +1796,7 @@ void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
 	SDP_GUARD_ENTER();
 	ibv_req_notify_cq(cq, 0);
 	SDP_GUARD_LEAVE();
-	drain_cq(link);
+	drain_cq(link, false);
 }
 
 void link_reap(struct sdp_conn *c)
@@ -1759,7 +1806,7 @@ void link_reap(struct sdp_conn *c)
 	if (!link)
 		return;
 	link_get(link);
-	drain_cq(link);
+	drain_cq(link, false);
 	link_put(link);
 }
 
@@ -1774,7 +1821,15 @@ void link_reap_held(struct sdp_link *link)
 {
 	if (!link)
 		return;
-	drain_cq(link);
+	drain_cq(link, false);
+	link_put(link);
+}
+
+void link_app_reap_held(struct sdp_link *link)
+{
+	if (!link)
+		return;
+	drain_cq(link, true);
 	link_put(link);
 }
 

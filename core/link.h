@@ -57,6 +57,9 @@ void link_reap(struct sdp_conn *c);
  * then link_reap_held with c unlocked (it releases the hold). */
 struct sdp_link *link_hold(struct sdp_conn *c);
 void link_reap_held(struct sdp_link *link);
+/* An app thread's form, before it spins or sleeps on its stream: takes in
+ * the link's completions unless another thread is taking them in. */
+void link_app_reap_held(struct sdp_link *link);
 /* Write zero-copy: at most one stream of a link exposes a sink at a time
  * (a WRITE's completion on the shared QP cannot say which window it
  * filled).  Claim before binding the sink's window; false: another stream

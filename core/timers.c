@@ -94,7 +94,7 @@ void conn_note_post(struct sdp_conn *c)
 {
 	if (c->sq_outstanding++ > 0)
 		return;
-	c->sq_progress_ms = progress_now_ms();
+	c->sq_progress_ms = progress_coarse_ms();
 	if (sdp_tun.stall_ms && !c->stall_armed) {
 		c->stall_armed = true;
 		progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);

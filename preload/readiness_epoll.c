@@ -384,13 +384,13 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		   const sigset_t *sigmask)
 {
 	struct sdp_epoll *ep = fdt_get(epfd, FDT_EPOLL);
-	long long deadline = timeout_ns >= 0 ? rdy_mono_ns() + timeout_ns : -1;
+	struct rdy_bound bound;
 
 	if (!ep || ep->shadow_fd < 0 || maxevents <= 0)
 		return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
+	rdy_bound_start(&bound, timeout_ns);
 	for (;;) {
-		long long left = deadline < 0 ? -1 : deadline - rdy_mono_ns();
-		int n = real.epoll_pwait(epfd, events, maxevents, ns_to_ms(left < 0 && deadline >= 0 ? 0 : left),
+		int n = real.epoll_pwait(epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)),
 					 sigmask);
 		int sentinel = -1, total;
 
@@ -407,7 +407,7 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		if (ep->shadow_fd >= 0)
 			total += translate_shadow(ep, events, total, maxevents - total);
 		pthread_mutex_unlock(&ep->lock);
-		if (total > 0 || (deadline >= 0 && rdy_mono_ns() >= deadline))
+		if (total > 0 || rdy_bound_expired(&bound))
 			return total;
 	}
 }

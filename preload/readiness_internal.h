@@ -25,4 +25,71 @@ static inline long long rdy_mono_ns(void)
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* The bound of a call that may wait more than once (a wake-up that turns
+ * out to hold nothing for the app).  Its first wait takes the whole
+ * timeout and reads no clock but the coarse one (no system call); only a
+ * wait after a wake-up with nothing to report reads CLOCK_MONOTONIC.  The
+ * coarse start can overstate the time already waited by under one tick,
+ * so the remainder gets that tick back: a wait may end up to a tick late,
+ * never early. */
+struct rdy_bound {
+	long long timeout_ns;   /* -1: none */
+	long long start_coarse; /* ns */
+	long long deadline;     /* CLOCK_MONOTONIC ns; -1 until a second wait needs it */
+	bool waited;
+};
+
+static inline long long rdy_coarse_ns(long long *tick_ns)
+{
+	struct timespec ts, res;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	if (tick_ns) {
+		clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+		*tick_ns = (long long)res.tv_sec * 1000000000LL + res.tv_nsec;
+	}
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void rdy_bound_start(struct rdy_bound *b, long long timeout_ns)
+{
+	b->timeout_ns = timeout_ns;
+	b->start_coarse = timeout_ns > 0 ? rdy_coarse_ns(NULL) : 0;
+	b->deadline = -1;
+	b->waited = false;
+}
+
+/* Has the bound passed?  Asked after a wait that had nothing to report. */
+static inline bool rdy_bound_expired(struct rdy_bound *b)
+{
+	long long tick, waited, now;
+
+	if (b->timeout_ns < 0)
+		return false;
+	if (b->timeout_ns == 0)
+		return true;
+	now = rdy_mono_ns();
+	if (b->deadline < 0) {
+		waited = rdy_coarse_ns(&tick) - b->start_coarse - tick;
+		b->deadline = now + b->timeout_ns - (waited > 0 ? waited : 0);
+	}
+	return now >= b->deadline;
+}
+
+/* The timeout of the next wait in ns (-1: none): the whole timeout the
+ * first time, then what is left of it (rdy_bound_expired said not yet). */
+static inline long long rdy_bound_left(struct rdy_bound *b)
+{
+	long long left;
+
+	if (!b->waited || b->timeout_ns <= 0) {
+		b->waited = true;
+		return b->timeout_ns;
+	}
+	if (b->deadline < 0)
+		(void)rdy_bound_expired(b);
+	left = b->deadline - rdy_mono_ns();
+	return left > 0 ? left : 0;
+}
+
 #endif

@@ -100,8 +100,9 @@ static bool any_rdma_ready(struct pollfd *fds, nfds_t nfds, const struct poll_ma
 	return false;
 }
 
+/* One wait; *timed_out: the kernel's wait itself ran out (nothing woke it). */
 static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
-		     long long left_ns, const sigset_t *sigmask)
+		     long long left_ns, const sigset_t *sigmask, bool *timed_out)
 {
 	nfds_t kn = build_poll_set(fds, nfds, k, map);
 
@@ -109,9 +110,10 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		if (map[i].conn)
 			conn_progress(map[i].conn);
 	struct timespec ts, *tsp = NULL;
+	bool rdma_ready = any_rdma_ready(fds, nfds, map);
 	int rc;
 
-	if (any_rdma_ready(fds, nfds, map))
+	if (rdma_ready)
 		left_ns = 0;
 	if (left_ns >= 0) {
 		ts.tv_sec = (time_t)(left_ns / 1000000000LL);
@@ -119,6 +121,7 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		tsp = &ts;
 	}
 	rc = real.ppoll(k, kn, tsp, sigmask);
+	*timed_out = rc == 0 && !rdma_ready;
 	if (rc >= 0)
 		rc = collect_revents(fds, nfds, k, map);
 	release_map(map, nfds, rc == 0);
@@ -131,7 +134,8 @@ int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset
 	struct poll_map map_stack[32];
 	struct pollfd *k = nfds <= 32 ? k_stack : malloc(nfds * 2 * sizeof(*k));
 	struct poll_map *map = nfds <= 32 ? map_stack : malloc(nfds * sizeof(*map));
-	long long deadline = timeout_ns >= 0 ? rdy_mono_ns() + timeout_ns : -1;
+	struct rdy_bound bound;
+	bool timed_out;
 	int rc;
 
 	if (!k || !map) {
@@ -142,11 +146,10 @@ int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset
 		errno = ENOMEM;
 		return -1;
 	}
+	rdy_bound_start(&bound, timeout_ns);
 	for (;;) {
-		long long left = deadline < 0 ? -1 : deadline - rdy_mono_ns();
-
-		rc = poll_once(fds, nfds, k, map, deadline >= 0 && left < 0 ? 0 : left, sigmask);
-		if (rc != 0 || (deadline >= 0 && rdy_mono_ns() >= deadline))
+		rc = poll_once(fds, nfds, k, map, rdy_bound_left(&bound), sigmask, &timed_out);
+		if (rc != 0 || timed_out || rdy_bound_expired(&bound))
 			break;
 	}
 	if (k != k_stack)

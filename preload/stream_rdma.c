@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/self.h"
 #include "core/conn.h"
 #include "preload/ctl.h" /* socket options and queue sizes of the channel */
 #include "preload/init.h"
@@ -33,7 +34,7 @@ static bool inherited_channel(struct sdp_sock *s)
 {
 	static _Atomic int warned;
 
-	if (likely(s->owner_pid == getpid()))
+	if (likely(s->owner_pid == self_pid()))
 		return false;
 	if (!warned++)
 		sdp_warn("an RDMA-backed socket inherited from process %d was used after fork, but "

@@ -51,6 +51,11 @@ WEAK uint64_t progress_now_ms(void)
 	return (zcm.now_us + MONO_BASE_US) / 1000;
 }
 
+WEAK uint64_t progress_coarse_ms(void)
+{
+	return progress_now_ms();
+}
+
 /* ------------------------------------------------------ waits and wakes */
 
 int zcm_real_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
@@ -390,6 +395,10 @@ void link_reap(struct sdp_conn *c);
 WEAK bool link_sink_claim(struct sdp_conn *c) { return true; }
 WEAK void link_sink_release(struct sdp_conn *c) {}
 WEAK void link_reap(struct sdp_conn *c) {}
+struct sdp_link *link_hold(struct sdp_conn *c);
+void link_app_reap_held(struct sdp_link *link);
+WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
+WEAK void link_app_reap_held(struct sdp_link *link) {}
 
 void zcm_stubs_init(void)
 {

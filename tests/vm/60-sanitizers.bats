@@ -1,8 +1,10 @@
 #!/usr/bin/env bats
 # VM suite, part 60: the ASan+UBSan build of the library (build-san/) on the
 # RDMA path: streams with buffer copy and zero-copy both ways, the readiness
-# cases, and the cache cases.  Every connection must be on RDMA, the bytes
-# must match a run without any preload, and no sanitizer may report.
+# cases, the cache cases, and app threads polling a link while its streams
+# and the link itself are torn down.  Every connection must be on RDMA (or,
+# after a forced failure, on TCP with reason failover), the bytes must match
+# a run without any preload, and no sanitizer may report.
 
 load ../helpers
 load vm_helpers
@@ -79,4 +81,47 @@ san_stats_rdma() {
   grep -qx "ok trunc" <<<"$output"
   san_clean <<<"$output"
   san_stats_rdma sockcheck
+}
+
+@test "ASan+UBSan library over RDMA, links: app threads poll a link (SDPSHIM_SPIN_US) while its streams close and while it fails over, no report" {
+  local port crc=0 src=0 got ref
+  # More than one thread polls a link's CQ (the progress thread, and an app
+  # thread in a blocking call): its streams' and its own teardown go through
+  # the link's poll lock.  100 connect-echo-close cycles, each server thread
+  # spinning in recv on the link while other streams of it close.
+  port=$(free_port)
+  start_bg server timeout -k 5 400 env "${SAN_ENV[@]}" SDPSHIM_SPIN_US=2000 \
+    "$PROGS/connects" -s "$port" -a "$RXE_IP" -n 100
+  bg_wait_line server "^listening on $port\$" 120
+  run_timeout 400 env "${SAN_ENV[@]}" SDPSHIM_SPIN_US=2000 \
+    "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 100 -b 4096 >"$T/client.log" 2>&1 || crc=$?
+  wait_bg server || src=$?
+  show "cycles: client rc=$crc $(tail -1 "$T/client.log"); server rc=$src $(bg_log server | tail -1)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -qx "ok 100" "$T/client.log"
+  san_clean <"$T/client.log"
+  bg_log server | san_clean
+  san_stats_rdma connects
+  # The client's QP fails after 1 MiB of an 8 MiB upload, the server's
+  # recv spinning on the link: the link fails and goes while that thread
+  # may be polling it; the stream ends on TCP, byte-exact.
+  : >"$STATS"
+  port=$(free_port); crc=0; src=0
+  start_bg sserver timeout -k 5 400 env "${SAN_ENV[@]}" SDPSHIM_SPIN_US=2000 \
+    "$PROGS/stream" -s "$port" -n 1
+  stream_listening sserver "$port"
+  run_timeout 400 env "${SAN_ENV[@]}" SDPSHIM_SPIN_US=2000 SDPSHIM_DEBUG_FAIL_AFTER=1048576 \
+    "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 8M -d up -m 1M >"$T/sclient.out" 2>&1 || crc=$?
+  wait_bg sserver || src=$?
+  got=$(stream_digest server "$T/sserver.log" 8388608)
+  ref=$(ref_digest 1 8M)
+  show "failover: client rc=$crc $(tail -1 "$T/sclient.out"); server rc=$src $(bg_log sserver | tail -1)" \
+       "received ${got:-none}, reference $ref" "$(stats_lines "$STATS")"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ -n "$got" ] && [ "$got" = "$ref" ]
+  san_clean <"$T/sclient.out"
+  bg_log sserver | san_clean
+  [ "$(stats_lines "$STATS" comm=stream path=tcp reason=failover | wc -l)" -eq 2 ]
 }

@@ -23,6 +23,9 @@
 #    connection to a peer already linked opens no queue pair of its own, so at
 #    most 128 distinct RC QPs of connects (64 per process) are seen over the
 #    whole run.  Its rate is printed, never asserted (bench/scale.sh measures it).
+#  - spin: with SDPSHIM_SPIN_US=5000 at both ends, a 1 MiB echo on a link
+#    (connects, held open): byte-exact, and the client's link record counts
+#    messages its app thread took in itself (msgs_received_by_app > 0).
 #  - stopped readers: tests/progs/hol, 8 streams whose server stops reading
 #    (the client fills their windows) and 8 the client stops reading (the server
 #    fills them), then a 4 MiB echo between the same two processes must finish
@@ -359,6 +362,37 @@ resource_bounds() {
   assert_exact_bytes "$STATS"
   [ "$distinct" -ge 1 ]
   [ "$distinct" -le $(( 2 * QP_MAX )) ]
+}
+
+@test "scale: with SDPSHIM_SPIN_US a blocked reader on a link takes in the link's messages itself, byte-exact" {
+  local port json
+  port=$(free_port)
+  # Both ends spin 5 ms in each blocking call: the echo's messages land while
+  # the client's recv polls the link's CQ, so the app's thread, not only the
+  # progress thread, takes some in (the link record counts them apart).
+  start_bg server timeout -k 5 90 env SDPSHIM_SPIN_US=5000 "${PRE[@]}" "$PROGS/connects" \
+    -s "$port" -a "$RXE_IP" -n 1
+  bg_wait_line server "^listening on $port\$" 60
+  start_bg client timeout -k 5 90 env SDPSHIM_SPIN_US=5000 "${PRE[@]}" "$PROGS/connects" \
+    -c "$RXE_IP" -p "$port" -n 1 -b 1048576 -w "$T/release"
+  wait_for_line "$T/client.log" '^holding$' 60
+  json=$("$SDPSHIM_BIN" stat --json)
+  show "$json"
+  touch "$T/release"
+  wait_bg client
+  wait_bg server
+  grep -Eq '^conn 1 connect_ms=[0-9.]+ first_ms=[0-9.]+ bytes=1048576 sha256=[0-9a-f]{64} ok$' "$T/client.log"
+  grep -qx "ok 1" "$T/client.log"
+  "$PY" -S -c '
+import json, sys
+doc = json.loads(sys.argv[1])
+client = [p for p in doc["processes"] if p["comm"] == "connects"
+          and any(c["role"] == "client" for c in p["connections"])]
+assert len(client) == 1 and len(client[0]["links"]) == 1, doc
+link = client[0]["links"][0]
+assert link["msgs_received"] > 0 and 0 < link["msgs_received_by_app"] <= link["msgs_received"], link
+assert [c["path"] for c in client[0]["connections"] if c["role"] == "client"] == ["rdma"], client' "$json"
+  assert_exact_bytes "$STATS"
 }
 
 @test "scale: readers that stop on 16 streams (8 each way) do not stall a 4 MiB echo between the same two processes; every stopped stream resumes byte-exact" {
