@@ -1,24 +1,43 @@
 /* Owns the cached process id that the per-message checks ("is this
  * channel ours, or inherited across fork?") compare against. */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/self.h"
 
-static _Atomic pid_t cached_pid;
+#define CELL_PAGE 4096
+
+static pthread_once_t cell_once = PTHREAD_ONCE_INIT;
+static _Atomic pid_t *cell; /* NULL: no wipe-on-fork page here; getpid() every time */
+
+/* A page the kernel zeroes in every child, however it was made (fork,
+ * _Fork, clone without CLONE_VM): a child never reads its parent's id. */
+static void make_cell(void)
+{
+	void *page = mmap(NULL, CELL_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (page == MAP_FAILED)
+		return;
+	if (madvise(page, CELL_PAGE, MADV_WIPEONFORK) != 0) {
+		munmap(page, CELL_PAGE);
+		return;
+	}
+	cell = page;
+}
 
 pid_t self_pid(void)
 {
-	pid_t pid = atomic_load_explicit(&cached_pid, memory_order_relaxed);
+	pid_t pid;
 
+	pthread_once(&cell_once, make_cell);
+	if (!cell)
+		return getpid();
+	pid = atomic_load_explicit(cell, memory_order_relaxed);
 	if (__builtin_expect(pid == 0, 0)) {
 		pid = getpid();
-		atomic_store_explicit(&cached_pid, pid, memory_order_relaxed);
+		atomic_store_explicit(cell, pid, memory_order_relaxed);
 	}
 	return pid;
-}
-
-void self_pid_after_fork(void)
-{
-	atomic_store_explicit(&cached_pid, getpid(), memory_order_relaxed);
 }

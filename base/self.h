@@ -4,11 +4,10 @@
 
 #include <sys/types.h>
 
-/* getpid(), read once per process: the fork child's first atfork handler
- * reads it again (self_pid_after_fork).  vfork is a fork under the
- * library (preload/hooks_proc.c); a child made without fork handlers
- * (posix_spawn, system, _Fork) runs no hook before it execs. */
+/* getpid(), read once per process and kept on a page that the kernel
+ * wipes in every child (MADV_WIPEONFORK), so a child of fork, _Fork or
+ * clone reads its own id again.  Without such a page (a kernel before
+ * 4.14): getpid() each time. */
 pid_t self_pid(void);
-void self_pid_after_fork(void);
 
 #endif

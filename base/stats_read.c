@@ -76,6 +76,7 @@ static void fill_info(const struct sdp_proc_stats *raw, struct stats_proc_info *
 	out->pin_budget = atomic_load_explicit(&raw->pin_budget, memory_order_relaxed);
 	out->pinned_bytes = atomic_load_explicit(&raw->pinned_bytes, memory_order_relaxed);
 	out->budget_refusals = atomic_load_explicit(&raw->budget_refusals, memory_order_relaxed);
+	out->progress_wakeups = atomic_load_explicit(&raw->progress_wakeups, memory_order_relaxed);
 }
 
 enum stats_image_error stats_header_parse(const void *buf, size_t len, uint64_t image_len,

@@ -33,7 +33,7 @@ uint64_t stats_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-_Static_assert(sizeof(struct sdp_proc_stats) == 432, "header layout (tests/fuzz/fuzz_stats.c)");
+_Static_assert(sizeof(struct sdp_proc_stats) == 440, "header layout (tests/fuzz/fuzz_stats.c)");
 _Static_assert(sizeof(struct sdp_conn_stats) == 184, "slot layout");
 _Static_assert(sizeof(struct sdp_link_stats) == 136, "link record layout");
 _Static_assert(sizeof(struct sdp_link_stats) % 8 == 0 && sizeof(struct sdp_conn_stats) % 8 == 0,

@@ -48,7 +48,8 @@
 #include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
-#define STATS_VERSION 3 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app */
+#define STATS_VERSION 3 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app,
+                          * progress_wakeups */
 #define STATS_REASON_SLOTS 32
 #define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
 #define STATS_LINKS_MAX (1u << 16) /* the largest SDPSHIM_LINK_SLOTS (base/config.c) */
@@ -107,6 +108,9 @@ struct sdp_proc_stats {
 	_Atomic uint64_t pin_budget;
 	_Atomic uint64_t pinned_bytes;
 	_Atomic uint64_t budget_refusals;
+	/* Times the progress thread woke (one epoll_wait return): against the
+	 * messages taken in, how often the kernel stood on the data path. */
+	_Atomic uint64_t progress_wakeups;
 	struct sdp_conn_stats slot[];
 };
 
@@ -200,6 +204,7 @@ struct stats_proc_info {
 	uint64_t conns_by_reason[STATS_REASON_SLOTS];
 	uint64_t bytes_sent, bytes_received, negcache_hits;
 	uint64_t pin_budget, pinned_bytes, budget_refusals;
+	uint64_t progress_wakeups;
 };
 
 /* One process as read: its header and private copies of its live slots

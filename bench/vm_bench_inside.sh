@@ -29,7 +29,8 @@
 # (requests for -P 16, default 2*REDIS_N), IPERF_T (5), RS_BIG_C (2000),
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
 # even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
-# hung), BENCH_PARTS (default "redis iperf rstream strace": the groups to run),
+# hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace ctxsw":
+# the groups to run),
 # BENCH_ROUNDS (with BASE_BUILD: rounds of the two sdpshim libraries, default
 # 1; TCP, rsocket and strace run in the first only), BASE_BUILD (a build directory of another revision, see vm_bench.sh -b: its
 # library runs as a fourth setup, "base", beside sdpshim, and the table gains
@@ -65,7 +66,7 @@ mkdir -p "$OUT"
 LIB=$WORK/libsdpshim.so
 cp "$BUILD/libsdpshim.so" "$LIB"
 LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
-PARTS=${BENCH_PARTS:-redis iperf rstream strace}
+PARTS=${BENCH_PARTS:-redis iperf rstream strace ctxsw}
 ROUNDS=${BENCH_ROUNDS:-1}
 SETUPS="tcp sdpshim rsocket" SHIMS=sdpshim LIBBASE= BASE_SHA=
 if [ -n "${BASE_BUILD:-}" ]; then
@@ -127,6 +128,9 @@ row sc.excl2        "  ... and excl. clock reads"
 row sc.uverbs       "  uverbs writes/GET (rxe only)"
 row sc.postsend     "    of which post_send doorbell"
 row sc.arm          "    of which CQ arm (notify)"
+row cs.vol          "context switches/GET, voluntary"
+row cs.invol        "  ... non-voluntary"
+row cs.wake         "progress-thread wakeups/GET"
 
 # set_val LAYOUT METRIC SETUP VALUE: a number joins the numbers of earlier
 # rounds (the table shows their median); a word ("fails", "FALLBACK"...)
@@ -372,6 +376,16 @@ rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
 	fi
 }
 
+# start_quiet_redis SETUP DIR PORT IP: a redis-server without persistence for
+# the per-GET counts, up and listening (its pid in REDIS_PID, and in PIDS).
+start_quiet_redis() {
+	local setup=$1 d=$2 port=$3 ip=$4
+	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
+		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
+	REDIS_PID=$!; PIDS+=("$REDIS_PID")
+	wait_up "$port" "$REDIS_PID" "$(is_shim "$setup" && echo tcprdma || echo tcp)" 20
+}
+
 # ---------------------------------------------------------------- syscalls
 # strace -f attached to redis-server while redis-benchmark -c 1 -t get runs
 # STRACE_N requests; counts every syscall entry, and the writes to
@@ -386,10 +400,7 @@ strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
 		note "$lay strace $setup skipped: redis hung in this setup above"
 		return
 	fi
-	$(prefix "$setup" "$d/stats.srv.jsonl") redis-server --port "$port" --bind "$ip" --save '' \
-		--appendonly no --protected-mode no >"$d/server.log" 2>&1 &
-	spid=$!; PIDS+=("$spid")
-	wait_up "$port" "$spid" "$(is_shim "$setup" && echo tcprdma || echo tcp)" 20
+	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
 	strace -f -qq -y -x -s 4 -o "$d/strace.log" -p "$spid" 2>"$d/strace.err" &
 	tpid=$!; PIDS+=("$tpid")
 	for _ in $(seq 100); do   # every thread traced?
@@ -443,6 +454,67 @@ strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
 		case $v in
 			FALLBACK*) mark_fallback "$lay" "$setup" "strace: $v" sc.total sc.excl sc.excl2 sc.uverbs sc.postsend sc.arm ;;
 			*) NOTES+=("$lay strace $setup: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
+# ---------------------------------------------------------------- context switches
+# redis-server without strace (a tracer adds switches of its own) serving
+# STRACE_N GETs from redis-benchmark -c 1: the context switches of all its
+# threads (/proc/PID/task/*/status), and for a shim the progress thread's
+# wake-ups (progress_wakeups in `sdpshim stat --json`; a library without the
+# counter leaves the row empty), each per GET.  Connection setup is included.
+ctx_total() {   # ctx_total PID FIELD: FIELD summed over the process's threads
+	cat /proc/"$1"/task/*/status 2>/dev/null | awk -v f="$2:" '$1 == f { n += $2 } END { print n + 0 }'
+}
+
+wakeups_of() {   # wakeups_of SETUP PID: the process's progress_wakeups, or nothing
+	local cli
+	case $1 in
+		sdpshim) cli=$BUILD/sdpshim ;;
+		base) cli=${BASE_BUILD:-/nonexistent}/sdpshim ;;
+		*) return 0 ;;
+	esac
+	[ -x "$cli" ] || return 0
+	"$cli" stat -p "$2" --json 2>/dev/null | python3 -S -c '
+import json, sys
+procs = json.load(sys.stdin).get("processes", [])
+if procs and "progress_wakeups" in procs[0]:
+    print(procs[0]["progress_wakeups"])' 2>/dev/null || true
+}
+
+ctxsw_run() {   # ctxsw_run LAYOUT SETUP SERVER_IP
+	local lay=$1 setup=$2 ip=$3 port d spid rc v0 n0 w0 v1 n1 w1 m
+	next_port; port=$PORT; d=$WORK/$lay/ctxsw.$setup; mkdir -p "$d"
+	say "$lay context switches, redis-server $setup, $STRACE_N GETs -c 1 (port $port)"
+	if [ -n "${HUNG[$lay.$setup]:-}" ]; then
+		for m in cs.vol cs.invol cs.wake; do set_val "$lay" $m "$setup" skipped; done
+		note "$lay ctxsw $setup skipped: redis hung in this setup above"
+		return
+	fi
+	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
+	v0=$(ctx_total "$spid" voluntary_ctxt_switches); n0=$(ctx_total "$spid" nonvoluntary_ctxt_switches)
+	w0=$(wakeups_of "$setup" "$spid")
+	timeout -k 5 $((60 + STRACE_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
+		-p "$port" -n "$STRACE_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
+	v1=$(ctx_total "$spid" voluntary_ctxt_switches); n1=$(ctx_total "$spid" nonvoluntary_ctxt_switches)
+	w1=$(wakeups_of "$setup" "$spid")
+	stop "$spid" "$lay redis-server for context switches ($setup)"
+	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ]; then
+		for m in cs.vol cs.invol cs.wake; do set_val "$lay" $m "$setup" fails; done
+		note "$lay ctxsw $setup fails: redis-benchmark -n $STRACE_N -c 1 -t get rc $rc"
+		return
+	fi
+	per_get() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
+	set_val "$lay" cs.vol "$setup" "$(per_get $((v1 - v0)))"
+	set_val "$lay" cs.invol "$setup" "$(per_get $((n1 - n0)))"
+	[ -n "$w0" ] && [ -n "$w1" ] && set_val "$lay" cs.wake "$setup" "$(per_get $((w1 - w0)))"
+	say "  voluntary $((v1 - v0)), non-voluntary $((n1 - n0)), progress wakeups ${w0:+$((w1 - w0))}"
+	if is_shim "$setup"; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" "$setup" "ctxsw: $v" cs.vol cs.invol cs.wake ;;
+			*) NOTES+=("$lay ctxsw $setup: all $v connections on path rdma") ;;
 		esac
 	fi
 }
@@ -507,6 +579,9 @@ run_parts() {   # run_parts LAYOUT SERVER_IP SETUPS ROUND
 	fi
 	if has_part strace && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do strace_run "$lay" $setup "$srv"; done
+	fi
+	if has_part ctxsw && [ "$round" = 1 ]; then
+		for setup in tcp $SHIMS; do ctxsw_run "$lay" $setup "$srv"; done
 	fi
 }
 

@@ -222,6 +222,7 @@ struct sdp_conn {
 	struct sdp_link *link;
 	uint16_t link_idx;
 	bool link_stopped;        /* its traffic on the link ended (qp_force_error) */
+	bool link_fenced;         /* its resources are going: the link hands it nothing more */
 	bool link_open_sent;      /* client: its OPEN went on the link */
 	uint8_t **rx_heap;
 	uint8_t **tx_heap;

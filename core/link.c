@@ -998,6 +998,29 @@ void link_stream_stop(struct sdp_conn *c)
 	free(ids);
 }
 
+void link_stream_fence(struct sdp_conn *c)
+{
+	struct sdp_link *link;
+
+	conn_lock(c);
+	link = c->link;
+	if (link) {
+		c->link_stopped = true; /* received messages: ignored */
+		c->link_fenced = true;  /* send completions: not handed over */
+		link_get(link);
+	}
+	conn_unlock(c);
+	if (!link)
+		return;
+	/* A delivery already under way (deliveries run under the poll lock,
+	 * drain_cq) ends before this returns. */
+	if (link->pid == self_pid()) {
+		pthread_mutex_lock(&link->poll_lock);
+		pthread_mutex_unlock(&link->poll_lock);
+	}
+	link_put(link);
+}
+
 void link_stream_detach(struct sdp_conn *c)
 {
 	struct sdp_link *link;
@@ -1040,13 +1063,6 @@ void link_stream_detach(struct sdp_conn *c)
 	maybe_destroy_locked(link);
 	pthread_mutex_unlock(&link->lock);
 	job_free(released);
-	/* A delivery that found c in the table before it left ends before c's
-	 * memory goes: deliveries run under the poll lock (drain_cq), and
-	 * this runs with no lock held (conn_destroy_resources). */
-	if (link->pid == getpid()) {
-		pthread_mutex_lock(&link->poll_lock);
-		pthread_mutex_unlock(&link->poll_lock);
-	}
 	link_put(link);
 }
 
@@ -1725,7 +1741,8 @@ static void on_send_done(struct sdp_link *link, const struct ibv_wc *wc)
 	swc = *wc;
 	swc.wr_id = w.wr_id;
 	conn_lock(w.c);
-	cq_on_stream_wc(w.c, &swc);
+	if (w.c->link == link && !w.c->link_fenced)
+		cq_on_stream_wc(w.c, &swc); /* not to a stream whose resources are going */
 	conn_unlock(w.c);
 	conn_put(w.c);
 }
@@ -1756,6 +1773,11 @@ static bool cq_pollable(struct sdp_link *link)
 	return ok;
 }
 
+/* Set while this thread takes in a link's completions: a handler that
+ * would take them in again (a stream about to judge TCP bytes,
+ * reap_before_judging) finds them taken in up to its own, in order. */
+static __thread bool draining;
+
 /* Takes in every completion queued, no stream locked.  The progress
  * thread waits for its turn; an app thread (by_app) leaves the queue to
  * whoever is at it already, and the receives it takes in are counted apart. */
@@ -1764,7 +1786,7 @@ static void drain_cq(struct sdp_link *link, bool by_app)
 	struct ibv_wc wc[16];
 	int n;
 
-	if (link->pid != self_pid())
+	if (draining || link->pid != self_pid())
 		return;
 	if (!by_app)
 		pthread_mutex_lock(&link->poll_lock);
@@ -1774,6 +1796,7 @@ static void drain_cq(struct sdp_link *link, bool by_app)
 		pthread_mutex_unlock(&link->poll_lock);
 		return;
 	}
+	draining = true;
 	do {
 		SDP_GUARD_ENTER();
 		n = ibv_poll_cq(link->cq, 16, wc);
@@ -1786,6 +1809,7 @@ static void drain_cq(struct sdp_link *link, bool by_app)
 		maybe_send_credit(link);
 		pthread_mutex_unlock(&link->lock);
 	} while (n == 16);
+	draining = false;
 	pthread_mutex_unlock(&link->poll_lock);
 }
 

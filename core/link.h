@@ -70,6 +70,10 @@ void link_sink_release(struct sdp_conn *c);
 void link_force_fail(struct sdp_conn *c, const char *why);
 /* The stream is being destroyed: leave the link and tell the peer. */
 void link_stream_detach(struct sdp_conn *c);
+/* Before a stream's resources go (no lock held): the link hands it no
+ * message or completion from now on, and one already being handed over
+ * has ended when this returns. */
+void link_stream_fence(struct sdp_conn *c);
 
 /* The progress thread: rdma_cm events of a link's id, and its CQ. */
 void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev);

@@ -17,6 +17,7 @@
 #include "base/guard.h"    /* SDP_GUARD_*: our own libc calls bypass the hooks */
 #include "base/log.h"
 #include "base/real.h"
+#include "base/stats_shm.h" /* progress_wakeups */
 #include "core/progress.h"
 
 struct deferred {
@@ -59,6 +60,24 @@ uint64_t progress_coarse_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* How far a coarse stamp can lag the precise clock: one tick, in whole ms. */
+uint64_t progress_coarse_slack_ms(void)
+{
+	static _Atomic uint64_t slack_ms;
+	uint64_t ms = atomic_load_explicit(&slack_ms, memory_order_relaxed);
+	struct timespec res;
+
+	if (ms)
+		return ms;
+	ms = 10; /* HZ=100, if the resolution cannot be read */
+	if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
+		ms = (uint64_t)res.tv_sec * 1000 + ((uint64_t)res.tv_nsec + 999999) / 1000000;
+	if (!ms)
+		ms = 1;
+	atomic_store_explicit(&slack_ms, ms, memory_order_relaxed);
+	return ms;
 }
 
 static int hidden_fd_floor(void)
@@ -259,6 +278,16 @@ static void on_timer(struct progress_source *src, uint32_t events)
 	fire_due_timers();
 }
 
+/* `sdpshim stat`'s progress_wakeups: each is a wake-up of this thread,
+ * and per message, a system call and a context switch at the least. */
+static void count_wakeup(void)
+{
+	struct stats_seg *seg = stats_seg_current();
+
+	if (seg && seg->hdr)
+		atomic_fetch_add_explicit(&seg->hdr->progress_wakeups, 1, memory_order_relaxed);
+}
+
 /* Called between batches: at exit the thread parks here for good. */
 static void park_if_stopping(void)
 {
@@ -287,6 +316,8 @@ static void *progress_main(void *arg)
 			sdp_error("progress thread: epoll_wait: %s", strerror(errno));
 			return NULL;
 		}
+		if (n > 0)
+			count_wakeup();
 		for (int i = 0; i < n; i++) {
 			struct progress_source *src = evs[i].data.ptr;
 			src->on_ready(src, evs[i].events);

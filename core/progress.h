@@ -38,6 +38,7 @@ void progress_timer_cancel(struct progress_timer *t);
 
 uint64_t progress_now_ms(void);
 uint64_t progress_coarse_ms(void);
+uint64_t progress_coarse_slack_ms(void);
 
 /* At exit: waits until no channel is lingering (bounded by max_wait_ms),
  * then parks the thread outside every handler so library destructors never

@@ -289,6 +289,7 @@ void conn_post_all_recvs(struct sdp_conn *c)
 
 void conn_destroy_resources(struct sdp_conn *c)
 {
+	link_stream_fence(c); /* app threads poll the link too: nothing reaches c past here */
 	zc_release(c);
 	if (c->link || c->rx_heap)
 		link_stream_detach(c);

@@ -90,6 +90,14 @@ void conn_on_timer(struct sdp_conn *c)
 
 /* ------------------------------------------------ send-queue watchdog */
 
+/* SDPSHIM_STALL_MS after the last send progress.  That stamp is coarse
+ * (progress_coarse_ms, per completion): up to a tick behind, so the
+ * deadline gets the tick back and a stall is never judged early. */
+static uint64_t stall_deadline(const struct sdp_conn *c)
+{
+	return c->sq_progress_ms + sdp_tun.stall_ms + progress_coarse_slack_ms();
+}
+
 void conn_note_post(struct sdp_conn *c)
 {
 	if (c->sq_outstanding++ > 0)
@@ -97,7 +105,7 @@ void conn_note_post(struct sdp_conn *c)
 	c->sq_progress_ms = progress_coarse_ms();
 	if (sdp_tun.stall_ms && !c->stall_armed) {
 		c->stall_armed = true;
-		progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
+		progress_timer_arm(&c->stall_timer, stall_deadline(c));
 	}
 }
 
@@ -121,12 +129,12 @@ void conn_stall_timer_fired(void *arg)
 	if (sq_waiting(c))
 		cq_poll(c); /* a completion whose event we missed is no stall */
 	/* With nothing outstanding, the next post starts the clock again. */
-	if (sq_waiting(c) && progress_now_ms() - c->sq_progress_ms >= sdp_tun.stall_ms) {
+	if (sq_waiting(c) && progress_now_ms() >= stall_deadline(c)) {
 		close_ev_carrier_failed(c, ETIMEDOUT,
 					"send queue stalled: no completion within SDPSHIM_STALL_MS");
 	} else if (sq_waiting(c) && !c->stall_armed) {
 		c->stall_armed = true;
-		progress_timer_arm(&c->stall_timer, c->sq_progress_ms + sdp_tun.stall_ms);
+		progress_timer_arm(&c->stall_timer, stall_deadline(c));
 	}
 	conn_unlock(c);
 }

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "base/pin_budget.h" /* pin_budget_atfork_child() */
-#include "base/self.h"       /* self_pid_after_fork() */
 #include "base/real.h"
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
@@ -43,8 +42,7 @@ void proc_atfork_parent(void)
 
 void proc_atfork_child(void)
 {
-	self_pid_after_fork(); /* first: every check below compares against it */
-	pin_budget_atfork_child(); /* the child's segment publishes to it */
+	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
 	sock_atfork_child();
 	path_atfork_child();

@@ -30,8 +30,8 @@ static inline long long rdy_mono_ns(void)
  * timeout and reads no clock but the coarse one (no system call); only a
  * wait after a wake-up with nothing to report reads CLOCK_MONOTONIC.  The
  * coarse start can overstate the time already waited by under one tick,
- * so the remainder gets that tick back: a wait may end up to a tick late,
- * never early. */
+ * so the remainder gets that tick back: a wait may end up to two ticks
+ * late (the estimate is also rounded down to nothing waited), never early. */
 struct rdy_bound {
 	long long timeout_ns;   /* -1: none */
 	long long start_coarse; /* ns */

@@ -428,8 +428,9 @@ static void print_summary(const struct proc_view *p, bool raw)
 	print_tcp_reasons(h);
 	format_size(h->pinned_bytes, raw, pinned, sizeof(pinned));
 	format_size(h->pin_budget, raw, budget, sizeof(budget));
-	printf(", negcache hits %" PRIu64 ", pinned %s of %s, budget refusals %" PRIu64 "\n",
-	       h->negcache_hits, pinned, budget, h->budget_refusals);
+	printf(", negcache hits %" PRIu64 ", pinned %s of %s, budget refusals %" PRIu64
+	       ", progress wakeups %" PRIu64 "\n",
+	       h->negcache_hits, pinned, budget, h->budget_refusals, h->progress_wakeups);
 }
 
 /* ---- links -------------------------------------------------------------- */
@@ -616,8 +617,8 @@ static void json_print_process(const struct proc_view *p, const struct stat_opts
 	       ",\"bytes_received\":%" PRIu64 ",",
 	       h->negcache_hits, bytes.sent, bytes.received);
 	printf("\"pin_budget\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
-	       ",\"budget_refusals\":%" PRIu64 ",",
-	       h->pin_budget, h->pinned_bytes, h->budget_refusals);
+	       ",\"budget_refusals\":%" PRIu64 ",\"progress_wakeups\":%" PRIu64 ",",
+	       h->pin_budget, h->pinned_bytes, h->budget_refusals, h->progress_wakeups);
 	json_print_connections(p, o);
 	printf(",");
 	json_print_links(p);

@@ -38,7 +38,7 @@
 #define LINK_SIZE sizeof(struct sdp_link_stats)
 
 /* The layout the model reads: pinned here as the writer lays it out. */
-_Static_assert(HDR_SIZE == 432 && SLOT_SIZE == 184 && LINK_SIZE == 136, "layout");
+_Static_assert(HDR_SIZE == 440 && SLOT_SIZE == 184 && LINK_SIZE == 136, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, version) == 8, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, slot_count) == 12, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, pid) == 16, "layout");
@@ -50,6 +50,7 @@ _Static_assert(offsetof(struct sdp_proc_stats, link_count) == 400, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, pin_budget) == 408, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, pinned_bytes) == 416, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, budget_refusals) == 424, "layout");
+_Static_assert(offsetof(struct sdp_proc_stats, progress_wakeups) == 432, "layout");
 _Static_assert(offsetof(struct sdp_link_stats, seq) == 4, "layout");
 _Static_assert(offsetof(struct sdp_link_stats, role) == 8, "layout");
 _Static_assert(offsetof(struct sdp_link_stats, state) == 9, "layout");
@@ -140,6 +141,7 @@ static void check_header(const struct stats_proc_info *info, const uint8_t *m, s
 	CHECK(stats_link_off(info->slot_count, info->link_count) <= n);
 	CHECK(info->pin_budget == ne64_at(m + 408) && info->pinned_bytes == ne64_at(m + 416));
 	CHECK(info->budget_refusals == ne64_at(m + 424));
+	CHECK(info->progress_wakeups == ne64_at(m + 432));
 	check_comm(info->comm, m + 32);
 }
 

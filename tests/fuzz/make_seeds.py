@@ -367,7 +367,7 @@ def tcp_diag_seeds():
 
 
 # The stats segment (base/stats_shm.h), little-endian as the writer lays it out
-# on the hosts sdpshim runs on: a 432-byte header, then 184-byte slots, then
+# on the hosts sdpshim runs on: a 440-byte header, then 184-byte slots, then
 # 136-byte link records.
 STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
 STATS_VERSION = 3
@@ -382,12 +382,12 @@ LINK_STATE = dict(CONNECTING=0, UP=1, FAILED=2, CLOSING=3)
 
 def stats_header(slots, pid=4242, uid=1000, comm=b"redis-server", magic=STATS_MAGIC,
                  version=STATS_VERSION, by_path=(0, 2, 1), bytes_sent=5000, bytes_received=7000,
-                 links=1, pin_budget=268435456, pinned=4268032, refusals=3):
+                 links=1, pin_budget=268435456, pinned=4268032, refusals=3, wakeups=1234):
     by_reason = [0] * 32
     by_reason[REASON["LOOPBACK"]] = 2
-    return struct.pack("<QIIiIQ64s3Q32QQQQIIQQQ", magic, version, slots, pid, uid,
+    return struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", magic, version, slots, pid, uid,
                        1700000000000, comm, *by_path, *by_reason, bytes_sent, bytes_received, 1,
-                       links, 0, pin_budget, pinned, refusals)
+                       links, 0, pin_budget, pinned, refusals, wakeups)
 
 
 def stats_addr(family=0, port=0, addr=b""):
@@ -419,8 +419,8 @@ def stats_seeds():
                       local=v6, remote=v6)
     listener = stats_slot(fd=3, role=ROLE["LISTENER"], remote=stats_addr())
     free_slot = bytes(184)
-    free_link = bytes(128)
-    assert len(stats_header(1)) == 432 and len(stats_slot()) == 184 and len(stats_link()) == 136
+    free_link = bytes(136)
+    assert len(stats_header(1)) == 440 and len(stats_slot()) == 184 and len(stats_link()) == 136
     return {
         "one-free-slot": stats_header(1) + free_slot + free_link,
         "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot +

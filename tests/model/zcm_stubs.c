@@ -56,6 +56,11 @@ WEAK uint64_t progress_coarse_ms(void)
 	return progress_now_ms();
 }
 
+WEAK uint64_t progress_coarse_slack_ms(void)
+{
+	return 0; /* the model's clock has no ticks */
+}
+
 /* ------------------------------------------------------ waits and wakes */
 
 int zcm_real_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)

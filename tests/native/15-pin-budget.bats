@@ -184,8 +184,8 @@ write_seg_py() {
 import struct, sys
 path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 by_reason = [0] * 32
-hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQ", 0x3154415453504453, 3, 2, pid, uid, 1700000000000,
-                  b"linked", 0, 0, 1, *by_reason, 0, 0, 0, 3, 0, 8388608, 4268032, 3)
+hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 3, 2, pid, uid, 1700000000000,
+                  b"linked", 0, 0, 1, *by_reason, 0, 0, 0, 3, 0, 8388608, 4268032, 3, 77)
 def addr(a, port):
     return struct.pack("<HH16s", 2, port, bytes(a))
 conn = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 2, 0, 0, 0, 0) + addr((10, 0, 0, 1), 40000) +
@@ -196,7 +196,7 @@ def link(role, state=1):
             struct.pack("<IQIIQIIQQQQQQ", 0, 1700000000002, 3, 255, 1 << 20, 64, 5, 1000, 999,
                         123456, 654321, 9, 400))
 img = hdr + conn + bytes(184) + link(1) + link(9) + bytes(136)
-assert len(hdr) == 432 and len(conn) == 184 and len(link(1)) == 136
+assert len(hdr) == 440 and len(conn) == 184 and len(link(1)) == 136
 with open(path, "wb") as f:
     f.write(img)
 PY
@@ -219,13 +219,14 @@ PY
   grep -Eq "^ *PID +COMM +PEER +ROLE +STATE +STREAMS +PINNED +CREDITS +MSGS$" <<<"$output"
   grep -Eq "^ *$pid +linked +10\.0\.0\.2:6379 +client +up +3/255 +1\.0M +5/64 +1000/999$" <<<"$output"
   [ "$(grep -c "10.0.0.2:6379" <<<"$output")" -eq 2 ]     # the connection and one link
-  [[ "$output" == *"pid $pid linked: 1 rdma, 0 tcp, negcache hits 0, pinned 4.1M of 8.0M, budget refusals 3"* ]]
+  [[ "$output" == *"pid $pid linked: 1 rdma, 0 tcp, negcache hits 0, pinned 4.1M of 8.0M, budget refusals 3, progress wakeups 77"* ]]
   run run_timeout 30 "$SDPSHIM_BIN" stat -p "$pid" --json
   [ "$status" -eq 0 ]
   "$PY" -c '
 import json, sys
 p = json.loads(sys.argv[1])["processes"][0]
 assert (p["pin_budget"], p["pinned_bytes"], p["budget_refusals"]) == (8388608, 4268032, 3), p
+assert p["progress_wakeups"] == 77, p
 assert len(p["links"]) == 1, p["links"]
 l = p["links"][0]
 want = dict(role="client", state="up", local="10.0.0.1:40001", peer="10.0.0.2:6379", streams=3,

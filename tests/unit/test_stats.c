@@ -456,6 +456,7 @@ static int test_read_pin_fields(void)
 		atomic_store(&seg.hdr->pin_budget, 8388608);
 		atomic_store(&seg.hdr->pinned_bytes, 4268032);
 		atomic_store(&seg.hdr->budget_refusals, 7);
+		atomic_store(&seg.hdr->progress_wakeups, 4242);
 		err = stats_seg_read(seg.path, geteuid(), getpid(), &snap, why, sizeof(why));
 		ok = check(err == 0, "read: %s", why) &&
 		     check(snap.info.pin_budget == 8388608 && snap.info.pinned_bytes == 4268032 &&
@@ -463,6 +464,8 @@ static int test_read_pin_fields(void)
 			   (unsigned long long)snap.info.pin_budget,
 			   (unsigned long long)snap.info.pinned_bytes,
 			   (unsigned long long)snap.info.budget_refusals) &&
+		     check(snap.info.progress_wakeups == 4242, "progress wakeups %llu",
+			   (unsigned long long)snap.info.progress_wakeups) &&
 		     check(snap.info.link_count == LINKS, "link_count %u", snap.info.link_count) &&
 		     check(snap.link_count == 0, "%zu live links in a segment with none",
 			   snap.link_count);
