@@ -29,8 +29,9 @@
 # (requests for -P 16, default 2*REDIS_N), IPERF_T (5), RS_BIG_C (2000),
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
 # even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
-# hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace ctxsw":
-# the groups to run),
+# hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace perf ctxsw idle":
+# the groups to run), BENCH_IDLE_S (10: the idle part's window), BENCH_RS_PP_I
+# (2000: iterations of the 64 B rstream ping-pong, -C 1),
 # BENCH_ROUNDS (with BASE_BUILD: rounds of the two sdpshim libraries, default
 # 1; TCP, rsocket and strace run in the first only), BASE_BUILD (a build directory of another revision, see vm_bench.sh -b: its
 # library runs as a fourth setup, "base", beside sdpshim, and the table gains
@@ -66,7 +67,9 @@ mkdir -p "$OUT"
 LIB=$WORK/libsdpshim.so
 cp "$BUILD/libsdpshim.so" "$LIB"
 LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
-PARTS=${BENCH_PARTS:-redis iperf rstream strace ctxsw}
+PARTS=${BENCH_PARTS:-redis iperf rstream strace perf ctxsw idle}
+IDLE_S=${BENCH_IDLE_S:-10}
+RS_PP_I=${BENCH_RS_PP_I:-2000}
 ROUNDS=${BENCH_ROUNDS:-1}
 SETUPS="tcp sdpshim rsocket" SHIMS=sdpshim LIBBASE= BASE_SHA=
 if [ -n "${BASE_BUILD:-}" ]; then
@@ -78,8 +81,14 @@ if [ -n "${BASE_BUILD:-}" ]; then
 else
 	ROUNDS=1
 fi
+# BENCH_SPIN_US: the working tree's library once more with SDPSHIM_SPIN_US
+# (busy-poll before sleeping), as setup "spin", in one more column.
+SPIN_US=${BENCH_SPIN_US:-}
+if [ -n "$SPIN_US" ]; then
+	SETUPS="$SETUPS spin" SHIMS="$SHIMS spin"
+fi
 # is_shim SETUP: one of the sdpshim builds (the working tree's or the base)
-is_shim() { [ "$1" = sdpshim ] || [ "$1" = base ]; }
+is_shim() { [ "$1" = sdpshim ] || [ "$1" = base ] || [ "$1" = spin ]; }
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19 SDPSHIM_RUN_DIR=$WORK SDPSHIM_NEGCACHE_TTL_MS=0
@@ -122,15 +131,26 @@ row iperf.4         "iperf3 -t $IPERF_T Gbit/s (-P 4)"
 row rs.big.gbps     "rstream 64KiB x$RS_BIG_C Gb/s"
 row rs.small.gbps   "rstream 64B x$RS_SMALL_C Gb/s"
 row rs.small.us     "rstream 64B us/xfer"
+row rs.pp.us        "rstream 64B ping-pong us/xfer (-C 1)"
 row sc.total        "syscalls/GET (redis-server)"
-row sc.excl         "syscalls/GET excl. rxe doorbells"
+row sc.excl         "syscalls/GET excl. rxe doorbells/arms"
 row sc.excl2        "  ... and excl. clock reads"
-row sc.uverbs       "  uverbs writes/GET (rxe only)"
+row sc.uverbs       "  uverbs calls/GET (rxe only)"
 row sc.postsend     "    of which post_send doorbell"
-row sc.arm          "    of which CQ arm (notify)"
+row sc.arm          "    of which CQ arm (notify; ioctl)"
+row pf.total        "syscalls/GET, perf (no ptrace stops)"
+row pf.excl         "  ... excl. clocks, arms, doorbells"
+row pf.read         "    read/GET"
+row pf.write        "    write/GET (incl. doorbells)"
+row pf.epoll        "    epoll_wait+epoll_pwait/GET"
+row pf.ioctl        "    ioctl/GET (rxe: CQ arms)"
+row pf.futex        "    futex/GET"
+row pf.clock        "    clock reads/GET"
 row cs.vol          "context switches/GET, voluntary"
 row cs.invol        "  ... non-voluntary"
 row cs.wake         "progress-thread wakeups/GET"
+row idle.cpu        "idle connection: CPU ms in ${IDLE_S}s (server+client)"
+row idle.wake       "  ... progress-thread wakeups in ${IDLE_S}s (server)"
 
 # set_val LAYOUT METRIC SETUP VALUE: a number joins the numbers of earlier
 # rounds (the table shows their median); a word ("fails", "FALLBACK"...)
@@ -198,6 +218,7 @@ prefix() {
 		sdpshim) echo "env LD_PRELOAD=$LIB SDPSHIM_STATS_FILE=$2" ;;
 		base) echo "env LD_PRELOAD=$LIBBASE SDPSHIM_STATS_FILE=$2" ;;
 		rsocket) echo "env LD_PRELOAD=$RSPRE" ;;
+		spin) echo "env LD_PRELOAD=$LIB SDPSHIM_SPIN_US=$SPIN_US SDPSHIM_STATS_FILE=$2" ;;
 	esac
 }
 
@@ -338,10 +359,11 @@ print("%.3f" % (b / 1e9) if b > 0 else "fails:0 bytes received")' "$d/client.jso
 # ---------------------------------------------------------------- rstream
 # TCP: `rstream -T s` plain; sdpshim: `rstream -T s` with both ends preloaded;
 # rsocket: native rstream (rsockets API, no preload).
-rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
+rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY [ITERATIONS]
 	local lay=$1 setup=$2 ip=$3 size=$4 count=$5 key=$6 port d spid rc line us gb opt=(-T s)
 	next_port; port=$PORT; d=$WORK/$lay/rstream.$key.$setup; mkdir -p "$d"
 	[ "$setup" = rsocket ] && opt=()
+	[ -n "${7:-}" ] && opt+=(-I "$7")
 	say "$lay rstream -S $size -C $count $setup (port $port)"
 	local pre=env
 	is_shim "$setup" && pre=$(prefix "$setup" "$d/stats.srv.jsonl")
@@ -358,11 +380,13 @@ rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
 	us=$(awk '{ print $NF }' <<<"$line")
 	if [ "$rc" = 0 ] && [ -n "$us" ]; then
 		gb=$(awk -v s="$size" -v u="$us" 'BEGIN { printf "%.4f", s * 8 / u / 1000 }')
-		set_val "$lay" "rs.$key.gbps" "$setup" "$gb"
+		[ "$key" != pp ] && set_val "$lay" "rs.$key.gbps" "$setup" "$gb"
 		[ "$key" = small ] && set_val "$lay" rs.small.us "$setup" "$us"
+		[ "$key" = pp ] && set_val "$lay" rs.pp.us "$setup" "$us"
 	else
-		set_val "$lay" "rs.$key.gbps" "$setup" fails
+		[ "$key" != pp ] && set_val "$lay" "rs.$key.gbps" "$setup" fails
 		[ "$key" = small ] && set_val "$lay" rs.small.us "$setup" fails
+		[ "$key" = pp ] && set_val "$lay" rs.pp.us "$setup" fails
 		note "$lay rstream $key $setup fails (rc $rc): $(tail -2 "$d/client.log" | tr '\n' ' ' | cut -c1-160)"
 	fi
 	say "  $line"
@@ -370,7 +394,7 @@ rstream_run() {   # rstream_run LAYOUT SETUP SERVER_IP SIZE COUNT KEY
 		local v; v=$(check_rdma "$d")
 		case $v in
 			FALLBACK*) mark_fallback "$lay" "$setup" "rstream $key: $v" "rs.$key.gbps" \
-				$([ "$key" = small ] && echo rs.small.us) ;;
+				$([ "$key" = small ] && echo rs.small.us) $([ "$key" = pp ] && echo rs.pp.us) ;;
 			*) NOTES+=("$lay rstream $key $setup: all $v connections on path rdma") ;;
 		esac
 	fi
@@ -423,15 +447,20 @@ strace_run() {   # strace_run LAYOUT SETUP SERVER_IP
 		match($0, /^[0-9]+ +[a-z_0-9]+\(/) {
 			s = substr($0, RSTART, RLENGTH); sub(/^[0-9]+ +/, "", s); sub(/\($/, "", s)
 			n[s]++; total++
+			# rxe rings its doorbells and arms its CQs with system calls on
+			# the uverbs fd; a hardware NIC writes its doorbell page instead
 			if (s == "write" && index($0, "</dev/infiniband/uverbs")) {
 				uv++
 				if (index($0, ", \"\\x1c\\x00")) ps++; else if (index($0, ", \"\\x17\\x00")) arm++
+			} else if (s == "ioctl" && index($0, "</dev/infiniband/uverbs")) {
+				uv++; arm++   # the verbs ioctl: req_notify_cq (INVOKE_WRITE)
 			}
 		}
 		END {
 			printf "total %d\nuverbs %d\npostsend %d\narm %d\n", total, uv, ps, arm
 			for (s in n) printf "sys.%s %d\n", s, n[s]
 		}' "$d/strace.log" >"$d/counts"
+	grep -m 4 'ioctl(.*uverbs' "$d/strace.log" >"$d/uverbs-ioctl.sample" || true   # what the arms are
 	local tot uv
 	tot=$(awk '$1 == "total" { print $2 }' "$d/counts"); uv=$(awk '$1 == "uverbs" { print $2 }' "$d/counts")
 	per() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
@@ -519,6 +548,118 @@ ctxsw_run() {   # ctxsw_run LAYOUT SETUP SERVER_IP
 	fi
 }
 
+# An idle connection: redis-server and a client that sent one PING and waits,
+# both preloaded; the CPU time both processes use (all threads, utime +
+# stime, in clock ticks) and the server's progress-thread wake-ups over
+# IDLE_S seconds once the connection is up and quiet.
+cpu_ticks() {   # cpu_ticks PID: utime + stime of the whole process
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' /proc/"$1"/stat 2>/dev/null || echo 0
+}
+
+idle_run() {   # idle_run LAYOUT SETUP SERVER_IP
+	local lay=$1 setup=$2 ip=$3 port d spid cpid s0 c0 s1 c1 w0 w1 hz
+	next_port; port=$PORT; d=$WORK/$lay/idle.$setup; mkdir -p "$d"
+	say "$lay idle connection, $setup, ${IDLE_S}s (port $port)"
+	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
+	$(prefix "$setup" "$d/stats.cli.jsonl") python3 -S -c '
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"PING\r\n")
+assert s.recv(64).startswith(b"+PONG"), "no PONG"
+print("up", flush=True)
+time.sleep(int(sys.argv[3]) + 4)
+s.close()' "$ip" "$port" "$IDLE_S" >"$d/client.log" 2>&1 &
+	cpid=$!; PIDS+=("$cpid")
+	for _ in $(seq 100); do grep -q '^up$' "$d/client.log" 2>/dev/null && break; sleep 0.2; done
+	if ! grep -q '^up$' "$d/client.log"; then
+		set_val "$lay" idle.cpu "$setup" fails; set_val "$lay" idle.wake "$setup" fails
+		note "$lay idle $setup fails: $(tail -2 "$d/client.log" | tr '\n' ' ')"
+		stop "$cpid" "idle client ($setup)"; stop "$spid" "redis-server, idle ($setup)"
+		return
+	fi
+	sleep 2   # the connection settles (binding, first credits)
+	s0=$(cpu_ticks "$spid"); c0=$(cpu_ticks "$cpid"); w0=$(wakeups_of "$setup" "$spid")
+	sleep "$IDLE_S"
+	s1=$(cpu_ticks "$spid"); c1=$(cpu_ticks "$cpid"); w1=$(wakeups_of "$setup" "$spid")
+	wait "$cpid"   # it closes and exits on its own: both ends write their stats lines
+	stop "$spid" "redis-server, idle ($setup)"
+	hz=$(getconf CLK_TCK)
+	set_val "$lay" idle.cpu "$setup" "$(awk -v t=$(( s1 - s0 + c1 - c0 )) -v hz="$hz" 'BEGIN { printf "%.1f", t * 1000 / hz }')"
+	[ -n "$w0" ] && [ -n "$w1" ] && set_val "$lay" idle.wake "$setup" "$((w1 - w0))"
+	say "  CPU ticks server $((s1 - s0)), client $((c1 - c0)) (${hz}/s); progress wakeups ${w0:+$((w1 - w0))}"
+	if is_shim "$setup"; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" "$setup" "idle: $v" idle.cpu idle.wake ;;
+			*) NOTES+=("$lay idle $setup: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
+# The same GETs counted by perf's syscall tracepoints (every thread of the
+# server, no ptrace): strace stops the tracee at each call, so a thread that
+# would be asleep when a completion comes is often not, and the progress
+# thread takes it instead.  The doorbell writes are the strace part's
+# post_send count; perf cannot tell them from the others.
+perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
+	local lay=$1 setup=$2 ip=$3 port d spid ppid rc ev s m
+	next_port; port=$PORT; d=$WORK/$lay/perf.$setup; mkdir -p "$d"
+	say "$lay syscalls by perf, redis-server $setup, $STRACE_N GETs -c 1 (port $port)"
+	if ! command -v perf >/dev/null || { ! mountpoint -q /sys/kernel/tracing &&
+		! mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; }; then
+		note "$lay perf $setup skipped: no perf or tracefs"
+		return
+	fi
+	ev=raw_syscalls:sys_enter
+	for s in read write epoll_wait epoll_pwait ioctl gettimeofday clock_gettime futex; do
+		ev="$ev,syscalls:sys_enter_$s"
+	done
+	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
+	perf stat -x, -e "$ev" -p "$spid" -o "$d/perf.csv" 2>"$d/perf.err" &
+	ppid=$!; PIDS+=("$ppid")
+	sleep 1
+	timeout -k 5 $((60 + STRACE_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
+		-p "$port" -n "$STRACE_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
+	kill -INT "$ppid"; wait "$ppid" 2>/dev/null
+	stop "$spid" "$lay redis-server under perf ($setup)"
+	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ] || [ ! -s "$d/perf.csv" ]; then
+		for m in pf.total pf.excl pf.read pf.write pf.epoll pf.ioctl pf.futex pf.clock; do
+			set_val "$lay" $m "$setup" fails
+		done
+		note "$lay perf $setup fails: rc $rc, $(head -c 200 "$d/perf.err")"
+		return
+	fi
+	# "COUNT,,EVENT,...": the process's threads summed
+	cnt() { awk -F, -v e="$1" '$3 == e { n += $1 } END { print n + 0 }' "$d/perf.csv"; }
+	per() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
+	local tot rd wr ew ep io fu gt cg clk
+	tot=$(cnt raw_syscalls:sys_enter); rd=$(cnt syscalls:sys_enter_read); wr=$(cnt syscalls:sys_enter_write)
+	ew=$(cnt syscalls:sys_enter_epoll_wait); ep=$(cnt syscalls:sys_enter_epoll_pwait)
+	io=$(cnt syscalls:sys_enter_ioctl); fu=$(cnt syscalls:sys_enter_futex)
+	gt=$(cnt syscalls:sys_enter_gettimeofday); cg=$(cnt syscalls:sys_enter_clock_gettime)
+	clk=$((gt + cg))
+	set_val "$lay" pf.total "$setup" "$(per "$tot")"
+	set_val "$lay" pf.read "$setup" "$(per "$rd")"
+	set_val "$lay" pf.write "$setup" "$(per "$wr")"
+	set_val "$lay" pf.epoll "$setup" "$(per $((ew + ep)))"
+	set_val "$lay" pf.ioctl "$setup" "$(per "$io")"
+	set_val "$lay" pf.futex "$setup" "$(per "$fu")"
+	set_val "$lay" pf.clock "$setup" "$(per "$clk")"
+	# doorbells: one post_send write per answer on the shims (the strace part counts them)
+	local bells=0
+	is_shim "$setup" && bells=$STRACE_N
+	set_val "$lay" pf.excl "$setup" "$(per $((tot - clk - io - bells)))"
+	say "  perf: $tot syscalls; read $rd write $wr epoll $((ew + ep)) ioctl $io futex $fu clocks $clk"
+	if is_shim "$setup"; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" "$setup" "perf: $v" pf.total pf.excl pf.read pf.write pf.epoll \
+				pf.ioctl pf.futex pf.clock ;;
+			*) NOTES+=("$lay perf $setup: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
 # ---------------------------------------------------------------- counters
 counters() {   # one line: veth and rxe packet counters
 	local out="" n f
@@ -576,12 +717,19 @@ run_parts() {   # run_parts LAYOUT SERVER_IP SETUPS ROUND
 	if has_part rstream; then
 		for setup in $setups; do rstream_run "$lay" $setup "$srv" 65536 "$RS_BIG_C" big; done
 		for setup in $setups; do rstream_run "$lay" $setup "$srv" 64 "$RS_SMALL_C" small; done
+		for setup in $setups; do rstream_run "$lay" $setup "$srv" 64 1 pp "$RS_PP_I"; done
 	fi
 	if has_part strace && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do strace_run "$lay" $setup "$srv"; done
 	fi
 	if has_part ctxsw && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do ctxsw_run "$lay" $setup "$srv"; done
+	fi
+	if has_part perf && [ "$round" = 1 ]; then
+		for setup in tcp $SHIMS; do perf_run "$lay" $setup "$srv"; done
+	fi
+	if has_part idle && [ "$round" = 1 ]; then
+		for setup in tcp $SHIMS; do idle_run "$lay" $setup "$srv"; done
 	fi
 }
 
@@ -597,8 +745,9 @@ fmt() {   # numbers: 3 significant decimals at most
 
 print_table() {
 	local lay m t s b r tsv=$OUT/results.tsv extra
-	local W='%-36s %11s %11s %11s %12s %15s\n'
+	local W='%-36s %11s %11s %11s %12s %15s\n' sp
 	[ -n "$LIBBASE" ] && W='%-36s %11s %11s %11s %11s %12s %15s %13s\n'
+	[ -n "$SPIN_US" ] && W="${W%\\n} %11s %11s %13s\\n"
 	: >"$tsv"; : >"$OUT/rounds.tsv"
 	echo
 	echo "sdpshim VM bench: $(date -u +%Y-%m-%dT%H:%MZ), guest $(uname -r), $(nproc) vCPU (TCG), lib sha256 $LIB_SHA"
@@ -608,6 +757,7 @@ print_table() {
 	echo "rsocket column: librspreload.so on both ends; rstream rows: native rsocket (no preload)."
 	echo "TCP/sdpshim rstream rows: rstream -T s (plain sockets), sdpshim preloaded on both ends."
 	echo "p50 and syscall rows: lower is better (a ratio above 1 means sdpshim is slower / busier)."
+	[ -n "$SPIN_US" ] && echo "spin column: this library with SDPSHIM_SPIN_US=$SPIN_US on both ends (busy-poll before sleeping)."
 	for lay in "${LAYS[@]}"; do
 		echo
 		case $lay in
@@ -615,9 +765,11 @@ print_table() {
 			pair) echo "== pair: $IP1 (rxe0) -> $IP2 (rxe1) across the veth" ;;
 		esac
 		if [ -n "$LIBBASE" ]; then
-			printf "$W" "metric" "TCP" "sdpshim" "base" "rsocket" "sdpshim/TCP" "sdpshim/rsocket" "sdpshim/base"
+			printf "$W" "metric" "TCP" "sdpshim" "base" "rsocket" "sdpshim/TCP" "sdpshim/rsocket" "sdpshim/base" \
+				${SPIN_US:+"spin" "spin/TCP" "spin/rsocket"}
 		else
-			printf "$W" "metric" "TCP" "sdpshim" "rsocket" "sdpshim/TCP" "sdpshim/rsocket"
+			printf "$W" "metric" "TCP" "sdpshim" "rsocket" "sdpshim/TCP" "sdpshim/rsocket" \
+				${SPIN_US:+"spin" "spin/TCP" "spin/rsocket"}
 		fi
 		extra=()
 		# the syscalls with the most calls per GET, in either setup
@@ -629,15 +781,18 @@ print_table() {
 			r=$(med "${VAL[$lay|$m|rsocket]:-}"); b=$(med "${VAL[$lay|$m|base]:-}")
 			[ "$ROUNDS" -gt 1 ] && printf '%s\t%s\tsdpshim\t%s\n%s\t%s\tbase\t%s\n' "$lay" "$m" \
 				"${VAL[$lay|$m|sdpshim]:-}" "$lay" "$m" "${VAL[$lay|$m|base]:-}" >>"$OUT/rounds.tsv"
-			[ -z "$t$s$b$r" ] && continue
-			local name=${ROWNAME[$m]:-"  ${m#sc.sys.}/GET"}
+			[ -z "$t$s$b$r${VAL[$lay|$m|spin]:-}" ] && continue
+			local name=${ROWNAME[$m]:-"  ${m#sc.sys.}/GET"} spcols=()
+			sp=$(med "${VAL[$lay|$m|spin]:-}")
+			[ -n "$SPIN_US" ] && spcols=("$(fmt "$sp")" "$(ratio "$sp" "$t")" "$(ratio "$sp" "$r")")
 			if [ -n "$LIBBASE" ]; then
 				printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$b")" "$(fmt "$r")" "$(ratio "$s" "$t")" \
-					"$(ratio "$s" "$r")" "$(ratio "$s" "$b")"
+					"$(ratio "$s" "$r")" "$(ratio "$s" "$b")" "${spcols[@]}"
 			else
-				printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$r")" "$(ratio "$s" "$t")" "$(ratio "$s" "$r")"
+				printf "$W" "$name" "$(fmt "$t")" "$(fmt "$s")" "$(fmt "$r")" "$(ratio "$s" "$t")" "$(ratio "$s" "$r")" \
+					"${spcols[@]}"
 			fi
-			printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$lay" "$m" "${t:--}" "${s:--}" "${r:--}" "${b:--}" >>"$tsv"
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$lay" "$m" "${t:--}" "${s:--}" "${r:--}" "${b:--}" "${sp:--}" >>"$tsv"
 		done
 	done
 	echo
@@ -654,5 +809,5 @@ for lay in $LAYOUTS; do run_layout "$lay"; done
 print_table | tee "$OUT/table.txt"
 say "vm_bench: done in $(( $(ms) / 1000 )) s"
 # exit 1 when an sdpshim figure could not be taken (rsocket failures are expected)
-bad=$(awk -F '\t' '$4 ~ /^(FALLBACK|fails|hangs|skipped)$/ || $6 ~ /^(FALLBACK|fails|hangs|skipped)$/' "$OUT/results.tsv" | wc -l)
+bad=$(awk -F '\t' '$4 ~ /^(FALLBACK|fails|hangs|skipped)$/ || $6 ~ /^(FALLBACK|fails|hangs|skipped)$/ || $7 ~ /^(FALLBACK|fails|hangs|skipped)$/' "$OUT/results.tsv" | wc -l)
 [ "$bad" -eq 0 ] || { echo "vm_bench: $bad sdpshim cells have no figure (see notes)" >&2; exit 1; }

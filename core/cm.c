@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
+#include "core/cq.h" /* app_wake_atfork_child() */
 #include "core/dev.h"
 #include "core/link.h"
 #include "core/listener.h"
@@ -119,4 +120,5 @@ void conn_layer_atfork_child(void)
 	link_atfork_child();
 	mrcache_atfork_child();
 	progress_atfork_child();
+	app_wake_atfork_child();
 }

@@ -112,6 +112,27 @@ unsigned conn_poll_mask(struct sdp_conn *c);
 /* Reaps completions now (the app thread's share of progress).  Call with
  * no other library lock held: it may call back into the owner. */
 void conn_progress(struct sdp_conn *c);
+/* The devices' completion channels, for an app thread that sleeps in
+ * epoll_wait (core/app_wake.c).  An app epoll set holds each channel with
+ * EPOLLIN | EPOLLET | EPOLLEXCLUSIVE; a thread woken by one calls
+ * conn_take_completions.  The generation changes when a device is added. */
+unsigned conn_channels_generation(void);
+int conn_channel_fds(int *fds, int max);
+/* Returns the events taken in (non-blocking). */
+int conn_take_completions(void);
+/* Channels were added to an app set (new_set: its first; the progress
+ * thread's watch goes last again), or a set that held them is gone. */
+void conn_channels_watched(bool new_set);
+void conn_channels_unwatched(void);
+/* Busy-poll (SDPSHIM_SPIN_US; 0: off).  conn_app_poll takes in c's
+ * completions from the caller's thread (its link's, if no other thread is
+ * at them); conn_poll_links does so for every link of the process.  Both
+ * poll in user space: no system call. */
+unsigned conn_spin_us(void);
+void conn_app_poll(struct sdp_conn *c);
+void conn_poll_links(void);
+/* Indicator eventfds this thread has set so far (a running count). */
+unsigned conn_indicators_set_by_thread(void);
 /* Clears indicators whose condition is false (call before sleeping). */
 void conn_prepare_wait(struct sdp_conn *c);
 /* The level-triggered eventfds poll, select and epoll wait on: set while

@@ -96,6 +96,7 @@ bool conn_readable_locked(const struct sdp_conn *c);
 /* Wakes the threads blocked in recv so they look again (the channel
  * opened: a large blocking read may now offer a zero-copy sink). */
 void conn_wake_readers(struct sdp_conn *c);
+void conn_settle_readable(struct sdp_conn *c);
 bool conn_writable_locked(const struct sdp_conn *c);
 /* The open channel's readiness (channel_carrier's; SWITCHING has its own). */
 unsigned channel_poll_mask(struct sdp_conn *c);
@@ -105,6 +106,7 @@ void channel_readiness(struct sdp_conn *c, bool *readable, bool *writable);
 
 /* tx.c */
 uint32_t tx_credits(const struct sdp_conn *c);
+void tx_note_awaited_sends(struct sdp_conn *c);
 void tx_kick(struct sdp_conn *c);
 void tx_queue_ctrl(struct sdp_conn *c, uint8_t mid);
 bool tx_has_unposted(const struct sdp_conn *c);

@@ -73,6 +73,14 @@ static void app_poll(struct sdp_conn *c)
 	cq_poll(c); /* what the messages allow: sends, readiness */
 }
 
+void conn_app_poll(struct sdp_conn *c)
+{
+	conn_lock(c);
+	if (has_qp_phase(c->phase))
+		app_poll(c);
+	conn_unlock(c);
+}
+
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
 static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 {
@@ -292,6 +300,8 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		c->rx_wants_open = false;
 		zc_stage_kick(c);
 	}
+	if (rc > 0 && !(flags & MSG_PEEK))
+		conn_settle_readable(c);
 	conn_unlock(c);
 	return rc;
 }
@@ -437,6 +447,7 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 {
 	conn_lock(c);
 	c->app_closed = true;
+	tx_note_awaited_sends(c); /* the close waits for its last sends */
 	if (!c->lingering && !c->destroy_queued) {
 		c->lingering = true;
 		progress_linger_begin();

@@ -1,5 +1,6 @@
 /* Work completions: dispatch receive, data-send and control-send
- * completions; any error status means the carrier failed. */
+ * completions (any error status means the carrier failed), and the events
+ * of the devices' completion channels. */
 #include <errno.h>
 #include <stddef.h>
 
@@ -134,6 +135,19 @@ int cq_poll(struct sdp_conn *c)
 	return total;
 }
 
+/* Reads one event off a channel (non-blocking) and acknowledges it. */
+static bool next_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx)
+{
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_get_cq_event(ch, cq, ctx);
+	if (rc == 0)
+		ibv_ack_cq_events(*cq, 1);
+	SDP_GUARD_LEAVE();
+	return rc == 0;
+}
+
 void cq_on_channel_ready(struct progress_source *src, uint32_t events)
 {
 	struct sdp_dev *dev = (struct sdp_dev *)((char *)src - offsetof(struct sdp_dev, cc_src));
@@ -141,21 +155,9 @@ void cq_on_channel_ready(struct progress_source *src, uint32_t events)
 	void *ctx;
 
 	(void)events;
-	for (;;) {
-		struct sdp_conn *c;
+	while (next_event(dev->cc, &cq, &ctx)) {
+		struct sdp_conn *c = ctx;
 
-		SDP_GUARD_ENTER();
-		int rc = ibv_get_cq_event(dev->cc, &cq, &ctx);
-		if (rc == 0)
-			ibv_ack_cq_events(cq, 1);
-		SDP_GUARD_LEAVE();
-		if (rc != 0)
-			return;
-		if (*(int *)ctx == CM_KIND_LINK) {
-			link_on_cq_event(ctx, cq);
-			continue;
-		}
-		c = ctx;
 		conn_lock(c);
 		if (c->cq == cq) {
 			SDP_GUARD_ENTER();
@@ -165,4 +167,34 @@ void cq_on_channel_ready(struct progress_source *src, uint32_t events)
 		}
 		conn_unlock(c);
 	}
+}
+
+/* Takes in the events queued on dev's links' channel (non-blocking), from
+ * the progress thread or an app thread: each link's CQ is polled and
+ * re-armed (link_on_cq_event, which finds the link alive first).  A CQ
+ * queues one event until re-armed, so with one CQ on the channel one read
+ * is all there is; a later event is a new wake-up (and one left over is
+ * harmless: a drain with nothing to take).  Returns the events taken. */
+int cq_take_link_events(struct sdp_dev *dev)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+	int taken = 0;
+
+	for (;;) {
+		bool only_cq = atomic_load(&dev->link_cqs) == 1;
+
+		if (!next_event(dev->link_cc, &cq, &ctx))
+			return taken;
+		taken++;
+		link_on_cq_event(ctx, cq);
+		if (only_cq)
+			return taken;
+	}
+}
+
+void cq_on_link_channel_ready(struct progress_source *src, uint32_t events)
+{
+	(void)events;
+	cq_take_link_events((struct sdp_dev *)((char *)src - offsetof(struct sdp_dev, link_cc_src)));
 }

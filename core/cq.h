@@ -1,4 +1,5 @@
-/* Completion handling: the progress thread's completion-channel callback
+/* Completion handling: the completion channels' events (channels' own CQs:
+ * the progress thread; links' CQs: it or an app thread, core/app_wake.c)
  * and the poll loop that dispatches work completions by kind. */
 #ifndef SDPSHIM_CQ_H
 #define SDPSHIM_CQ_H
@@ -7,6 +8,16 @@
 
 #include "core/progress.h"
 
+struct sdp_dev;
+
 void cq_on_channel_ready(struct progress_source *src, uint32_t events);
+void cq_on_link_channel_ready(struct progress_source *src, uint32_t events);
+int cq_take_link_events(struct sdp_dev *dev);
+
+/* app_wake.c: in a forked child, no app set holds this process's channels. */
+void app_wake_atfork_child(void);
+/* app_wake.c: the once-a-second sweep runs (a link is up, or an app set
+ * holds the channels); it stops itself when neither is true. */
+void app_wake_sweep_start(void);
 
 #endif

@@ -18,6 +18,7 @@
 #include "base/self.h"
 #include "base/stats_shm.h"
 #include "core/conn_internal.h"
+#include "core/cq.h" /* app_wake_sweep_start() */
 #include "core/dev.h"
 #include "core/link.h"
 #include "core/listener.h"
@@ -85,6 +86,9 @@ struct sdp_link {
 	struct ibv_qp *qp;
 	uint32_t max_inline;
 	uint32_t sq_depth;
+	bool peer_solicits;    /* its Hello: every message of the peer's asks for an event */
+	_Atomic bool armed_solicited; /* the CQ is armed for solicited events only (link_arm;
+				       * written under lock, read without it first) */
 
 	/* Receive: our buffers, reposted as soon as a message is taken in. */
 	uint32_t buf_size;
@@ -245,9 +249,10 @@ static int create_cq_qp(struct sdp_link *link, struct rdma_cm_id *id)
 
 	link->sq_depth = link->buf_count + LINK_DIRECT_WRS;
 	link->cq = ibv_create_cq(id->verbs, (int)(link->sq_depth + link->buf_count + 8), link,
-				 link->dev->cc, 0);
+				 link->dev->link_cc, 0);
 	if (!link->cq)
 		return -errno;
+	atomic_fetch_add(&link->dev->link_cqs, 1);
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_type = IBV_QPT_RC;
 	attr.send_cq = link->cq;
@@ -265,7 +270,7 @@ static int create_cq_qp(struct sdp_link *link, struct rdma_cm_id *id)
 	}
 	link->qp = id->qp;
 	link->max_inline = attr.cap.max_inline_data;
-	if (ibv_req_notify_cq(link->cq, 0) != 0)
+	if (ibv_req_notify_cq(link->cq, 0) != 0) /* every completion, until link_arm decides */
 		return -errno;
 	return 0;
 }
@@ -354,8 +359,10 @@ static void destroy_resources(struct sdp_link *link)
 	if (link->qp)
 		rdma_destroy_qp(link->cm_id);
 	link->qp = NULL;
-	if (link->cq)
+	if (link->cq) {
 		ibv_destroy_cq(link->cq);
+		atomic_fetch_sub(&link->dev->link_cqs, 1);
+	}
 	link->cq = NULL;
 	if (link->cm_id)
 		rdma_destroy_id(link->cm_id);
@@ -445,7 +452,8 @@ static int post_slot(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, 
 	struct ibv_sge sge = { .addr = (uintptr_t)mem, .length = total, .lkey = link->tx_mr->lkey };
 	struct ibv_send_wr wr = {
 		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED | (total <= link->max_inline ? IBV_SEND_INLINE : 0),
+		.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
+			      (total <= link->max_inline ? IBV_SEND_INLINE : 0),
 	};
 
 	fill_lh(link, kind, stream, total, mem);
@@ -468,8 +476,10 @@ static int post_job(struct sdp_link *link, struct link_job *j)
 	case JOB_WR:
 		j->wr.sg_list = &j->sge;
 		j->wr.next = NULL;
-		if (j->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		if (j->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
 			link->tx_lseq++; /* it takes one of the peer's receives */
+			j->wr.send_flags |= IBV_SEND_SOLICITED;
+		}
 		j->wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, j->c, j->wr_id, -1));
 		return post_send_wr(link, &j->wr);
 	}
@@ -521,8 +531,11 @@ static void maybe_send_credit(struct sdp_link *link)
 		link_fail_locked(link, "posting a credit update failed");
 }
 
+static void want_send_events_locked(struct sdp_link *link);
+
 static void enqueue(struct sdp_link *link, struct link_job *j)
 {
+	want_send_events_locked(link); /* room comes back with send completions */
 	j->next = NULL;
 	if (link->jobs_tail)
 		link->jobs_tail->next = j;
@@ -542,6 +555,8 @@ static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j,
 		return j;
 	}
 	if (link->state == LINK_UP && !link->jobs && job_has_room(link, j)) {
+		if (j->kind == JOB_WR)
+			want_send_events_locked(link); /* a zero-copy step waits for its completion */
 		if (post_job(link, j) != 0) {
 			link_fail_locked(link, "posting a send failed");
 			*rc = -EIO;
@@ -817,7 +832,7 @@ static struct sdp_conn **streams_snapshot_locked(struct sdp_link *link, uint32_t
 	return list;
 }
 
-static void drain_cq(struct sdp_link *link, bool by_app);
+static void drain_cq(struct sdp_link *link, bool try_only);
 
 static void notify_streams_failed(void *arg)
 {
@@ -1216,7 +1231,8 @@ static void on_route_resolved(struct sdp_link *link)
 {
 	struct rdma_conn_param param;
 	struct sdp_hello_wire hello;
-	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK };
+	struct sdp_hello h = { .version = SDP_WIRE_VERSION,
+			       .flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED };
 	uint16_t port;
 	int err = setup_receive(link, link->cm_id);
 
@@ -1288,7 +1304,9 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 			link_setup_failed(link, err);
 			return;
 		}
+		link->peer_solicits = (ack.flags & SDP_HELLO_FLAG_SOLICITED) != 0;
 	}
+	app_wake_sweep_start(); /* what no event announces is taken in within a second */
 	pthread_mutex_lock(&link->lock);
 	if (link->state == LINK_CONNECTING)
 		link->state = LINK_UP;
@@ -1413,7 +1431,8 @@ static void link_timer_fired(void *arg)
 void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const struct sdp_hello *h)
 {
 	struct sdp_hello_ack_wire ack_wire;
-	struct sdp_hello_ack ack = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK };
+	struct sdp_hello_ack ack = { .version = SDP_WIRE_VERSION,
+				     .flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED };
 	struct rdma_conn_param param;
 	struct sdp_link *link = NULL;
 	int err = -ENOBUFS;
@@ -1433,6 +1452,7 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 		memcpy(&link->peer, rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage));
 		link->peer_len = sizeof(struct sockaddr_storage);
 		memcpy(link->local_addr, h->tuple.dst_addr, 16);
+		link->peer_solicits = (h->flags & SDP_HELLO_FLAG_SOLICITED) != 0;
 		err = setup_receive(link, ev->id);
 		if (!err)
 			err = setup_send(link, h->buf_size, h->buf_count);
@@ -1778,17 +1798,19 @@ static bool cq_pollable(struct sdp_link *link)
  * reap_before_judging) finds them taken in up to its own, in order. */
 static __thread bool draining;
 
-/* Takes in every completion queued, no stream locked.  The progress
- * thread waits for its turn; an app thread (by_app) leaves the queue to
- * whoever is at it already, and the receives it takes in are counted apart. */
-static void drain_cq(struct sdp_link *link, bool by_app)
+/* Takes in every completion queued, no stream locked.  A caller that must
+ * see them taken in waits for its turn; one that may leave them to whoever
+ * is at it already (try_only: an app thread's opportunistic poll) does.
+ * Receives taken in by an app thread are counted apart. */
+static void drain_cq(struct sdp_link *link, bool try_only)
 {
 	struct ibv_wc wc[16];
+	bool by_app = !progress_is_own_thread();
 	int n;
 
 	if (draining || link->pid != self_pid())
 		return;
-	if (!by_app)
+	if (!try_only)
 		pthread_mutex_lock(&link->poll_lock);
 	else if (pthread_mutex_trylock(&link->poll_lock) != 0)
 		return;
@@ -1813,14 +1835,139 @@ static void drain_cq(struct sdp_link *link, bool by_app)
 	pthread_mutex_unlock(&link->poll_lock);
 }
 
-void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq)
+/* Arms the CQ for the next event.  A send completion must wake someone
+ * only while a send is awaited; with none in flight, and a peer whose every
+ * message asks for an event, the arm is for solicited events alone: a
+ * request/response stream then wakes once per request, not again when its
+ * answer's send completes.  A send posted afterwards that someone waits
+ * for re-arms for every completion (want_send_events_locked).  Errors
+ * flush the receives, and a flushed receive raises an event either way.
+ * Poll lock held (the CQ's teardown takes it); the link's lock orders the
+ * choice against want_send_events_locked. */
+static void link_arm_polling(struct sdp_link *link, bool all)
 {
-	if (link->cq != cq || link->destroying)
-		return;
-	SDP_GUARD_ENTER();
-	ibv_req_notify_cq(cq, 0);
-	SDP_GUARD_LEAVE();
+	bool solicited;
+
+	pthread_mutex_lock(&link->lock);
+	if (link->cq && !link->destroying && link->pid == self_pid()) {
+		solicited = !all && link->peer_solicits && link->wrs_free == link->sq_depth &&
+			    !link->jobs;
+		link->armed_solicited = solicited;
+		SDP_GUARD_ENTER();
+		ibv_req_notify_cq(link->cq, solicited);
+		SDP_GUARD_LEAVE();
+	}
+	pthread_mutex_unlock(&link->lock);
+}
+
+static void link_arm(struct sdp_link *link, bool all)
+{
+	pthread_mutex_lock(&link->poll_lock);
+	link_arm_polling(link, all);
+	pthread_mutex_unlock(&link->poll_lock);
+}
+
+/* Progress thread: arm for every completion, then take in those that came
+ * while the arm was for solicited events only (they raised none). */
+static void rearm_all_deferred(void *arg)
+{
+	struct sdp_link *link = arg;
+
+	link_arm(link, true);
 	drain_cq(link, false);
+	link_put(link);
+}
+
+/* A send is awaited (its room, its completion, or the stream's last one):
+ * completions must raise events again.  Link locked; the arm and the drain
+ * run on the progress thread, which no stream lock held here can block. */
+static void want_send_events_locked(struct sdp_link *link)
+{
+	if (!link->armed_solicited || link->pid != self_pid())
+		return;
+	link->armed_solicited = false;
+	link_get(link);
+	if (progress_defer(rearm_all_deferred, link) != 0)
+		link_put(link); /* out of memory: the stall watchdog still drains */
+}
+
+void link_stream_awaits_sends(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+
+	/* Without the lock first: a send of c's in flight keeps a new arm off
+	 * "solicited only" (link_arm_polling reads the link's entries under it). */
+	if (!link || !atomic_load_explicit(&link->armed_solicited, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&link->lock);
+	want_send_events_locked(link);
+	pthread_mutex_unlock(&link->lock);
+}
+
+/* The link a CQ event names, with a reference, if it is still listed: an
+ * app thread may read the event while the progress thread tears it down. */
+static struct sdp_link *listed_link(void *ctx)
+{
+	struct sdp_link *found = NULL;
+
+	pthread_mutex_lock(&links_lock);
+	for (struct sdp_link *l = links; l; l = l->next) {
+		if (l == ctx) {
+			link_get(l);
+			found = l;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&links_lock);
+	return found;
+}
+
+/* An event: take in what is queued, arm (what is still in flight decides
+ * how), then look once more for what came in between. */
+void link_on_cq_event(void *ctx, struct ibv_cq *cq)
+{
+	struct sdp_link *link = listed_link(ctx);
+
+	if (!link)
+		return;
+	drain_cq(link, false);
+	pthread_mutex_lock(&link->poll_lock);
+	if (link->cq == cq)
+		link_arm_polling(link, false);
+	pthread_mutex_unlock(&link->poll_lock);
+	drain_cq(link, false);
+	link_put(link);
+}
+
+bool link_any(void)
+{
+	bool any;
+
+	pthread_mutex_lock(&links_lock);
+	any = links != NULL;
+	pthread_mutex_unlock(&links_lock);
+	return any;
+}
+
+/* Busy-poll: every link of the process, by try-lock (a link another thread
+ * is polling is left to it). */
+void link_poll_all(void)
+{
+	struct sdp_link *held[64];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&links_lock);
+	for (struct sdp_link *l = links; l && n < 64; l = l->next) {
+		if (l->state != LINK_UP || l->pid != self_pid())
+			continue;
+		link_get(l);
+		held[n++] = l;
+	}
+	pthread_mutex_unlock(&links_lock);
+	for (unsigned i = 0; i < n; i++) {
+		drain_cq(held[i], true);
+		link_put(held[i]);
+	}
 }
 
 void link_reap(struct sdp_conn *c)

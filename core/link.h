@@ -77,7 +77,14 @@ void link_stream_fence(struct sdp_conn *c);
 
 /* The progress thread: rdma_cm events of a link's id, and its CQ. */
 void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev);
-void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq);
+void link_on_cq_event(void *ctx, struct ibv_cq *cq);
+/* The stream waits for a send of its to complete (room, its last ack, a
+ * confirmation): the link's completions raise events again (link_arm). */
+void link_stream_awaits_sends(struct sdp_conn *c);
+/* Busy-poll: every link of the process, each if no other thread polls it. */
+void link_poll_all(void);
+/* Does the process have a link (in any state)? */
+bool link_any(void);
 
 /* Forget the parent's links in a forked child. */
 void link_atfork_child(void);

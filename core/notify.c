@@ -119,12 +119,20 @@ bool channel_writable(struct sdp_conn *c)
 	       !c->write_active;
 }
 
+static __thread unsigned indicators_set; /* by this thread: conn_indicators_set_by_thread */
+
+unsigned conn_indicators_set_by_thread(void)
+{
+	return indicators_set;
+}
+
 static void indicator_set(int fd, bool *is_set, bool force_edge)
 {
 	uint64_t one = 1;
 
 	if (*is_set && !force_edge)
 		return;
+	indicators_set++;
 	(void)!real.write(fd, &one, sizeof(one));
 	*is_set = true;
 }
@@ -165,6 +173,14 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
 		indicator_set(c->wr_fd, &c->wr_set, c->wr_blocked);
 		c->wr_blocked = false;
 	}
+}
+
+/* After a recv took bytes: an indicator left set over an emptied stream
+ * would wake the next wait for nothing (a wake-up, a look, then the clear). */
+void conn_settle_readable(struct sdp_conn *c)
+{
+	if (c->rd_set && c->phase == CONN_OPEN && !conn_readable_locked(c))
+		indicator_clear(c->rd_fd, &c->rd_set);
 }
 
 void conn_wake_readers(struct sdp_conn *c)

@@ -42,6 +42,11 @@ static struct {
 
 static __thread bool on_progress_thread;
 
+bool progress_is_own_thread(void)
+{
+	return on_progress_thread;
+}
+
 uint64_t progress_now_ms(void)
 {
 	struct timespec ts;

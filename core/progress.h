@@ -37,6 +37,8 @@ void progress_timer_arm(struct progress_timer *t, uint64_t at_ms);
 void progress_timer_cancel(struct progress_timer *t);
 
 uint64_t progress_now_ms(void);
+/* Is the caller the progress thread? */
+bool progress_is_own_thread(void);
 uint64_t progress_coarse_ms(void);
 uint64_t progress_coarse_slack_ms(void);
 

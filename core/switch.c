@@ -141,6 +141,7 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 	c->sw.started = true;
 	c->sw.reason = reason;
 	c->sw.by_peer = by_peer;
+	tx_note_awaited_sends(c); /* its sends in flight settle the move */
 	freeze_carrier(c);
 	if (c->close_state == CLOSE_ABORTED) {
 		c->sw.started = false; /* the peer's Abort arrived meanwhile: a reset */

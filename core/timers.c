@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/conn_internal.h"
+#include "core/link.h" /* link_hold(): the watchdog reaps a link first */
 
 /* SDPSHIM_DEBUG_ATTACH_DELAY_MS: the held ATTACH goes now. */
 static void release_held_attach(struct sdp_conn *c)
@@ -123,7 +124,14 @@ static bool sq_waiting(const struct sdp_conn *c)
 void conn_stall_timer_fired(void *arg)
 {
 	struct sdp_conn *c = arg;
+	struct sdp_link *link;
 
+	/* A link's completions may wait unreaped (its CQ armed for solicited
+	 * events alone): take them in first, with no stream locked. */
+	conn_lock(c);
+	link = link_hold(c);
+	conn_unlock(c);
+	link_reap_held(link);
 	conn_lock(c);
 	c->stall_armed = false;
 	if (sq_waiting(c))

@@ -301,7 +301,34 @@ static bool may_send_data(const struct sdp_conn *c)
 	return phase_sends_data(c->phase) && !c->attach_held;
 }
 
+/* Does someone wait for a send of this stream to complete, rather than
+ * merely have one in flight?  Room in its queue or for its control
+ * messages, its close, its move to TCP, a confirmation of its ATTACH. */
+static bool sends_awaited(const struct sdp_conn *c)
+{
+	return c->sq_outstanding > 0 &&
+	       (c->app_closed || c->sw.started || c->attach_unconfirmed ||
+		c->close_state != CLOSE_ACTIVE || !sq_has_room(c) ||
+		c->ctrl_outstanding >= CTRL_SLOTS);
+}
+
+/* A linked stream's awaited send must raise an event when it completes
+ * (core/link.c arms the link's CQ for solicited events alone otherwise). */
+void tx_note_awaited_sends(struct sdp_conn *c)
+{
+	if (c->link && sends_awaited(c))
+		link_stream_awaits_sends(c);
+}
+
+static void tx_kick_posts(struct sdp_conn *c);
+
 void tx_kick(struct sdp_conn *c)
+{
+	tx_kick_posts(c);
+	tx_note_awaited_sends(c);
+}
+
+static void tx_kick_posts(struct sdp_conn *c)
 {
 	bool starving = false;
 	uint32_t first = CTRL_OVERTAKING;

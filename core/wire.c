@@ -164,9 +164,11 @@ enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_h
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAG_LINK);
+	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAGS);
 	if (err != SDP_WIRE_OK)
 		return err;
+	if ((w.flags & SDP_HELLO_FLAG_SOLICITED) && !(w.flags & SDP_HELLO_FLAG_LINK))
+		return SDP_WIRE_BAD_FLAGS;
 	memset(h, 0, sizeof(*h));
 	h->version = w.version;
 	h->flags = w.flags;
@@ -201,9 +203,11 @@ enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct s
 	if (!in || len < sizeof(w))
 		return SDP_WIRE_SHORT;
 	memcpy(&w, in, sizeof(w));
-	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAG_LINK);
+	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAGS);
 	if (err != SDP_WIRE_OK)
 		return err;
+	if ((w.flags & SDP_HELLO_FLAG_SOLICITED) && !(w.flags & SDP_HELLO_FLAG_LINK))
+		return SDP_WIRE_BAD_FLAGS;
 	h->version = w.version;
 	h->flags = w.flags;
 	h->buf_count = ntohs(w.buf_count);

@@ -101,6 +101,11 @@ struct sdp_tuple {
  * buffers are the link's.  Each stream then opens with a LINK_OPEN message
  * on the link. */
 #define SDP_HELLO_FLAG_LINK 0x01
+/* SOLICITED (links only): every message this end sends on the link asks
+ * for a solicited event, so the other end may arm its CQ for those alone
+ * while none of its own sends is awaited (core/link.c, link_arm). */
+#define SDP_HELLO_FLAG_SOLICITED 0x02
+#define SDP_HELLO_FLAGS (SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED)
 
 /* Hello: rdma_cm connect private data (at most 56 bytes on RDMA_PS_TCP). */
 struct sdp_hello_wire {

@@ -1,13 +1,16 @@
 /* Readiness of RDMA-backed sockets under epoll: each app epoll instance that
  * holds one gets a shadow epoll set of the channels' indicators, registered
  * inside it, so level, edge, one-shot and RDHUP semantics come from the
- * kernel's epoll.  A socket's registrations follow its mode. */
+ * kernel's epoll.  It also gets the devices' completion channels, so a
+ * thread asleep in it wakes on a completion and takes it in itself
+ * (core/app_wake.c).  A socket's registrations follow its mode. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 
 #include "base/real.h"
+#include "base/self.h"
 #include "core/conn.h"
 #include "core/progress.h"
 #include "preload/gate.h"
@@ -23,6 +26,10 @@ struct sdp_epoll {
 	_Atomic int refs;     /* fd numbers naming it + registrations */
 	bool closed;
 	uint32_t gen;         /* merge generation of the current epoll_wait */
+	pid_t pid;            /* the process that made it: a set inherited across fork
+			       * is shared with the parent, and gets no channels */
+	unsigned chan_gen;    /* the device generation whose channels it holds */
+	bool chan_counted;    /* counted in conn_channels_watched */
 };
 
 struct ep_reg {
@@ -41,6 +48,8 @@ struct ep_reg {
 #define IND_RD 0u
 #define IND_WR 1u
 #define REG_TAG_MASK ((uintptr_t)1)
+#define CHAN_TAG ((uintptr_t)1) /* on ep's address: a completion channel's event */
+#define CHAN_MAX 8
 
 static void ep_put(struct sdp_epoll *ep)
 {
@@ -48,6 +57,8 @@ static void ep_put(struct sdp_epoll *ep)
 		return;
 	if (ep->shadow_fd >= 0)
 		gate_release(GATE_EPOLL_WAIT);
+	if (ep->chan_counted && ep->pid == self_pid())
+		conn_channels_unwatched();
 	progress_close_hidden(ep->shadow_fd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
@@ -65,6 +76,7 @@ static struct sdp_epoll *ep_for(int epfd)
 		if (ep) {
 			ep->epfd = epfd;
 			ep->shadow_fd = -1;
+			ep->pid = self_pid();
 			pthread_mutex_init(&ep->lock, NULL);
 			atomic_init(&ep->refs, 1);
 			if (fdt_set(epfd, FDT_EPOLL, ep) != 0) {
@@ -114,6 +126,33 @@ static int ensure_shadow(struct sdp_epoll *ep)
 		return err;
 	}
 	return 0;
+}
+
+static uint64_t chan_tag(const struct sdp_epoll *ep)
+{
+	return (uint64_t)((uintptr_t)ep | CHAN_TAG);
+}
+
+/* Puts the devices' completion channels in the app's set: edge-triggered
+ * (the waker reads every event), exclusive (one sleeper wakes, and the
+ * progress thread only when none does).  ep locked. */
+static void channels_sync(struct sdp_epoll *ep)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+				  .data.u64 = chan_tag(ep) };
+	unsigned gen = conn_channels_generation();
+	int fds[CHAN_MAX], n, added = 0;
+
+	if (ep->chan_gen == gen || ep->closed || ep->shadow_fd < 0 || ep->pid != self_pid())
+		return;
+	ep->chan_gen = gen;
+	n = conn_channel_fds(fds, CHAN_MAX);
+	for (int i = 0; i < n; i++)
+		added += real.epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fds[i], &ev) == 0;
+	if (!added)
+		return;
+	conn_channels_watched(!ep->chan_counted);
+	ep->chan_counted = true;
 }
 
 static uint32_t shadow_flags(uint32_t events)
@@ -380,34 +419,96 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 	return added;
 }
 
+/* Takes events of the shadow and the channels out of the batch, keeping
+ * the app's in order; the completions a channel announced are taken in
+ * here.  True when the shadow may hold events. */
+static bool take_library_events(struct sdp_epoll *ep, struct epoll_event *events, int *n)
+{
+	bool shadow = false, chan = false;
+	int kept = 0;
+
+	for (int i = 0; i < *n; i++) {
+		if (events[i].data.ptr == ep)
+			shadow = true;
+		else if (events[i].data.u64 == chan_tag(ep))
+			chan = true;
+		else
+			events[kept++] = events[i];
+	}
+	*n = kept;
+	if (chan && ep->pid == self_pid()) {
+		unsigned before = conn_indicators_set_by_thread();
+		conn_take_completions();
+		shadow |= conn_indicators_set_by_thread() != before;
+	}
+	return shadow;
+}
+
+/* One kernel wait and its translation: the app's events, or -1 (errno).
+ * *timed_out: the kernel's wait ran out with nothing at all. */
+static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events, int maxevents,
+		     int timeout_ms, const sigset_t *sigmask, bool *timed_out)
+{
+	int n = real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask);
+	int total = n;
+
+	*timed_out = n == 0;
+	if (n <= 0)
+		return n;
+	if (take_library_events(ep, events, &total)) {
+		pthread_mutex_lock(&ep->lock);
+		if (ep->shadow_fd >= 0)
+			total += translate_shadow(ep, events, total, maxevents - total);
+		pthread_mutex_unlock(&ep->lock);
+	}
+	return total;
+}
+
+/* Before sleeping, the app's thread polls the process's links in user
+ * space: a message already there needs no wake-up.  Busy-poll
+ * (SDPSHIM_SPIN_US) goes on until one taken in by this thread makes a
+ * channel readable or writable, or the spin is over.  True: look without
+ * sleeping. */
+static bool poll_for_messages(void)
+{
+	unsigned us = conn_spin_us(), before = conn_indicators_set_by_thread();
+	long long until = us ? rdy_spin_until(us) : 0;
+
+	for (;;) {
+		conn_poll_links();
+		if (conn_indicators_set_by_thread() != before)
+			return true;
+		if (!us || rdy_spin_over(until))
+			return false;
+		rdy_cpu_relax();
+	}
+}
+
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask)
 {
 	struct sdp_epoll *ep = fdt_get(epfd, FDT_EPOLL);
 	struct rdy_bound bound;
+	bool timed_out;
+	int n;
 
 	if (!ep || ep->shadow_fd < 0 || maxevents <= 0)
 		return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
-	rdy_bound_start(&bound, timeout_ns);
-	for (;;) {
-		int n = real.epoll_pwait(epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)),
-					 sigmask);
-		int sentinel = -1, total;
-
-		if (n <= 0)
-			return n;
-		for (int i = 0; i < n; i++)
-			if (events[i].data.ptr == ep)
-				sentinel = i;
-		if (sentinel < 0)
-			return n;
-		events[sentinel] = events[n - 1];
-		total = n - 1;
+	if (__atomic_load_n(&ep->chan_gen, __ATOMIC_RELAXED) != conn_channels_generation()) {
 		pthread_mutex_lock(&ep->lock);
-		if (ep->shadow_fd >= 0)
-			total += translate_shadow(ep, events, total, maxevents - total);
+		channels_sync(ep);
 		pthread_mutex_unlock(&ep->lock);
-		if (total > 0 || rdy_bound_expired(&bound))
-			return total;
+	}
+	rdy_bound_start(&bound, timeout_ns);
+	if (timeout_ns != 0 && poll_for_messages()) {
+		n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
+		if (n != 0)
+			return n;
+	}
+	for (;;) {
+		n = wait_once(ep, epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)), sigmask,
+			      &timed_out);
+		if (n != 0 || timed_out || rdy_bound_expired(&bound))
+			return n;
 	}
 }

@@ -92,4 +92,26 @@ static inline long long rdy_bound_left(struct rdy_bound *b)
 	return left > 0 ? left : 0;
 }
 
+/* Between two polls of a busy-poll spin. */
+static inline void rdy_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* The end of a busy-poll spin of us microseconds, on the coarse clock (no
+ * system call whatever the clock source; the spin may run a tick long). */
+static inline long long rdy_spin_until(unsigned us)
+{
+	return rdy_coarse_ns(NULL) + (long long)us * 1000;
+}
+
+static inline bool rdy_spin_over(long long until)
+{
+	return rdy_coarse_ns(NULL) >= until;
+}
+
 #endif

@@ -100,19 +100,54 @@ static bool any_rdma_ready(struct pollfd *fds, nfds_t nfds, const struct poll_ma
 	return false;
 }
 
+/* Busy-poll (SDPSHIM_SPIN_US): the set's channels take in their
+ * completions in this thread, in user space, until one is ready or the
+ * spin is over; the ordinary fds of a mixed set are looked at every 32
+ * rounds (one system call).  True: something may be ready. */
+static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *k, nfds_t kn,
+			  const struct poll_map *map)
+{
+	static const struct timespec zero;
+	unsigned us = conn_spin_us();
+	bool plain = false;
+	long long until;
+
+	if (!us)
+		return false;
+	for (nfds_t i = 0; i < nfds; i++)
+		plain |= !map[i].conn;
+	until = rdy_spin_until(us);
+	for (unsigned round = 1;; round++) {
+		for (nfds_t i = 0; i < nfds; i++)
+			if (map[i].conn)
+				conn_app_poll(map[i].conn);
+		if (any_rdma_ready((struct pollfd *)fds, nfds, map))
+			return true;
+		if (plain && round % 32 == 0 && real.ppoll(k, kn, &zero, NULL) > 0)
+			return true;
+		if (rdy_spin_over(until))
+			return false;
+		rdy_cpu_relax();
+	}
+}
+
 /* One wait; *timed_out: the kernel's wait itself ran out (nothing woke it). */
 static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
 		     long long left_ns, const sigset_t *sigmask, bool *timed_out)
 {
 	nfds_t kn = build_poll_set(fds, nfds, k, map);
 
+	/* The app's thread takes in its streams' completions first (in user
+	 * space): a message already there needs no other thread's wake-up. */
 	for (nfds_t i = 0; i < nfds; i++)
 		if (map[i].conn)
-			conn_progress(map[i].conn);
+			conn_app_poll(map[i].conn);
 	struct timespec ts, *tsp = NULL;
 	bool rdma_ready = any_rdma_ready(fds, nfds, map);
 	int rc;
 
+	if (!rdma_ready && left_ns != 0)
+		rdma_ready = spin_poll_set(fds, nfds, k, kn, map);
 	if (rdma_ready)
 		left_ns = 0;
 	if (left_ns >= 0) {

@@ -388,12 +388,14 @@ int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len)
 int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr);
 void link_force_fail(struct sdp_conn *c, const char *why);
 void link_stream_stop(struct sdp_conn *c);
-void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq);
+void link_on_cq_event(void *ctx, struct ibv_cq *cq);
+void link_stream_awaits_sends(struct sdp_conn *c);
 WEAK int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len) { return -EPIPE; }
 WEAK int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr) { return -EPIPE; }
 WEAK void link_force_fail(struct sdp_conn *c, const char *why) {}
 WEAK void link_stream_stop(struct sdp_conn *c) {}
-WEAK void link_on_cq_event(struct sdp_link *link, struct ibv_cq *cq) {}
+WEAK void link_on_cq_event(void *ctx, struct ibv_cq *cq) {}
+WEAK void link_stream_awaits_sends(struct sdp_conn *c) {}
 bool link_sink_claim(struct sdp_conn *c);
 void link_sink_release(struct sdp_conn *c);
 void link_reap(struct sdp_conn *c);
@@ -402,8 +404,10 @@ WEAK void link_sink_release(struct sdp_conn *c) {}
 WEAK void link_reap(struct sdp_conn *c) {}
 struct sdp_link *link_hold(struct sdp_conn *c);
 void link_app_reap_held(struct sdp_link *link);
+void link_reap_held(struct sdp_link *link);
 WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
 WEAK void link_app_reap_held(struct sdp_link *link) {}
+WEAK void link_reap_held(struct sdp_link *link) {}
 
 void zcm_stubs_init(void)
 {

@@ -353,9 +353,40 @@ static int test_link_hello(void)
 	sdp_hello_to_wire(&h, &w);
 	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FIELD,
 		    "a channel's Hello without one");
-	h.flags = 2;
+	h.flags = SDP_HELLO_FLAG_SOLICITED;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
+		    "SOLICITED without LINK");
+	h.flags = SDP_HELLO_FLAG_LINK | 4;
 	sdp_hello_to_wire(&h, &w);
 	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
+	h.flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK &&
+			    got.flags == (SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED),
+		    "a link Hello asking for solicited events");
+	return ok;
+}
+
+static int test_link_hello_ack(void)
+{
+	struct sdp_hello_ack a = { .version = SDP_WIRE_VERSION, .buf_count = 64, .buf_size = 32784 },
+			     got;
+	struct sdp_hello_ack_wire w;
+	int ok = 1;
+
+	a.flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED;
+	sdp_hello_ack_to_wire(&a, &w);
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK &&
+			    got.flags == a.flags,
+		    "a link HelloAck asking for solicited events");
+	a.flags = SDP_HELLO_FLAG_SOLICITED;
+	sdp_hello_ack_to_wire(&a, &w);
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
+		    "SOLICITED without LINK");
+	a.flags = 0x80;
+	sdp_hello_ack_to_wire(&a, &w);
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
 	return ok;
 }
 
@@ -363,6 +394,7 @@ static const struct tap_case cases[] = {
 	{ "link header: round trip; length, index, kind, payload and flags checked", test_link_header },
 	{ "link OPEN and OPEN_ACK: round trip; ports and geometry checked", test_link_open },
 	{ "link Hello: no source port exactly when LINK is set", test_link_hello },
+	{ "link HelloAck: SOLICITED only with LINK, no unknown flag", test_link_hello_ack },
 	{ "bind record: 24 bytes, magic SDPB, round trip", test_bind_round_trip },
 	{ "bind record: only the kinds the reader names are accepted", test_bind_kinds },
 	{ "bind record: short, bad magic, version, reasons refused", test_bind_bad_fields },
