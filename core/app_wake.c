@@ -7,6 +7,7 @@
  * handled (a cancelled thread, a forked child asleep on a set it shares
  * with its parent), and a message of a peer that said it asks for events
  * (SOLICITED) and does not. */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "base/config.h"
@@ -42,10 +43,13 @@ int conn_channel_fds(int *fds, int max)
 int conn_take_completions(void)
 {
 	struct sdp_dev *devs[APP_WAKE_MAX_DEVS];
-	int n = dev_snapshot(devs, APP_WAKE_MAX_DEVS), taken = 0;
+	int n = dev_snapshot(devs, APP_WAKE_MAX_DEVS), taken = 0, cancel_state;
 
+	/* An event read is handled, even by a thread being cancelled. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	for (int i = 0; i < n; i++)
 		taken += cq_take_link_events(devs[i]);
+	pthread_setcancelstate(cancel_state, NULL);
 	return taken;
 }
 
@@ -69,7 +73,7 @@ static void sweep_fired(void *arg)
 	(void)arg;
 	if (conn_take_completions() > 0)
 		sdp_debug("completion sweep: took in events no thread had");
-	link_poll_all();
+	link_sweep_all();
 	if (sweep_wanted())
 		progress_timer_arm(&sweep, progress_now_ms() + APP_WAKE_SWEEP_MS);
 	else

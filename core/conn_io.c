@@ -81,18 +81,6 @@ void conn_app_poll(struct sdp_conn *c)
 	conn_unlock(c);
 }
 
-/* A call that would return EAGAIN takes in the link's completions once
- * first, in the app's thread: a message already there is returned now,
- * not after another thread's wake-up.  True: look again. */
-static bool take_in_before_eagain(struct sdp_conn *c, bool *polled)
-{
-	if (*polled || !c->link || !has_qp_phase(c->phase))
-		return false;
-	*polled = true;
-	app_poll(c);
-	return true;
-}
-
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
 static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 {
@@ -261,7 +249,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 	size_t total = discard.iov_len, done = 0;
 	uint64_t start = 0;
 	ssize_t rc;
-	bool again, polled = false;
+	bool again;
 
 	if (flags & MSG_OOB)
 		return -EINVAL; /* no urgent data is ever queued */
@@ -279,8 +267,6 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		done = (size_t)rc;
 		if (nonblock || (flags & MSG_DONTWAIT)) {
-			if (take_in_before_eagain(c, &polled))
-				continue;
 			zc_stage_kick(c); /* a SrcAvail becomes readable through the staging buffer */
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
@@ -376,7 +362,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 	size_t total = iov_total(iov, iovcnt), done = 0;
 	uint64_t start = 0;
 	ssize_t rc;
-	bool again, polled = false;
+	bool again;
 
 	if (flags & MSG_OOB)
 		sdp_debug("MSG_OOB on an RDMA socket is sent as ordinary data");
@@ -419,8 +405,6 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		done = (size_t)rc;
 		if (nonblock || (flags & MSG_DONTWAIT)) {
-			if (take_in_before_eagain(c, &polled))
-				continue;
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}

@@ -1453,6 +1453,8 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 		link->peer_len = sizeof(struct sockaddr_storage);
 		memcpy(link->local_addr, h->tuple.dst_addr, 16);
 		link->peer_solicits = (h->flags & SDP_HELLO_FLAG_SOLICITED) != 0;
+		if (!link->peer_solicits) /* a client of an older build: a HelloAck it accepts */
+			ack.flags &= (uint8_t)~SDP_HELLO_FLAG_SOLICITED;
 		err = setup_receive(link, ev->id);
 		if (!err)
 			err = setup_send(link, h->buf_size, h->buf_count);
@@ -1802,11 +1804,16 @@ static __thread bool draining;
  * see them taken in waits for its turn; one that may leave them to whoever
  * is at it already (try_only: an app thread's opportunistic poll) does.
  * Receives taken in by an app thread are counted apart. */
+static void drain_cq_locked(struct sdp_link *link, bool by_app);
+
+/* An app thread may be cancelled in a call that drains (pthread_cancel of
+ * a worker parked in epoll_wait): a delivery's eventfd write is a
+ * cancellation point, and dying there would leave the poll lock and a
+ * stream's lock held for good.  Cancellation waits until the drain ends. */
 static void drain_cq(struct sdp_link *link, bool try_only)
 {
-	struct ibv_wc wc[16];
 	bool by_app = !progress_is_own_thread();
-	int n;
+	int cancel_state;
 
 	if (draining || link->pid != self_pid())
 		return;
@@ -1818,6 +1825,18 @@ static void drain_cq(struct sdp_link *link, bool try_only)
 		pthread_mutex_unlock(&link->poll_lock);
 		return;
 	}
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	drain_cq_locked(link, by_app);
+	pthread_mutex_unlock(&link->poll_lock);
+	pthread_setcancelstate(cancel_state, NULL);
+}
+
+/* Poll lock held, the CQ there. */
+static void drain_cq_locked(struct sdp_link *link, bool by_app)
+{
+	struct ibv_wc wc[16];
+	int n;
+
 	draining = true;
 	do {
 		SDP_GUARD_ENTER();
@@ -1832,7 +1851,6 @@ static void drain_cq(struct sdp_link *link, bool try_only)
 		pthread_mutex_unlock(&link->lock);
 	} while (n == 16);
 	draining = false;
-	pthread_mutex_unlock(&link->poll_lock);
 }
 
 /* Arms the CQ for the next event.  A send completion must wake someone
@@ -1840,8 +1858,9 @@ static void drain_cq(struct sdp_link *link, bool try_only)
  * message asks for an event, the arm is for solicited events alone: a
  * request/response stream then wakes once per request, not again when its
  * answer's send completes.  A send posted afterwards that someone waits
- * for re-arms for every completion (want_send_events_locked).  Errors
- * flush the receives, and a flushed receive raises an event either way.
+ * for re-arms for every completion (want_send_events_locked).  An error
+ * completion may raise no event under a solicited-only arm (rxe posts its
+ * flushes unsolicited): the sweep finds it within a second (link_sweep_all).
  * Poll lock held (the CQ's teardown takes it); the link's lock orders the
  * choice against want_send_events_locked. */
 static void link_arm_polling(struct sdp_link *link, bool all)
@@ -1939,6 +1958,40 @@ void link_on_cq_event(void *ctx, struct ibv_cq *cq)
 	link_put(link);
 }
 
+/* Up to max of this process's links that are up, each with a reference. */
+static unsigned links_up_held(struct sdp_link **held, unsigned max)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&links_lock);
+	for (struct sdp_link *l = links; l && n < max; l = l->next) {
+		if (l->state != LINK_UP || l->pid != self_pid())
+			continue;
+		link_get(l);
+		held[n++] = l;
+	}
+	pthread_mutex_unlock(&links_lock);
+	return n;
+}
+
+/* The sweep (core/app_wake.c, once a second): each link as if its CQ had
+ * raised an event (take in, arm, take in), so a CQ whose event was read
+ * and never handled, or a completion no event announced (a peer's message
+ * without the solicited bit it promised; an error completion, which rxe
+ * does not raise under a solicited-only arm), waits a second at most. */
+void link_sweep_all(void)
+{
+	struct sdp_link *held[64];
+	unsigned n = links_up_held(held, 64);
+
+	for (unsigned i = 0; i < n; i++) {
+		drain_cq(held[i], false);
+		link_arm(held[i], false);
+		drain_cq(held[i], false);
+		link_put(held[i]);
+	}
+}
+
 bool link_any(void)
 {
 	bool any;
@@ -1954,16 +2007,8 @@ bool link_any(void)
 void link_poll_all(void)
 {
 	struct sdp_link *held[64];
-	unsigned n = 0;
+	unsigned n = links_up_held(held, 64);
 
-	pthread_mutex_lock(&links_lock);
-	for (struct sdp_link *l = links; l && n < 64; l = l->next) {
-		if (l->state != LINK_UP || l->pid != self_pid())
-			continue;
-		link_get(l);
-		held[n++] = l;
-	}
-	pthread_mutex_unlock(&links_lock);
 	for (unsigned i = 0; i < n; i++) {
 		drain_cq(held[i], true);
 		link_put(held[i]);

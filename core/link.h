@@ -83,6 +83,8 @@ void link_on_cq_event(void *ctx, struct ibv_cq *cq);
 void link_stream_awaits_sends(struct sdp_conn *c);
 /* Busy-poll: every link of the process, each if no other thread polls it. */
 void link_poll_all(void);
+/* The once-a-second sweep: every link as if its CQ raised an event. */
+void link_sweep_all(void);
 /* Does the process have a link (in any state)? */
 bool link_any(void);
 

@@ -500,10 +500,16 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		pthread_mutex_unlock(&ep->lock);
 	}
 	rdy_bound_start(&bound, timeout_ns);
-	if (timeout_ns != 0 && poll_for_messages()) {
-		n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
-		if (n != 0)
-			return n;
+	if (timeout_ns != 0) {
+		bool found = poll_for_messages();
+
+		if (conn_spin_us())
+			rdy_bound_note_spin(&bound); /* the spin counts against the timeout */
+		if (found) {
+			n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
+			if (n != 0)
+				return n;
+		}
 	}
 	for (;;) {
 		n = wait_once(ep, epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)), sigmask,

@@ -76,6 +76,14 @@ static inline bool rdy_bound_expired(struct rdy_bound *b)
 	return now >= b->deadline;
 }
 
+/* Time went by before the first wait (a busy-poll spin): that wait gets
+ * only what is left of the timeout. */
+static inline void rdy_bound_note_spin(struct rdy_bound *b)
+{
+	if (b->timeout_ns > 0)
+		b->waited = true;
+}
+
 /* The timeout of the next wait in ns (-1: none): the whole timeout the
  * first time, then what is left of it (rdy_bound_expired said not yet). */
 static inline long long rdy_bound_left(struct rdy_bound *b)

@@ -142,6 +142,9 @@
  *                              with immediate fills stream X+1's sink with as
  *                              many bytes as X's asks, its immediate naming X
  *                              ("write_imm_lie .."); DisConn MS later.
+ *         false-solicited      the link Hello claims SOLICITED (every message
+ *                              asks for an event), and none does; then as
+ *                              none with --bytes (default 65536).
  *       --second-pending opens a second stream (X+1, conn=1) beside ours and
  *       leaves it pending at the server: its OPEN_ACK gets no COMMIT and no
  *       TCP connect follows, so no accept() claims it ("pending conn=1 ..").
@@ -1534,7 +1537,7 @@ static void usage(void)
 		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
 		"                  wrong-offset|stacked-srcavail|abort-disconnect|\n"
 		"                  (with --link:) open-dup-index|open-index-oob|bad-lseq|bad-lack|\n"
-		"                  stream-unopened|released-in-use|write-imm-other\n"
+		"                  stream-unopened|released-in-use|write-imm-other|false-solicited\n"
 		"                  [--link [--stream-index I] [--second-pending]]\n"
 		"                  [--bytes N] [--offer src|sink] [--offset-delta D] [--stack K]\n"
 		"                  [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]\n"
@@ -1613,6 +1616,7 @@ static const char *const lie_names[] = {
 	[LIE_STREAM_UNOPENED] = "stream-unopened",
 	[LIE_RELEASED_IN_USE] = "released-in-use",
 	[LIE_WRITE_IMM_OTHER] = "write-imm-other",
+	[LIE_FALSE_SOLICITED] = "false-solicited",
 };
 
 _Static_assert(sizeof(lie_names) / sizeof(lie_names[0]) == LIE_COUNT, "a lie without a name");

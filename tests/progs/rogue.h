@@ -51,6 +51,7 @@ enum peer_lie {
 	LIE_STREAM_UNOPENED,     /* a STREAM message (DATA) for an index never opened */
 	LIE_RELEASED_IN_USE,     /* RELEASED for our stream while it is open, then DATA on it */
 	LIE_WRITE_IMM_OTHER,     /* a WRITE into one stream's sink whose immediate names another */
+	LIE_FALSE_SOLICITED,     /* the link Hello claims SOLICITED; no message asks for an event */
 	LIE_COUNT
 };
 

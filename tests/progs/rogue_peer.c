@@ -1667,6 +1667,8 @@ static void send_hello(struct peer *p)
 	addr_to_wire((struct sockaddr *)&local, h.tuple.src_addr);
 	h.tuple.src_port = p->hdr ? 0 : addr_port((struct sockaddr *)&local);
 	h.flags = p->hdr ? SDP_HELLO_FLAG_LINK : 0;
+	if (p->o->lie == LIE_FALSE_SOLICITED) /* its sends never carry IBV_SEND_SOLICITED */
+		h.flags |= SDP_HELLO_FLAG_SOLICITED;
 	addr_to_wire((struct sockaddr *)&p->to, h.tuple.dst_addr);
 	h.tuple.dst_port = addr_port((struct sockaddr *)&p->to);
 	sdp_hello_to_wire(&h, &w);
@@ -1996,6 +1998,7 @@ static long long default_bytes(enum peer_lie lie)
 	switch (lie) {
 	case LIE_NONE:
 	case LIE_NEVER_ANSWER_CANCEL: return 1 << 20;
+	case LIE_FALSE_SOLICITED:     return 65536;
 	case LIE_FALSE_WRCOMPL:       return 4096;
 	case LIE_WRONG_OFFSET:
 	case LIE_STACKED_SRCAVAIL:    return 65536;
@@ -2020,6 +2023,7 @@ static void build_script(struct peer *p, const struct peer_opts *o)
 		add_step(p, ST_DATA, (uint64_t)bytes, 0);
 	switch (o->lie) {
 	case LIE_NONE:
+	case LIE_FALSE_SOLICITED: /* the lie was the Hello: the echo must still come back */
 		add_step(p, ST_WAIT_ECHO, 0, 0);
 		break;
 	case LIE_NEVER_ANSWER_CANCEL:

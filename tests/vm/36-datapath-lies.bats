@@ -39,7 +39,10 @@
 #   13   RELEASED for its stream while it is open, then DATA on it;
 #   14   two streams on its link, a sink offered on each: one RDMA WRITE fills
 #        the second stream's sink while its immediate names the first (canary:
-#        recv() must never return the canary its buffer held).
+#        recv() must never return the canary its buffer held);
+#   15   a link Hello that claims SOLICITED (every message asks for an event)
+#        from a peer whose messages never do: its own messages wait for the
+#        once-a-second sweep; its echo still comes back.
 # What must hold each time: the server lives, the liar gets no byte but its
 # own, a lie the server can see costs one diagnostic line, and honest
 # clients on their own links keep their bytes byte-exact.
@@ -523,4 +526,24 @@ link_lie_holds() {
   [ "$(grep -c '^late_write ' "$T/canary.log")" -le 1 ]
   awk '/^late_write / { for (i = 1; i <= NF; i++) if ($i ~ /^bytes=/) { split($i, b, "=");
        if (b[2] + 0 > 1052672) bad = 1 } } END { exit bad }' "$T/canary.log"
+}
+
+# Issue 16: a link's CQ is armed for solicited events alone while nothing of
+# the server's is in flight, on the word of the client's Hello (SOLICITED:
+# "every message of mine asks for an event").  A client that says so and
+# sends without the bit gets no wake-up for its messages; what it gains is
+# a wait of its own: the once-a-second sweep takes them in (link_sweep_all),
+# so its echo still comes back byte-exact, and the server and an honest
+# client are unaffected.
+@test "[link] rogue claims SOLICITED in its link Hello and never sets the bit: its echo still comes back byte-exact (the sweep takes its messages in), the server lives, an honest client is unaffected" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie false-solicited --bytes 65536
+  link_lie_holds
+  grep -q '^end conn=0 reason=closed ' "$T/rogue.log"
+  [ "$RRC" -eq 0 ]
+  [ "$(rfield rogue attach)" = 1 ]
+  [ "$(rfield rogue data_sent)" = 65536 ]
+  [ "$(rfield rogue data_received)" = 65536 ]
+  [ "$(rfield rogue invalid)" = 0 ]
+  [ "$IN" = 65536 ]
 }
