@@ -26,16 +26,16 @@ static inline long long rdy_mono_ns(void)
 }
 
 /* The bound of a call that may wait more than once (a wake-up that turns
- * out to hold nothing for the app).  Its first wait takes the whole
- * timeout and reads no clock but the coarse one (no system call); only a
- * wait after a wake-up with nothing to report reads CLOCK_MONOTONIC.  The
- * coarse start can overstate the time already waited by under one tick,
- * so the remainder gets that tick back: a wait may end up to two ticks
- * late (the estimate is also rounded down to nothing waited), never early. */
+ * out to hold nothing for the app: a completion channel's, a stale
+ * indicator's).  Its start is read from CLOCK_MONOTONIC (the vDSO serves it
+ * without a system call on hosts whose clock source allows); the first
+ * wait takes the whole timeout, and every later one what is left, so a call
+ * never ends early.  A start read from the coarse clock saved that read,
+ * but under emulation the coarse clock lagged by more than its tick, and a
+ * wait after a wake-up with nothing to report ended early (148 ms of 150). */
 struct rdy_bound {
-	long long timeout_ns;   /* -1: none */
-	long long start_coarse; /* ns */
-	long long deadline;     /* CLOCK_MONOTONIC ns; -1 until a second wait needs it */
+	long long timeout_ns; /* -1: none */
+	long long deadline;   /* CLOCK_MONOTONIC ns, when timeout_ns > 0 */
 	bool waited;
 };
 
@@ -54,38 +54,29 @@ static inline long long rdy_coarse_ns(long long *tick_ns)
 static inline void rdy_bound_start(struct rdy_bound *b, long long timeout_ns)
 {
 	b->timeout_ns = timeout_ns;
-	b->start_coarse = timeout_ns > 0 ? rdy_coarse_ns(NULL) : 0;
-	b->deadline = -1;
+	b->deadline = timeout_ns > 0 ? rdy_mono_ns() + timeout_ns : 0;
 	b->waited = false;
 }
 
 /* Has the bound passed?  Asked after a wait that had nothing to report. */
 static inline bool rdy_bound_expired(struct rdy_bound *b)
 {
-	long long tick, waited, now;
-
 	if (b->timeout_ns < 0)
 		return false;
 	if (b->timeout_ns == 0)
 		return true;
-	now = rdy_mono_ns();
-	if (b->deadline < 0) {
-		waited = rdy_coarse_ns(&tick) - b->start_coarse - tick;
-		b->deadline = now + b->timeout_ns - (waited > 0 ? waited : 0);
-	}
-	return now >= b->deadline;
+	return rdy_mono_ns() >= b->deadline;
 }
 
 /* Time went by before the first wait (a busy-poll spin): that wait gets
  * only what is left of the timeout. */
 static inline void rdy_bound_note_spin(struct rdy_bound *b)
 {
-	if (b->timeout_ns > 0)
-		b->waited = true;
+	b->waited = true;
 }
 
 /* The timeout of the next wait in ns (-1: none): the whole timeout the
- * first time, then what is left of it (rdy_bound_expired said not yet). */
+ * first time, then what is left of it. */
 static inline long long rdy_bound_left(struct rdy_bound *b)
 {
 	long long left;
@@ -94,8 +85,6 @@ static inline long long rdy_bound_left(struct rdy_bound *b)
 		b->waited = true;
 		return b->timeout_ns;
 	}
-	if (b->deadline < 0)
-		(void)rdy_bound_expired(b);
 	left = b->deadline - rdy_mono_ns();
 	return left > 0 ? left : 0;
 }

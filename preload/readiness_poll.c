@@ -146,18 +146,9 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 	bool rdma_ready = any_rdma_ready(fds, nfds, map);
 	int rc;
 
-	if (!rdma_ready && left_ns != 0 && conn_spin_us()) {
-		long long spin_start = rdy_coarse_ns(NULL);
-
+	/* A spin makes the call late by up to its length, never early. */
+	if (!rdma_ready && left_ns != 0)
 		rdma_ready = spin_poll_set(fds, nfds, k, kn, map);
-		if (left_ns > 0) { /* the spin counts against the timeout, less a tick: never early */
-			long long tick, spent = rdy_coarse_ns(&tick) - spin_start;
-
-			spent -= tick;
-			if (spent > 0)
-				left_ns = left_ns > spent ? left_ns - spent : 0;
-		}
-	}
 	if (rdma_ready)
 		left_ns = 0;
 	if (left_ns >= 0) {
