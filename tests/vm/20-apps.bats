@@ -60,10 +60,14 @@ REDIS_N=${SDPSHIM_REDIS_N:-30000}
 # it in; the progress thread is only the backstop.  The link record counts
 # the messages the app thread took in, and the process counts the progress
 # thread's wake-ups: before this, two per request (the request, and the
-# answer's send completion, each relayed through an eventfd).  The link's
-# record lives as long as the link, so it is read while the benchmark runs,
-# once it has carried 1,000 messages.
-@test "redis over RDMA: the server's epoll thread takes in its own completions, no progress-thread wake-up per GET" {
+# answer's send completion, each relayed through an eventfd), and no
+# message taken in by the app thread.  A request that lands before redis is
+# back asleep still goes to the progress thread, so under TCG the share
+# depends on scheduling: 68-99 % in the runs of 2026-12-02 (71 % with the
+# clock read at each epoll_wait's start).  Half is far from the old path
+# either way.  The link's record lives as long as the link, so it is read
+# while the benchmark runs, once it has carried 1,000 messages.
+@test "redis over RDMA: the server's epoll thread takes in its own completions (at least half; the progress thread wakes for at most half the messages, not two per GET)" {
   need redis-server redis-benchmark
   local port n=20000 json="" doc i
   port=$(free_port)
@@ -95,8 +99,8 @@ got = sum(l["msgs_received"] for l in srv["links"])
 by_app = sum(l["msgs_received_by_app"] for l in srv["links"])
 wakes = srv["progress_wakeups"]
 print("server link: %d messages, %d taken in by the app thread; progress wake-ups %d" % (got, by_app, wakes))
-assert by_app >= 0.75 * got, (by_app, got)
-assert wakes <= got // 4, (wakes, got)
+assert by_app >= 0.5 * got, (by_app, got)
+assert wakes <= got // 2, (wakes, got)
 assert all(c["path"] == "rdma" for c in srv["connections"]), srv["connections"]' "$json"
   redis_stats 2 redis-benchmark
 }
