@@ -109,9 +109,6 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 /* POLLIN/POLLOUT/POLLHUP/POLLERR/POLLRDHUP as the kernel would report.
  * Reads state only: safe to call with other locks held. */
 unsigned conn_poll_mask(struct sdp_conn *c);
-/* Reaps completions now (the app thread's share of progress).  Call with
- * no other library lock held: it may call back into the owner. */
-void conn_progress(struct sdp_conn *c);
 /* The devices' completion channels, for an app thread that sleeps in
  * epoll_wait (core/app_wake.c).  An app epoll set holds each channel with
  * EPOLLIN | EPOLLET | EPOLLEXCLUSIVE; a thread woken by one calls

@@ -1941,20 +1941,26 @@ static struct sdp_link *listed_link(void *ctx)
 	return found;
 }
 
-/* An event: take in what is queued, arm (what is still in flight decides
- * how), then look once more for what came in between. */
+/* What an event of the link's CQ asks: take in what is queued, arm (what
+ * is still in flight decides how), then look once more for what came in
+ * between.  cq: the CQ the event named (NULL: whichever the link has). */
+static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq)
+{
+	drain_cq(link, false);
+	pthread_mutex_lock(&link->poll_lock);
+	if (!cq || link->cq == cq)
+		link_arm_polling(link, false);
+	pthread_mutex_unlock(&link->poll_lock);
+	drain_cq(link, false);
+}
+
 void link_on_cq_event(void *ctx, struct ibv_cq *cq)
 {
 	struct sdp_link *link = listed_link(ctx);
 
 	if (!link)
 		return;
-	drain_cq(link, false);
-	pthread_mutex_lock(&link->poll_lock);
-	if (link->cq == cq)
-		link_arm_polling(link, false);
-	pthread_mutex_unlock(&link->poll_lock);
-	drain_cq(link, false);
+	take_in_and_arm(link, cq);
 	link_put(link);
 }
 
@@ -1985,9 +1991,7 @@ void link_sweep_all(void)
 	unsigned n = links_up_held(held, 64);
 
 	for (unsigned i = 0; i < n; i++) {
-		drain_cq(held[i], false);
-		link_arm(held[i], false);
-		drain_cq(held[i], false);
+		take_in_and_arm(held[i], NULL);
 		link_put(held[i]);
 	}
 }

@@ -238,11 +238,3 @@ unsigned channel_poll_mask(struct sdp_conn *c)
 		mask |= POLLOUT | POLLWRNORM;
 	return mask;
 }
-
-void conn_progress(struct sdp_conn *c)
-{
-	conn_lock(c);
-	if (c->phase == CONN_OPEN || c->phase == CONN_AWAIT_ATTACH || c->phase == CONN_ATTACHING)
-		cq_poll(c);
-	conn_unlock(c);
-}

@@ -39,15 +39,13 @@ struct rdy_bound {
 	bool waited;
 };
 
-static inline long long rdy_coarse_ns(long long *tick_ns)
+/* CLOCK_MONOTONIC_COARSE in ns: the vDSO serves it without a system call
+ * on any clock source (the busy-poll spin's clock). */
+static inline long long rdy_coarse_ns(void)
 {
-	struct timespec ts, res;
+	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	if (tick_ns) {
-		clock_getres(CLOCK_MONOTONIC_COARSE, &res);
-		*tick_ns = (long long)res.tv_sec * 1000000000LL + res.tv_nsec;
-	}
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -103,12 +101,12 @@ static inline void rdy_cpu_relax(void)
  * system call whatever the clock source; the spin may run a tick long). */
 static inline long long rdy_spin_until(unsigned us)
 {
-	return rdy_coarse_ns(NULL) + (long long)us * 1000;
+	return rdy_coarse_ns() + (long long)us * 1000;
 }
 
 static inline bool rdy_spin_over(long long until)
 {
-	return rdy_coarse_ns(NULL) >= until;
+	return rdy_coarse_ns() >= until;
 }
 
 #endif
