@@ -17,7 +17,7 @@
 #             same boot: the table gains a base column and sdpshim/base
 #   -p PARTS  the groups to run, of "redis iperf rstream strace perf ctxsw idle" (default all)
 #   -o DIR    keep the raw results there (default: a new /tmp/sdpshim-vm-bench.*)
-# Env (forwarded): REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N BUILD BENCH_IDLE_S BENCH_RS_PP_I
+# Env (forwarded): REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N PERF_N BUILD BENCH_IDLE_S BENCH_RS_PP_I
 # BENCH_SPIN_US (a "spin" column: this library with SDPSHIM_SPIN_US)
 # BENCH_ROUNDS (with -b: rounds of the two libraries, alternating order);
 # VM_BENCH_MEM (guest RAM, default 1536M).  Run `make` first.
@@ -53,7 +53,7 @@ if [ -n "$BASE_REV" ]; then
 fi
 export BENCH_LAYOUTS BUILD BENCH_OUT=$OUTDIR BENCH_PARTS BASE_BUILD BASE_REV
 FWD=()
-for v in REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N BENCH_ROUNDS BENCH_IDLE_S BENCH_RS_PP_I BENCH_SPIN_US; do
+for v in REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N PERF_N BENCH_ROUNDS BENCH_IDLE_S BENCH_RS_PP_I BENCH_SPIN_US; do
 	[ -n "${!v+x}" ] && FWD+=(-e "$v")
 done
 

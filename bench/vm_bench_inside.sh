@@ -28,7 +28,8 @@
 # default a temp dir), BUILD (default build), REDIS_N (20000), REDIS_NP
 # (requests for -P 16, default 2*REDIS_N), IPERF_T (5), RS_BIG_C (2000),
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
-# even on TCP), REDIS_CAP (120: seconds before a redis-benchmark run counts as
+# even on TCP), PERF_N (20000: the perf part's GETs; no ptrace, so many more,
+# and the connection's setup weighs less per GET), REDIS_CAP (120: seconds before a redis-benchmark run counts as
 # hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace perf ctxsw idle":
 # the groups to run), BENCH_IDLE_S (10: the idle part's window), BENCH_RS_PP_I
 # (2000: iterations of the 64 B rstream ping-pong, -C 1),
@@ -50,6 +51,7 @@ IPERF_T=${IPERF_T:-5}
 RS_BIG_C=${RS_BIG_C:-2000}
 RS_SMALL_C=${RS_SMALL_C:-5000}
 STRACE_N=${STRACE_N:-3000}
+PERF_N=${PERF_N:-20000}
 REDIS_CAP=${REDIS_CAP:-120}   # seconds before a redis-benchmark run counts as hung
 IP1=${RXE_IP:-10.77.0.1}
 IP2=${RXE_IP2:-10.77.0.2}
@@ -515,7 +517,7 @@ if procs and "progress_wakeups" in procs[0]:
 ctxsw_run() {   # ctxsw_run LAYOUT SETUP SERVER_IP
 	local lay=$1 setup=$2 ip=$3 port d spid rc v0 n0 w0 v1 n1 w1 m
 	next_port; port=$PORT; d=$WORK/$lay/ctxsw.$setup; mkdir -p "$d"
-	say "$lay context switches, redis-server $setup, $STRACE_N GETs -c 1 (port $port)"
+	say "$lay context switches, redis-server $setup, $PERF_N GETs -c 1 (port $port)"
 	if [ -n "${HUNG[$lay.$setup]:-}" ]; then
 		for m in cs.vol cs.invol cs.wake; do set_val "$lay" $m "$setup" skipped; done
 		note "$lay ctxsw $setup skipped: redis hung in this setup above"
@@ -524,17 +526,17 @@ ctxsw_run() {   # ctxsw_run LAYOUT SETUP SERVER_IP
 	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
 	v0=$(ctx_total "$spid" voluntary_ctxt_switches); n0=$(ctx_total "$spid" nonvoluntary_ctxt_switches)
 	w0=$(wakeups_of "$setup" "$spid")
-	timeout -k 5 $((60 + STRACE_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
-		-p "$port" -n "$STRACE_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
+	timeout -k 5 $((60 + PERF_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
+		-p "$port" -n "$PERF_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
 	v1=$(ctx_total "$spid" voluntary_ctxt_switches); n1=$(ctx_total "$spid" nonvoluntary_ctxt_switches)
 	w1=$(wakeups_of "$setup" "$spid")
 	stop "$spid" "$lay redis-server for context switches ($setup)"
 	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ]; then
 		for m in cs.vol cs.invol cs.wake; do set_val "$lay" $m "$setup" fails; done
-		note "$lay ctxsw $setup fails: redis-benchmark -n $STRACE_N -c 1 -t get rc $rc"
+		note "$lay ctxsw $setup fails: redis-benchmark -n $PERF_N -c 1 -t get rc $rc"
 		return
 	fi
-	per_get() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
+	per_get() { awk -v a="$1" -v n="$PERF_N" 'BEGIN { printf "%.3f", a / n }'; }
 	set_val "$lay" cs.vol "$setup" "$(per_get $((v1 - v0)))"
 	set_val "$lay" cs.invol "$setup" "$(per_get $((n1 - n0)))"
 	[ -n "$w0" ] && [ -n "$w1" ] && set_val "$lay" cs.wake "$setup" "$(per_get $((w1 - w0)))"
@@ -599,12 +601,13 @@ s.close()' "$ip" "$port" "$IDLE_S" >"$d/client.log" 2>&1 &
 # The same GETs counted by perf's syscall tracepoints (every thread of the
 # server, no ptrace): strace stops the tracee at each call, so a thread that
 # would be asleep when a completion comes is often not, and the progress
-# thread takes it instead.  The doorbell writes are the strace part's
-# post_send count; perf cannot tell them from the others.
+# thread takes it instead.  The doorbell writes are one post_send per
+# answer (the strace part counts them); perf cannot tell them from the
+# others.
 perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
 	local lay=$1 setup=$2 ip=$3 port d spid ppid rc ev s m
 	next_port; port=$PORT; d=$WORK/$lay/perf.$setup; mkdir -p "$d"
-	say "$lay syscalls by perf, redis-server $setup, $STRACE_N GETs -c 1 (port $port)"
+	say "$lay syscalls by perf, redis-server $setup, $PERF_N GETs -c 1 (port $port)"
 	if ! command -v perf >/dev/null || { ! mountpoint -q /sys/kernel/tracing &&
 		! mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null; }; then
 		note "$lay perf $setup skipped: no perf or tracefs"
@@ -618,8 +621,8 @@ perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
 	perf stat -x, -e "$ev" -p "$spid" -o "$d/perf.csv" 2>"$d/perf.err" &
 	ppid=$!; PIDS+=("$ppid")
 	sleep 1
-	timeout -k 5 $((60 + STRACE_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
-		-p "$port" -n "$STRACE_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
+	timeout -k 5 $((60 + PERF_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" \
+		-p "$port" -n "$PERF_N" -c 1 -t get -q >"$d/bench.out" 2>&1; rc=$?
 	kill -INT "$ppid"; wait "$ppid" 2>/dev/null
 	stop "$spid" "$lay redis-server under perf ($setup)"
 	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ] || [ ! -s "$d/perf.csv" ]; then
@@ -631,7 +634,7 @@ perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
 	fi
 	# "COUNT,,EVENT,...": the process's threads summed
 	cnt() { awk -F, -v e="$1" '$3 == e { n += $1 } END { print n + 0 }' "$d/perf.csv"; }
-	per() { awk -v a="$1" -v n="$STRACE_N" 'BEGIN { printf "%.3f", a / n }'; }
+	per() { awk -v a="$1" -v n="$PERF_N" 'BEGIN { printf "%.3f", a / n }'; }
 	local tot rd wr ew ep io fu gt cg clk
 	tot=$(cnt raw_syscalls:sys_enter); rd=$(cnt syscalls:sys_enter_read); wr=$(cnt syscalls:sys_enter_write)
 	ew=$(cnt syscalls:sys_enter_epoll_wait); ep=$(cnt syscalls:sys_enter_epoll_pwait)
@@ -647,7 +650,7 @@ perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
 	set_val "$lay" pf.clock "$setup" "$(per "$clk")"
 	# doorbells: one post_send write per answer on the shims (the strace part counts them)
 	local bells=0
-	is_shim "$setup" && bells=$STRACE_N
+	is_shim "$setup" && bells=$PERF_N
 	set_val "$lay" pf.excl "$setup" "$(per $((tot - clk - io - bells)))"
 	say "  perf: $tot syscalls; read $rd write $wr epoll $((ew + ep)) ioctl $io futex $fu clocks $clk"
 	if is_shim "$setup"; then
@@ -802,7 +805,7 @@ print_table() {
 
 LAYS=()
 say "vm_bench: layouts '$LAYOUTS', redis -n $REDIS_N (-P 16: $REDIS_NP), iperf3 -t $IPERF_T," \
-	"rstream -C $RS_BIG_C/$RS_SMALL_C, strace -n $STRACE_N; lib $LIB_SHA"
+	"rstream -C $RS_BIG_C/$RS_SMALL_C, strace -n $STRACE_N, perf -n $PERF_N; lib $LIB_SHA"
 say "devices: $(ibv_devices | awk 'NR > 2 { print $1 }' | tr '\n' ' ')"
 NOTES+=("guest clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null) (unless tsc, gettimeofday/clock_gettime are real syscalls; vDSO on most hosts)")
 for lay in $LAYOUTS; do run_layout "$lay"; done

@@ -101,9 +101,67 @@ void conn_channels_unwatched(void)
 	atomic_fetch_sub(&app_sets, 1);
 }
 
+/* Busy-poll and the CQ's arm.  While an app thread spins, an event leaves
+ * its link's CQ unarmed (link.c): the next completions raise no event, and
+ * so wake no other thread.  The arm is owed, and made by whichever comes
+ * first: a thread about to sleep on readiness, or this timer, once no
+ * thread has spun for a lease (the progress thread then hears of the
+ * link's messages again, for an app that went away). */
+#define ARM_LEASE_MS 50u
+
+static _Atomic int spinners;
+static _Atomic uint64_t last_spin_ms; /* progress_coarse_ms() at the last spin's end */
+static _Atomic bool arm_timer_set;
+static struct progress_timer arm_timer;
+
+bool app_wake_spinning(void)
+{
+	return atomic_load(&spinners) > 0;
+}
+
+void conn_spin_begin(void)
+{
+	atomic_fetch_add(&spinners, 1);
+}
+
+void conn_spin_end(void)
+{
+	atomic_store(&last_spin_ms, progress_coarse_ms());
+	atomic_fetch_sub(&spinners, 1);
+}
+
+static void arm_lease_over(void *arg)
+{
+	(void)arg;
+	if (atomic_load(&spinners) > 0 ||
+	    progress_coarse_ms() - atomic_load(&last_spin_ms) < ARM_LEASE_MS) {
+		progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
+		return;
+	}
+	atomic_store(&arm_timer_set, false);
+	link_arm_owed_all();
+}
+
+void app_wake_arm_owed(void)
+{
+	if (atomic_exchange(&arm_timer_set, true))
+		return;
+	arm_timer.fn = arm_lease_over;
+	progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
+}
+
+void conn_arm_before_sleep(void)
+{
+	if (link_arms_owed())
+		link_arm_owed_all();
+}
+
 void app_wake_atfork_child(void)
 {
 	atomic_store(&app_sets, 0); /* the parent's sets; the child's timers are gone too */
 	atomic_store(&sweeping, false);
 	sweep.armed = false;
+	atomic_store(&spinners, 0);
+	atomic_store(&arm_timer_set, false);
+	arm_timer.armed = false;
 }

@@ -126,10 +126,42 @@ void conn_channels_unwatched(void);
  * at them); conn_poll_links does so for every link of the process.  Both
  * poll in user space: no system call. */
 unsigned conn_spin_us(void);
+/* Around a busy-poll spin of an app thread (links' CQs are left unarmed
+ * meanwhile), and before a thread sleeps on readiness (the arms a spin
+ * put off are made). */
+void conn_spin_begin(void);
+void conn_spin_end(void);
+void conn_arm_before_sleep(void);
 void conn_app_poll(struct sdp_conn *c);
 void conn_poll_links(void);
 /* Indicator eventfds this thread has set so far (a running count). */
 unsigned conn_indicators_set_by_thread(void);
+/* Deferred indicators.  An app thread that answers readiness itself (in
+ * epoll_wait, for one set) opens a window naming that set.  While it is
+ * open, an indicator that the thread's own take-in of completions would
+ * set is not written if the channel is watched by that set alone
+ * (conn_set_watch) and no thread sleeps on its eventfds: the channel and
+ * which indicator are handed to `told` at the next flush, and the write
+ * is owed.  It is made
+ * (conn_pay_deferred) when the caller cannot answer for it itself, when
+ * the watch changes, or when a thread goes to sleep on the eventfds
+ * (conn_sleep_begin); it lapses when the condition does. */
+typedef void (*conn_told_fn)(struct sdp_conn *c, bool readable, void *arg);
+void conn_defer_open(const void *set);
+void conn_defer_flush(conn_told_fn told, void *arg);
+void conn_defer_close(conn_told_fn told, void *arg);
+unsigned conn_indicators_deferred_by_thread(void); /* a running count */
+void conn_pay_deferred(struct sdp_conn *c);
+/* The set that alone watches c (NULL: none, or more than one), and the
+ * watcher's record of it, which conn_watch_cookie returns while set is
+ * still the watch. */
+void conn_set_watch(struct sdp_conn *c, const void *set, void *cookie);
+void *conn_watch_cookie(struct sdp_conn *c, const void *set);
+/* A poll or select about to sleep in the kernel on c's eventfds: returns
+ * c's poll mask, read after the sleeper was counted; conn_sleep_end when
+ * the thread is awake again. */
+unsigned conn_sleep_begin(struct sdp_conn *c);
+void conn_sleep_end(struct sdp_conn *c);
 /* Clears indicators whose condition is false (call before sleeping). */
 void conn_prepare_wait(struct sdp_conn *c);
 /* The level-triggered eventfds poll, select and epoll wait on: set while

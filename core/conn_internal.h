@@ -96,6 +96,10 @@ bool conn_readable_locked(const struct sdp_conn *c);
 /* Wakes the threads blocked in recv so they look again (the channel
  * opened: a large blocking read may now offer a zero-copy sink). */
 void conn_wake_readers(struct sdp_conn *c);
+/* c locked: a thread is about to sleep in the kernel on c's eventfds (and
+ * any write a deferral owes is made), or has woken. */
+void conn_sleeper_add_locked(struct sdp_conn *c);
+void conn_sleeper_drop_locked(struct sdp_conn *c);
 void conn_settle_readable(struct sdp_conn *c);
 bool conn_writable_locked(const struct sdp_conn *c);
 /* The open channel's readiness (channel_carrier's; SWITCHING has its own). */

@@ -89,14 +89,18 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 	if (!sdp_tun.spin_us || !has_qp_phase(c->phase))
 		return false;
 	until = conn_now_us() + sdp_tun.spin_us;
+	conn_spin_begin();
 	while (conn_now_us() < until) {
 		app_poll(c);
-		if (ready_for(c, for_write))
+		if (ready_for(c, for_write)) {
+			conn_spin_end();
 			return true;
+		}
 		conn_unlock(c);
 		sched_yield();
 		conn_lock(c);
 	}
+	conn_spin_end();
 	return false;
 }
 
@@ -124,10 +128,18 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 		if (ready_for(c, for_write))
 			return 0;
 	}
+	/* A sleeper on the eventfd: from here on no indicator of c is deferred. */
+	conn_sleeper_add_locked(c);
+	if (ready_for(c, for_write)) {
+		conn_sleeper_drop_locked(c);
+		return 0;
+	}
 	conn_unlock(c);
+	conn_arm_before_sleep(); /* no stream locked: it may take completions in */
 	conn_prepare_wait(c);
 	rc = real.poll(&pfd, 1, remaining);
 	conn_lock(c);
+	conn_sleeper_drop_locked(c);
 	if (rc < 0)
 		return errno == EINTR ? -EINTR : -errno;
 	return rc == 0 ? -EAGAIN : 0;

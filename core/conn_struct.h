@@ -301,6 +301,14 @@ struct sdp_conn {
 	int rd_fd, wr_fd;
 	bool rd_set, wr_set;
 	bool wr_blocked;           /* a send left it unwritable: next writability forces an edge */
+	/* Deferred indicators: an app thread that answers readiness itself
+	 * (epoll_wait on the one set that watches the channel) is told
+	 * instead of the eventfd being written; the write is owed until the
+	 * condition is false again or a kernel waiter needs it. */
+	bool rd_owed, wr_owed;
+	unsigned kernel_sleepers;  /* threads asleep in the kernel on the indicators */
+	const void *watch_set;     /* the set that watches the channel alone, or NULL */
+	void *watch_cookie;        /* the owner's record of that watch */
 
 	/* ---- Timers (timers.c). */
 	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*; set by conn_io.c). */

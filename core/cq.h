@@ -4,6 +4,7 @@
 #ifndef SDPSHIM_CQ_H
 #define SDPSHIM_CQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/progress.h"
@@ -19,5 +20,12 @@ void app_wake_atfork_child(void);
 /* app_wake.c: the once-a-second sweep runs (a link is up, or an app set
  * holds the channels); it stops itself when neither is true. */
 void app_wake_sweep_start(void);
+/* app_wake.c: is an app thread busy-polling now?  Then a link handling a
+ * CQ event leaves its CQ unarmed (the spinner finds what comes) and calls
+ * app_wake_arm_owed: the arm is made before any thread sleeps
+ * (conn_arm_before_sleep), or by a timer once no thread has spun for a
+ * while. */
+bool app_wake_spinning(void);
+void app_wake_arm_owed(void);
 
 #endif

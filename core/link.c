@@ -87,6 +87,7 @@ struct sdp_link {
 	uint32_t max_inline;
 	uint32_t sq_depth;
 	bool peer_solicits;    /* its Hello: every message of the peer's asks for an event */
+	_Atomic bool arm_owed; /* an event left the CQ unarmed for a spinner (set: poll lock) */
 	_Atomic bool armed_solicited; /* the CQ is armed for solicited events only (link_arm;
 				       * written under lock, read without it first) */
 
@@ -191,8 +192,12 @@ static void stats_close(struct sdp_link *link)
 	link->st = NULL;
 }
 
+static _Atomic unsigned arms_owed; /* links with arm_owed set */
+
 static void link_free(struct sdp_link *link)
 {
+	if (link->arm_owed && link->pid == self_pid())
+		atomic_fetch_sub(&arms_owed, 1);
 	free(link->slot_free);
 	free(link->wrs);
 	free(link->streams);
@@ -1944,14 +1949,38 @@ static struct sdp_link *listed_link(void *ctx)
 /* What an event of the link's CQ asks: take in what is queued, arm (what
  * is still in flight decides how), then look once more for what came in
  * between.  cq: the CQ the event named (NULL: whichever the link has). */
+/* Poll lock held. */
+static void set_arm_owed(struct sdp_link *link, bool owed)
+{
+	if (link->arm_owed == owed)
+		return;
+	link->arm_owed = owed;
+	if (owed)
+		atomic_fetch_add(&arms_owed, 1);
+	else
+		atomic_fetch_sub(&arms_owed, 1);
+}
+
+/* While an app thread busy-polls, the CQ is left unarmed: the spinner
+ * finds each completion itself, and an armed CQ would wake the progress
+ * thread for every message (app_wake.c arms it before anyone sleeps). */
 static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq)
 {
+	bool put_off = false;
+
 	drain_cq(link, false);
 	pthread_mutex_lock(&link->poll_lock);
-	if (!cq || link->cq == cq)
-		link_arm_polling(link, false);
+	if (!cq || link->cq == cq) {
+		put_off = app_wake_spinning();
+		set_arm_owed(link, put_off);
+		if (!put_off)
+			link_arm_polling(link, false);
+	}
 	pthread_mutex_unlock(&link->poll_lock);
-	drain_cq(link, false);
+	if (put_off)
+		app_wake_arm_owed();
+	else
+		drain_cq(link, false);
 }
 
 void link_on_cq_event(void *ctx, struct ibv_cq *cq)
@@ -2085,4 +2114,22 @@ void link_atfork_child(void)
 	pthread_mutex_init(&links_lock, NULL);
 	links = NULL; /* the parent's: left alone */
 	links_count = 0;
+	atomic_store(&arms_owed, 0);
+}
+
+bool link_arms_owed(void)
+{
+	return atomic_load(&arms_owed) > 0;
+}
+
+void link_arm_owed_all(void)
+{
+	struct sdp_link *held[64];
+	unsigned n = links_up_held(held, 64);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (held[i]->arm_owed)
+			take_in_and_arm(held[i], NULL);
+		link_put(held[i]);
+	}
 }

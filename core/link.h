@@ -90,5 +90,9 @@ bool link_any(void);
 
 /* Forget the parent's links in a forked child. */
 void link_atfork_child(void);
+/* Links whose CQ an event left unarmed while an app thread spun: any? and
+ * arm them (take in, arm, take in). */
+bool link_arms_owed(void);
+void link_arm_owed_all(void);
 
 #endif

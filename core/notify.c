@@ -126,25 +126,170 @@ unsigned conn_indicators_set_by_thread(void)
 	return indicators_set;
 }
 
-static void indicator_set(int fd, bool *is_set, bool force_edge)
+/* The thread's deferral window (conn_defer_open): the set it answers for,
+ * and the channels whose indicator it did not write. */
+#define DEFER_MAX 64
+static __thread const void *defer_set;
+static __thread struct deferral {
+	struct sdp_conn *conn;
+	bool readable; /* which indicator: the readable one, or the writable one */
+} deferred[DEFER_MAX];
+static __thread unsigned deferred_count, deferred_total;
+
+unsigned conn_indicators_deferred_by_thread(void)
+{
+	return deferred_total;
+}
+
+/* May this thread skip the eventfd write of c's indicator?  Only for the
+ * set it answers readiness for, when that set alone watches c and no
+ * thread is asleep on c's eventfds (a blocked recv or send, a poll). */
+static bool may_defer(const struct sdp_conn *c)
+{
+	return defer_set && c->watch_set == defer_set && c->kernel_sleepers == 0 &&
+	       deferred_count < DEFER_MAX;
+}
+
+static void defer(struct sdp_conn *c, bool rd, bool new_edge)
+{
+	bool *owed = rd ? &c->rd_owed : &c->wr_owed;
+
+	deferred_total++;
+	*owed = true;
+	conn_get(c);
+	deferred[deferred_count++] = (struct deferral){ c, rd };
+}
+
+static void indicator_write(int fd, bool *is_set)
 {
 	uint64_t one = 1;
 
-	if (*is_set && !force_edge)
-		return;
 	indicators_set++;
 	(void)!real.write(fd, &one, sizeof(one));
 	*is_set = true;
 }
 
-static void indicator_clear(int fd, bool *is_set)
+/* An owed indicator counts as set: written later by a thread with no
+ * window, it would be an edge that no new data made. */
+static void indicator_set(struct sdp_conn *c, bool rd, bool force_edge)
 {
+	bool *is_set = rd ? &c->rd_set : &c->wr_set, *owed = rd ? &c->rd_owed : &c->wr_owed;
+
+	if ((*is_set || *owed) && !force_edge)
+		return;
+	if (!*is_set && may_defer(c)) {
+		defer(c, rd, force_edge);
+		return;
+	}
+	*owed = false;
+	indicator_write(rd ? c->rd_fd : c->wr_fd, is_set);
+}
+
+static void indicator_clear(struct sdp_conn *c, bool rd)
+{
+	bool *is_set = rd ? &c->rd_set : &c->wr_set;
 	uint64_t v;
 
+	*(rd ? &c->rd_owed : &c->wr_owed) = false;
 	if (!*is_set)
 		return;
-	(void)!real.read(fd, &v, sizeof(v));
+	(void)!real.read(rd ? c->rd_fd : c->wr_fd, &v, sizeof(v));
 	*is_set = false;
+}
+
+void conn_defer_open(const void *set)
+{
+	defer_set = set;
+}
+
+void conn_defer_flush(conn_told_fn told, void *arg)
+{
+	unsigned n = deferred_count;
+
+	deferred_count = 0;
+	for (unsigned i = 0; i < n; i++) {
+		told(deferred[i].conn, deferred[i].readable, arg);
+		conn_put(deferred[i].conn);
+	}
+}
+
+void conn_defer_close(conn_told_fn told, void *arg)
+{
+	conn_defer_flush(told, arg);
+	defer_set = NULL;
+}
+
+static void readiness(struct sdp_conn *c, bool *readable, bool *writable);
+
+/* c locked: the writes a deferral skipped, for what is still true. */
+static void pay_owed(struct sdp_conn *c)
+{
+	bool readable, writable, rd = c->rd_owed, wr = c->wr_owed;
+
+	if (!rd && !wr)
+		return;
+	c->rd_owed = c->wr_owed = false;
+	readiness(c, &readable, &writable);
+	if (rd && readable && !c->rd_set)
+		indicator_write(c->rd_fd, &c->rd_set);
+	if (wr && writable && !c->wr_set)
+		indicator_write(c->wr_fd, &c->wr_set);
+}
+
+void conn_pay_deferred(struct sdp_conn *c)
+{
+	conn_lock(c);
+	pay_owed(c);
+	conn_unlock(c);
+}
+
+void conn_set_watch(struct sdp_conn *c, const void *set, void *cookie)
+{
+	conn_lock(c);
+	if (c->watch_set != set)
+		pay_owed(c); /* the new watchers (or none) read the eventfds */
+	c->watch_set = set;
+	c->watch_cookie = set ? cookie : NULL;
+	conn_unlock(c);
+}
+
+void *conn_watch_cookie(struct sdp_conn *c, const void *set)
+{
+	void *cookie;
+
+	conn_lock(c);
+	cookie = c->watch_set == set ? c->watch_cookie : NULL;
+	conn_unlock(c);
+	return cookie;
+}
+
+void conn_sleeper_add_locked(struct sdp_conn *c)
+{
+	c->kernel_sleepers++;
+	pay_owed(c); /* the sleeper waits on the eventfds */
+}
+
+void conn_sleeper_drop_locked(struct sdp_conn *c)
+{
+	c->kernel_sleepers--;
+}
+
+unsigned conn_sleep_begin(struct sdp_conn *c)
+{
+	unsigned mask;
+
+	conn_lock(c);
+	conn_sleeper_add_locked(c);
+	mask = c->carrier->poll_mask(c);
+	conn_unlock(c);
+	return mask;
+}
+
+void conn_sleep_end(struct sdp_conn *c)
+{
+	conn_lock(c);
+	conn_sleeper_drop_locked(c);
+	conn_unlock(c);
 }
 
 void channel_readiness(struct sdp_conn *c, bool *readable, bool *writable)
@@ -165,12 +310,12 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
 
 	readiness(c, &readable, &writable);
 	if (readable)
-		indicator_set(c->rd_fd, &c->rd_set, new_data);
+		indicator_set(c, true, new_data);
 	if (writable) {
 		/* A send that left the socket unwritable may have left the
 		 * indicator set (stale): the way back to writable must be a new
 		 * edge, or an edge-triggered app never hears of it. */
-		indicator_set(c->wr_fd, &c->wr_set, c->wr_blocked);
+		indicator_set(c, false, c->wr_blocked);
 		c->wr_blocked = false;
 	}
 }
@@ -179,14 +324,14 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
  * would wake the next wait for nothing (a wake-up, a look, then the clear). */
 void conn_settle_readable(struct sdp_conn *c)
 {
-	if (c->rd_set && c->phase == CONN_OPEN && !conn_readable_locked(c))
-		indicator_clear(c->rd_fd, &c->rd_set);
+	if ((c->rd_set || c->rd_owed) && c->phase == CONN_OPEN && !conn_readable_locked(c))
+		indicator_clear(c, true);
 }
 
 void conn_wake_readers(struct sdp_conn *c)
 {
 	if (c->rx_waiters)
-		indicator_set(c->rd_fd, &c->rd_set, true);
+		indicator_write(c->rd_fd, &c->rd_set); /* for a sleeper: never deferred */
 }
 
 void conn_prepare_wait(struct sdp_conn *c)
@@ -196,9 +341,9 @@ void conn_prepare_wait(struct sdp_conn *c)
 	conn_lock(c);
 	readiness(c, &readable, &writable);
 	if (!readable)
-		indicator_clear(c->rd_fd, &c->rd_set);
+		indicator_clear(c, true);
 	if (!writable)
-		indicator_clear(c->wr_fd, &c->wr_set);
+		indicator_clear(c, false);
 	conn_unlock(c);
 }
 

@@ -11,6 +11,7 @@
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
 #include "preload/gate.h"
+#include "preload/readiness.h"
 #include "preload/init.h"
 #include "preload/procs.h"
 #include "preload/sock.h"
@@ -37,6 +38,7 @@ void proc_atfork_prepare(void)
 void proc_atfork_parent(void)
 {
 	gate_atfork_after();
+	rdy_epoll_atfork_parent(); /* the socket table's lock is still held */
 	sock_atfork_parent();
 }
 

@@ -37,6 +37,11 @@ void rdy_sock_to_kernel(struct sdp_sock *s);
 void rdy_sock_closed(struct sdp_sock *s);
 /* An epoll fd is closing (or being replaced by dup2). */
 void rdy_epoll_forget(int epfd);
+/* fd, if an epoll set, is watched by poll, select or another set: its
+ * channels' readiness is always written to their eventfds from now on. */
+void rdy_epoll_watched(int fd);
+/* In the parent after fork: every set is shared with the child. */
+void rdy_epoll_atfork_parent(void);
 
 /* The epoll_ctl hook when its gate is closed (initialises if needed). */
 int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);

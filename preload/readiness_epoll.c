@@ -30,6 +30,14 @@ struct sdp_epoll {
 			       * is shared with the parent, and gets no channels */
 	unsigned chan_gen;    /* the device generation whose channels it holds */
 	bool chan_counted;    /* counted in conn_channels_watched */
+	/* Readiness a deferral told this set's thread instead of the kernel
+	 * (core's conn_defer_*): registrations to report from user space. */
+	struct ep_reg *ready_head, *ready_tail;
+	_Atomic int ready_count;
+	_Atomic int sleepers;  /* threads in the kernel's wait on epfd */
+	_Atomic bool nested;   /* epfd is itself watched (poll, select, a set): never defer */
+	bool shared;           /* a forked child holds epfd too: never defer */
+	unsigned kernel_skips; /* answers from user space since the kernel was last asked */
 };
 
 struct ep_reg {
@@ -43,6 +51,8 @@ struct ep_reg {
 	bool disarmed;        /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
 	uint32_t out_gen;
 	int out_idx;
+	struct ep_reg *ready_prev, *ready_next;
+	bool on_ready;        /* in ep's ready list (ep->lock) */
 };
 
 #define IND_RD 0u
@@ -192,6 +202,105 @@ static void shadow_sync(struct ep_reg *reg)
 	reg->in_wr = wr;
 }
 
+/* The ready list (ep locked): oldest first, so a small maxevents still
+ * reaches every registration in turn. */
+static void ready_add(struct sdp_epoll *ep, struct ep_reg *reg)
+{
+	if (reg->on_ready)
+		return;
+	reg->on_ready = true;
+	reg->ready_next = NULL;
+	reg->ready_prev = ep->ready_tail;
+	if (ep->ready_tail)
+		ep->ready_tail->ready_next = reg;
+	else
+		ep->ready_head = reg;
+	ep->ready_tail = reg;
+	atomic_fetch_add(&ep->ready_count, 1);
+}
+
+static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
+{
+	if (!reg->on_ready)
+		return;
+	if (reg->ready_prev)
+		reg->ready_prev->ready_next = reg->ready_next;
+	else
+		ep->ready_head = reg->ready_next;
+	if (reg->ready_next)
+		reg->ready_next->ready_prev = reg->ready_prev;
+	else
+		ep->ready_tail = reg->ready_prev;
+	reg->on_ready = false;
+	atomic_fetch_sub(&ep->ready_count, 1);
+}
+
+/* Hands every deferred readiness of the list to the kernel (ep locked):
+ * the eventfds are written, and the shadow reports them from now on. */
+static void ready_pay_all(struct sdp_epoll *ep)
+{
+	while (ep->ready_head) {
+		struct ep_reg *reg = ep->ready_head;
+
+		ready_remove(ep, reg);
+		if (reg->conn)
+			conn_pay_deferred(reg->conn);
+	}
+}
+
+/* Can a thread in epoll_wait on ep answer for its channels itself?  Not
+ * when some other waiter could sleep on epfd where it cannot see. */
+static bool ep_answers_itself(const struct sdp_epoll *ep)
+{
+	return ep->pid == self_pid() && !ep->shared && !ep->closed &&
+	       !atomic_load(&ep->nested);
+}
+
+/* s locked: the one set that watches s's channel alone, or none.  The
+ * watch is changed before a registration leaves its set (reg_unlink_free),
+ * so a cookie read under ep->lock names a live registration. */
+static void watch_sync(struct sdp_sock *s)
+{
+	struct ep_reg *only = s->regs && !s->regs->next ? s->regs : NULL;
+	bool alone = only && only->conn && !s->shared_with_child && !s->from_parent;
+
+	if (!s->conn)
+		return;
+	conn_set_watch(s->conn, alone ? only->ep : NULL, alone ? only : NULL);
+}
+
+/* A channel whose indicator this thread did not write (ep locked).  As
+ * the kernel filters a wake-up by the registration's interest, an
+ * indicator the registration does not watch lists nothing. */
+static void told_ready(struct sdp_conn *c, bool readable, void *arg)
+{
+	struct sdp_epoll *ep = arg;
+	struct ep_reg *reg = conn_watch_cookie(c, ep);
+
+	if (!reg || reg->conn != c)
+		conn_pay_deferred(c); /* no longer this set's alone */
+	else if (readable ? rdy_wants_rd(reg->events) : (reg->events & EPOLLOUT) != 0)
+		ready_add(ep, reg);
+}
+
+/* Moves the thread's deferrals to the ready list (ep locked).  If another
+ * thread sleeps in the kernel on epfd, or epfd is watched, they go to the
+ * kernel instead (written after being listed: a waiter counts itself,
+ * then looks at ready_count).  True: the shadow may hold events. */
+static bool ready_hand_over(struct sdp_epoll *ep)
+{
+	if (!ep->ready_head || (atomic_load(&ep->sleepers) == 0 && ep_answers_itself(ep)))
+		return false;
+	ready_pay_all(ep);
+	return true;
+}
+
+static bool ready_publish(struct sdp_epoll *ep)
+{
+	conn_defer_flush(told_ready, ep);
+	return ready_hand_over(ep);
+}
+
 static void shadow_add(struct ep_reg *reg, struct sdp_conn *c)
 {
 	pthread_mutex_lock(&reg->ep->lock);
@@ -207,9 +316,14 @@ static void shadow_del(struct ep_reg *reg)
 	struct sdp_epoll *ep = reg->ep;
 	struct sdp_conn *c = reg->conn;
 
-	if (!c)
-		return;
+	/* Locked even with no channel: a reader of the watch's cookie holds
+	 * ep->lock, and reg is freed after this. */
 	pthread_mutex_lock(&ep->lock);
+	ready_remove(ep, reg);
+	if (!c) {
+		pthread_mutex_unlock(&ep->lock);
+		return;
+	}
 	if (ep->shadow_fd >= 0 && reg->in_rd)
 		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, conn_readable_eventfd(c), NULL);
 	if (ep->shadow_fd >= 0 && reg->in_wr)
@@ -236,6 +350,7 @@ static void reg_unlink_free(struct sdp_sock *s, struct ep_reg *reg)
 			break;
 		}
 	}
+	watch_sync(s);
 	shadow_del(reg);
 	ep_put(reg->ep);
 	free(reg);
@@ -266,10 +381,13 @@ void rdy_sock_to_rdma(struct sdp_sock *s)
 			real.epoll_ctl(reg->ep->epfd, EPOLL_CTL_DEL, reg->fd, NULL);
 		shadow_add(reg, s->conn);
 	}
+	watch_sync(s);
 }
 
 void rdy_sock_to_kernel(struct sdp_sock *s)
 {
+	if (s->conn)
+		conn_set_watch(s->conn, NULL, NULL);
 	while (s->regs) {
 		struct ep_reg *reg = s->regs;
 		struct epoll_event ev = { .events = reg->events, .data = reg->data };
@@ -292,6 +410,17 @@ void rdy_sock_closed(struct sdp_sock *s)
 		reg_unlink_free(s, s->regs);
 }
 
+/* As the kernel polls a file on EPOLL_CTL_ADD and MOD: the next wait
+ * looks at reg's channel in user space (readiness a deferral owes is in
+ * no eventfd). */
+static void look_again(struct ep_reg *reg)
+{
+	pthread_mutex_lock(&reg->ep->lock);
+	ready_add(reg->ep, reg);
+	ready_hand_over(reg->ep); /* a thread asleep on epfd must hear of it */
+	pthread_mutex_unlock(&reg->ep->lock);
+}
+
 static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd, int op, int fd,
 			      struct epoll_event *ev)
 {
@@ -311,8 +440,11 @@ static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd
 		reg = reg_new(s, ep, fd, ev);
 		if (!reg)
 			return -ENOMEM;
-		if (rdma)
+		if (rdma) {
 			shadow_add(reg, s->conn);
+			watch_sync(s);
+			look_again(reg);
+		}
 		return 0;
 	case EPOLL_CTL_MOD:
 		if (!reg)
@@ -324,6 +456,7 @@ static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd
 			pthread_mutex_lock(&ep->lock);
 			shadow_sync(reg);
 			pthread_mutex_unlock(&ep->lock);
+			look_again(reg);
 		}
 		return 0;
 	case EPOLL_CTL_DEL:
@@ -351,6 +484,8 @@ int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	sdp_ensure_init();
 	s = sock_of(fd);
+	if (!s && op == EPOLL_CTL_ADD)
+		rdy_epoll_watched(fd); /* a set inside a set */
 	if (!s || sdp_in_lib || sock_path_final_tcp(s))
 		return real.epoll_ctl(epfd, op, fd, ev);
 	pthread_mutex_lock(&s->lock);
@@ -378,8 +513,36 @@ static int ns_to_ms(long long ns)
 	return (int)((ns + 999999) / 1000000);
 }
 
-/* Turns shadow events into app events for the channels' sockets; merges
- * the two indicators of one registration.  ep locked.  Returns events added. */
+/* One app event for reg (ep locked): merged with an earlier one of this
+ * call (the other indicator, or the ready list); a one-shot registration
+ * is disarmed.  Returns the events added (0 or 1). */
+static int emit(struct sdp_epoll *ep, struct ep_reg *reg, uint32_t rev, struct epoll_event *out,
+		int at)
+{
+	if (reg->out_gen == ep->gen) {
+		out[reg->out_idx].events |= rev;
+		return 0;
+	}
+	reg->out_gen = ep->gen;
+	reg->out_idx = at;
+	out[at].events = rev;
+	out[at].data = reg->data;
+	if (reg->events & EPOLLONESHOT) {
+		reg->disarmed = true;
+		shadow_sync(reg);
+	}
+	return 1;
+}
+
+static uint32_t reg_events_now(struct ep_reg *reg)
+{
+	if (!reg->conn || reg->disarmed)
+		return 0;
+	return conn_poll_mask(reg->conn) & (reg->events | EPOLLERR | EPOLLHUP);
+}
+
+/* Turns shadow events into app events for the channels' sockets.  ep
+ * locked.  Returns events added. */
 static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int base, int room)
 {
 	struct epoll_event tmp[64];
@@ -388,33 +551,45 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 	if (room > 64)
 		room = 64;
 	n = real.epoll_wait(ep->shadow_fd, tmp, room, 0);
-	ep->gen++;
 	for (int i = 0; i < n; i++) {
 		struct ep_reg *reg = (struct ep_reg *)(uintptr_t)(tmp[i].data.u64 & ~REG_TAG_MASK);
-		uint32_t rev;
+		uint32_t rev = reg_events_now(reg);
 
 		if (!reg->conn)
 			continue;
-		rev = conn_poll_mask(reg->conn) & (reg->events | EPOLLERR | EPOLLHUP);
 		if (!rev) {
 			conn_prepare_wait(reg->conn); /* stale: clear it before sleeping */
 			if (reg->events & EPOLLONESHOT)
 				shadow_sync(reg); /* the kernel disarmed it for nothing: re-arm */
 			continue;
 		}
-		if (reg->out_gen == ep->gen) {
-			out[reg->out_idx].events |= rev;
+		added += emit(ep, reg, rev, out, base + added);
+	}
+	return added;
+}
+
+/* Reports the ready list, oldest first (ep locked).  A level-triggered
+ * registration that is still ready goes to the back and stays; an edge-
+ * triggered or one-shot one leaves once reported; one that is not ready
+ * leaves.  Returns events added. */
+static int report_ready(struct sdp_epoll *ep, struct epoll_event *out, int base, int room)
+{
+	int added = 0, todo = atomic_load(&ep->ready_count);
+	struct ep_reg *reg, *next;
+
+	for (reg = ep->ready_head; reg && todo-- > 0 && added < room; reg = next) {
+		uint32_t rev = reg_events_now(reg);
+
+		next = reg->ready_next;
+		ready_remove(ep, reg);
+		if (!rev) {
+			if (reg->conn)
+				conn_prepare_wait(reg->conn);
 			continue;
 		}
-		reg->out_gen = ep->gen;
-		reg->out_idx = base + added;
-		out[base + added].events = rev;
-		out[base + added].data = reg->data;
-		added++;
-		if (reg->events & EPOLLONESHOT) {
-			reg->disarmed = true;
-			shadow_sync(reg);
-		}
+		if (!(reg->events & (EPOLLET | EPOLLONESHOT)))
+			ready_add(ep, reg); /* to the back */
+		added += emit(ep, reg, rev, out, base + added);
 	}
 	return added;
 }
@@ -444,43 +619,137 @@ static bool take_library_events(struct sdp_epoll *ep, struct epoll_event *events
 	return shadow;
 }
 
+/* Adds the library's answers to the app's n events: the shadow's (if
+ * look_in_shadow) and the ready list's.  Returns the new total. */
+static int add_library_answers(struct sdp_epoll *ep, struct epoll_event *events, int n,
+			       int maxevents, bool look_in_shadow)
+{
+	pthread_mutex_lock(&ep->lock);
+	ep->kernel_skips = 0;
+	look_in_shadow |= ready_publish(ep);
+	ep->gen++;
+	if (look_in_shadow && ep->shadow_fd >= 0)
+		n += translate_shadow(ep, events, n, maxevents - n);
+	n += report_ready(ep, events, n, maxevents - n);
+	pthread_mutex_unlock(&ep->lock);
+	return n;
+}
+
 /* One kernel wait and its translation: the app's events, or -1 (errno).
- * *timed_out: the kernel's wait ran out with nothing at all. */
+ * A thread that may sleep counts itself in ep->sleepers, then looks at the
+ * ready list (ready_publish looks the other way round).  *timed_out: the
+ * kernel's wait ran out with nothing at all. */
 static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events, int maxevents,
 		     int timeout_ms, const sigset_t *sigmask, bool *timed_out)
 {
-	int n = real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask);
-	int total = n;
+	bool counted = timeout_ms != 0;
+	int n, total;
 
-	*timed_out = n == 0;
-	if (n <= 0)
-		return n;
-	if (take_library_events(ep, events, &total)) {
-		pthread_mutex_lock(&ep->lock);
-		if (ep->shadow_fd >= 0)
-			total += translate_shadow(ep, events, total, maxevents - total);
-		pthread_mutex_unlock(&ep->lock);
+	if (counted) {
+		atomic_fetch_add(&ep->sleepers, 1);
+		if (atomic_load(&ep->ready_count) > 0)
+			timeout_ms = 0;
 	}
-	return total;
+	n = real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask);
+	if (counted)
+		atomic_fetch_sub(&ep->sleepers, 1);
+	*timed_out = n == 0 && (timeout_ms != 0 || !counted);
+	if (n < 0)
+		return n;
+	total = n;
+	return add_library_answers(ep, events, total, maxevents,
+				   take_library_events(ep, events, &total));
+}
+
+/* The kernel is asked at least once in this many answers, so the app's
+ * own fds in the set are never starved by a busy channel. */
+#define KERNEL_EVERY 32
+
+/* An answer from user space alone: the ready list, when this thread's
+ * deferrals put everything there (no eventfd written) and the kernel was
+ * asked recently.  0: ask the kernel. */
+static int answer_in_user_space(struct sdp_epoll *ep, struct epoll_event *events, int maxevents,
+				unsigned written_before)
+{
+	int n = 0;
+
+	if (conn_indicators_set_by_thread() != written_before)
+		return 0; /* the shadow has some: only the kernel can say */
+	pthread_mutex_lock(&ep->lock);
+	if (ep->kernel_skips < KERNEL_EVERY - 1 && !ready_publish(ep)) {
+		ep->gen++;
+		n = report_ready(ep, events, 0, maxevents);
+		ep->kernel_skips += n > 0;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	return n;
 }
 
 /* Before sleeping, the app's thread polls the process's links in user
  * space: a message already there needs no wake-up.  Busy-poll
- * (SDPSHIM_SPIN_US) goes on until one taken in by this thread makes a
- * channel readable or writable, or the spin is over.  True: look without
- * sleeping. */
-static bool poll_for_messages(void)
-{
-	unsigned us = conn_spin_us(), before = conn_indicators_set_by_thread();
-	long long until = us ? rdy_spin_until(us) : 0;
+ * (SDPSHIM_SPIN_US, never longer than the call's timeout) goes on until
+ * one taken in by this thread makes a channel readable or writable, or the
+ * spin is over.  A thread spins only if its last wait took messages in
+ * itself: an idle one (a server's 10 Hz timer) sleeps at once, and spins
+ * again once a message has woken it.  True: look without sleeping. */
+static __thread bool spin_earned = true; /* the thread's last wait took messages in */
 
+static bool poll_for_messages(long long timeout_ns)
+{
+	unsigned us = spin_earned ? conn_spin_us() : 0;
+	unsigned written = conn_indicators_set_by_thread();
+	unsigned told = conn_indicators_deferred_by_thread();
+	long long until;
+	bool found = true;
+
+	if (us && timeout_ns > 0 && timeout_ns / 1000 < us)
+		us = (unsigned)(timeout_ns / 1000);
+	until = us ? rdy_spin_until(us) : 0;
+	if (us)
+		conn_spin_begin();
 	for (;;) {
 		conn_poll_links();
-		if (conn_indicators_set_by_thread() != before)
-			return true;
-		if (!us || rdy_spin_over(until))
-			return false;
+		if (conn_indicators_set_by_thread() != written ||
+		    conn_indicators_deferred_by_thread() != told)
+			break;
+		if (!us || rdy_spin_over(until)) {
+			found = false;
+			break;
+		}
 		rdy_cpu_relax();
+	}
+	if (us)
+		conn_spin_end();
+	return found;
+}
+
+static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
+			     int maxevents, long long timeout_ns, const sigset_t *sigmask)
+{
+	unsigned written = conn_indicators_set_by_thread();
+	struct rdy_bound bound;
+	bool timed_out;
+	int n;
+
+	/* Readiness already listed (a level-triggered channel not drained). */
+	if (atomic_load(&ep->ready_count) > 0 &&
+	    (n = answer_in_user_space(ep, events, maxevents, written)) > 0)
+		return n;
+	if (timeout_ns != 0 && poll_for_messages(timeout_ns)) {
+		n = answer_in_user_space(ep, events, maxevents, written);
+		if (n == 0)
+			n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
+		if (n != 0)
+			return n;
+	}
+	if (timeout_ns != 0)
+		conn_arm_before_sleep();
+	rdy_bound_start(&bound, timeout_ns);
+	for (;;) {
+		n = wait_once(ep, epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)), sigmask,
+			      &timed_out);
+		if (n != 0 || timed_out || rdy_bound_expired(&bound))
+			return n;
 	}
 }
 
@@ -488,8 +757,8 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		   const sigset_t *sigmask)
 {
 	struct sdp_epoll *ep = fdt_get(epfd, FDT_EPOLL);
-	struct rdy_bound bound;
-	bool timed_out;
+	unsigned took;
+	bool own;
 	int n;
 
 	if (!ep || ep->shadow_fd < 0 || maxevents <= 0)
@@ -499,22 +768,56 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		channels_sync(ep);
 		pthread_mutex_unlock(&ep->lock);
 	}
-	rdy_bound_start(&bound, timeout_ns);
-	if (timeout_ns != 0) {
-		bool found = poll_for_messages();
+	own = ep_answers_itself(ep);
+	if (own)
+		conn_defer_open(ep);
+	took = conn_indicators_set_by_thread() + conn_indicators_deferred_by_thread();
+	n = epoll_wait_answer(ep, epfd, events, maxevents, timeout_ns, sigmask);
+	spin_earned = took != conn_indicators_set_by_thread() + conn_indicators_deferred_by_thread();
+	if (own) {
+		int saved = errno;
 
-		if (conn_spin_us())
-			rdy_bound_note_spin(&bound); /* the spin counts against the timeout */
-		if (found) {
-			n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
-			if (n != 0)
-				return n;
-		}
+		pthread_mutex_lock(&ep->lock);
+		conn_defer_close(told_ready, ep); /* left for the next call */
+		ready_hand_over(ep);
+		pthread_mutex_unlock(&ep->lock);
+		errno = saved;
 	}
-	for (;;) {
-		n = wait_once(ep, epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)), sigmask,
-			      &timed_out);
-		if (n != 0 || timed_out || rdy_bound_expired(&bound))
-			return n;
+	return n;
+}
+
+/* epfd is watched by the kernel where no deferral can be seen (poll,
+ * select, another epoll set): from now on its channels' readiness goes
+ * to the eventfds, and what is listed goes there now. */
+void rdy_epoll_watched(int fd)
+{
+	struct sdp_epoll *ep;
+
+	if (fdt_kind_of(fd) != FDT_EPOLL)
+		return;
+	sock_table_lock();
+	ep = fdt_get(fd, FDT_EPOLL);
+	if (ep)
+		atomic_fetch_add(&ep->refs, 1);
+	sock_table_unlock();
+	if (!ep)
+		return;
+	if (!atomic_exchange(&ep->nested, true)) {
+		pthread_mutex_lock(&ep->lock);
+		ready_pay_all(ep);
+		pthread_mutex_unlock(&ep->lock);
 	}
+	ep_put(ep);
+}
+
+static void mark_shared(int fd, void *obj, void *ctx)
+{
+	(void)fd;
+	(void)ctx;
+	((struct sdp_epoll *)obj)->shared = true;
+}
+
+void rdy_epoll_atfork_parent(void)
+{
+	fdt_for_each(FDT_EPOLL, mark_shared, NULL);
 }

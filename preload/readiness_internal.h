@@ -28,14 +28,17 @@ static inline long long rdy_mono_ns(void)
 /* The bound of a call that may wait more than once (a wake-up that turns
  * out to hold nothing for the app: a completion channel's, a stale
  * indicator's).  Its start is read from CLOCK_MONOTONIC (the vDSO serves it
- * without a system call on hosts whose clock source allows); the first
- * wait takes the whole timeout, and every later one what is left, so a call
- * never ends early.  A start read from the coarse clock saved that read,
- * but under emulation the coarse clock lagged by more than its tick, and a
- * wait after a wake-up with nothing to report ended early (148 ms of 150). */
+ * without a system call on hosts whose clock source allows) just before
+ * the first wait, which takes the whole timeout; every later one takes
+ * what is left.  So a call never ends early, and one answered before any
+ * wait (in user space, or after a busy-poll spin) reads no clock: it is
+ * late by at most what ran before that first wait.  A start read from the
+ * coarse clock would save the read, but under emulation the coarse clock
+ * lagged by more than its tick, and a wait after a wake-up with nothing to
+ * report ended early (148 ms of 150). */
 struct rdy_bound {
 	long long timeout_ns; /* -1: none */
-	long long deadline;   /* CLOCK_MONOTONIC ns, when timeout_ns > 0 */
+	long long deadline;   /* CLOCK_MONOTONIC ns, once waited and timeout_ns > 0 */
 	bool waited;
 };
 
@@ -52,7 +55,7 @@ static inline long long rdy_coarse_ns(void)
 static inline void rdy_bound_start(struct rdy_bound *b, long long timeout_ns)
 {
 	b->timeout_ns = timeout_ns;
-	b->deadline = timeout_ns > 0 ? rdy_mono_ns() + timeout_ns : 0;
+	b->deadline = 0;
 	b->waited = false;
 }
 
@@ -66,21 +69,17 @@ static inline bool rdy_bound_expired(struct rdy_bound *b)
 	return rdy_mono_ns() >= b->deadline;
 }
 
-/* Time went by before the first wait (a busy-poll spin): that wait gets
- * only what is left of the timeout. */
-static inline void rdy_bound_note_spin(struct rdy_bound *b)
-{
-	b->waited = true;
-}
-
 /* The timeout of the next wait in ns (-1: none): the whole timeout the
  * first time, then what is left of it. */
 static inline long long rdy_bound_left(struct rdy_bound *b)
 {
 	long long left;
 
-	if (!b->waited || b->timeout_ns <= 0) {
+	if (b->timeout_ns <= 0)
+		return b->timeout_ns;
+	if (!b->waited) {
 		b->waited = true;
+		b->deadline = rdy_mono_ns() + b->timeout_ns;
 		return b->timeout_ns;
 	}
 	left = b->deadline - rdy_mono_ns();

@@ -45,6 +45,7 @@ static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollf
 		map[i].conn = c;
 		map[i].rd = map[i].wr = -1;
 		if (!c) {
+			rdy_epoll_watched(fds[i].fd); /* an epoll set polled */
 			k[n] = fds[i];
 			map[i].rd = (int)n++;
 			continue;
@@ -90,6 +91,28 @@ static void release_map(struct poll_map *map, nfds_t nfds, bool prepare_wait)
 	}
 }
 
+/* The thread is about to sleep on the set's eventfds: each channel counts
+ * it as a sleeper (no indicator of it is deferred from now on), then is
+ * looked at once more.  True: one is ready, do not sleep. */
+static bool sleepers_add(const struct pollfd *fds, nfds_t nfds, const struct poll_map *map)
+{
+	bool ready = false;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		unsigned want = (unsigned)fds[i].events | POLLERR | POLLHUP;
+		if (map[i].conn && (conn_sleep_begin(map[i].conn) & want))
+			ready = true;
+	}
+	return ready;
+}
+
+static void sleepers_drop(const struct poll_map *map, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++)
+		if (map[i].conn)
+			conn_sleep_end(map[i].conn);
+}
+
 static bool any_rdma_ready(struct pollfd *fds, nfds_t nfds, const struct poll_map *map)
 {
 	for (nfds_t i = 0; i < nfds; i++) {
@@ -109,7 +132,7 @@ static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *
 {
 	static const struct timespec zero;
 	unsigned us = conn_spin_us();
-	bool plain = false;
+	bool plain = false, found = true;
 	long long until;
 
 	if (!us)
@@ -117,19 +140,25 @@ static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *
 	for (nfds_t i = 0; i < nfds; i++)
 		plain |= !map[i].conn;
 	until = rdy_spin_until(us);
+	conn_spin_begin();
 	for (unsigned round = 1;; round++) {
 		for (nfds_t i = 0; i < nfds; i++)
 			if (map[i].conn)
 				conn_app_poll(map[i].conn);
-		if (any_rdma_ready((struct pollfd *)fds, nfds, map))
-			return true;
-		if (plain && round % 32 == 0 && real.ppoll(k, kn, &zero, NULL) > 0)
-			return true;
-		if (rdy_spin_over(until))
-			return false;
+		if (any_rdma_ready((struct pollfd *)fds, nfds, map) ||
+		    (plain && round % 32 == 0 && real.ppoll(k, kn, &zero, NULL) > 0))
+			break;
+		if (rdy_spin_over(until)) {
+			found = false;
+			break;
+		}
 		rdy_cpu_relax();
 	}
+	conn_spin_end();
+	return found;
 }
+
+static __thread bool spin_earned = true; /* the thread's last wait found a channel ready */
 
 /* One wait; *timed_out: the kernel's wait itself ran out (nothing woke it). */
 static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
@@ -143,23 +172,35 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		if (map[i].conn)
 			conn_app_poll(map[i].conn);
 	struct timespec ts, *tsp = NULL;
-	bool rdma_ready = any_rdma_ready(fds, nfds, map);
+	bool rdma_ready = any_rdma_ready(fds, nfds, map), sleeping;
 	int rc;
 
-	/* A spin makes the call late by up to its length, never early. */
-	if (!rdma_ready && left_ns != 0)
+	/* A spin makes the call late by up to its length, never early.  As in
+	 * epoll_wait, only a thread whose last wait found a channel ready
+	 * spins: an idle one sleeps at once. */
+	if (!rdma_ready && left_ns != 0 && spin_earned)
 		rdma_ready = spin_poll_set(fds, nfds, k, kn, map);
 	if (rdma_ready)
 		left_ns = 0;
+	sleeping = left_ns != 0;
+	if (sleeping)
+		conn_arm_before_sleep();
+	if (sleeping && sleepers_add(fds, nfds, map)) {
+		rdma_ready = true;
+		left_ns = 0;
+	}
 	if (left_ns >= 0) {
 		ts.tv_sec = (time_t)(left_ns / 1000000000LL);
 		ts.tv_nsec = (long)(left_ns % 1000000000LL);
 		tsp = &ts;
 	}
 	rc = real.ppoll(k, kn, tsp, sigmask);
+	if (sleeping)
+		sleepers_drop(map, nfds);
 	*timed_out = rc == 0 && !rdma_ready;
 	if (rc >= 0)
 		rc = collect_revents(fds, nfds, k, map);
+	spin_earned = rc > 0 && any_rdma_ready(fds, nfds, map);
 	release_map(map, nfds, rc == 0);
 	return rc;
 }

@@ -374,6 +374,79 @@ static void case_epoll_et(struct pair *p)
 	close(ep);
 }
 
+/* --- every waiter hears of data another thread's epoll_wait took in ------ */
+
+/* A thread asleep in epoll_wait on a set holding the socket: with sdpshim
+ * it may take the completion in itself, and answer from user space. */
+struct epoll_waiter {
+	pthread_t thread;
+	int ep, n;
+	long long took_ms;
+};
+
+static void *epoll_waiter_main(void *p)
+{
+	struct epoll_waiter *w = p;
+	struct epoll_event ev[4];
+	long long t0 = now_ms();
+
+	w->n = epoll_wait(w->ep, ev, 4, READY_MS);
+	w->took_ms = now_ms() - t0;
+	return NULL;
+}
+
+static void epoll_waiter_start(struct epoll_waiter *w, int ep)
+{
+	w->ep = ep;
+	CHECK(pthread_create(&w->thread, NULL, epoll_waiter_main, w) == 0, "pthread_create failed");
+	sleep_ms(50); /* asleep before the main thread waits too */
+}
+
+static void epoll_waiter_join(struct epoll_waiter *w, const char *when)
+{
+	pthread_join(w->thread, NULL);
+	CHECK(w->n == 1 && w->took_ms < PROMPT_MS, "%s: the epoll_wait thread got %d after %lld ms",
+	      when, w->n, w->took_ms);
+}
+
+/* The main thread waits on pfd beside a thread in epoll_wait on ep; data
+ * sent LATER_MS later must end both waits. */
+static void both_wake(struct pair *p, struct flow *up, int ep, struct pollfd pfd, const char *when)
+{
+	struct send_job job = { p->client, up, 100 };
+	struct epoll_waiter w;
+	struct later later;
+	long long t0;
+	int n;
+
+	epoll_waiter_start(&w, ep);
+	later_start(&later, send_job_run, &job);
+	t0 = now_ms();
+	n = poll(&pfd, 1, READY_MS);
+	CHECK(n == 1 && (pfd.revents & POLLIN) && now_ms() - t0 < PROMPT_MS,
+	      "%s: poll got %d (revents 0x%x) after %lld ms", when, n, pfd.revents, now_ms() - t0);
+	later_join(&later);
+	epoll_waiter_join(&w, when);
+	flow_drain(p->server, up);
+}
+
+static void case_epoll_watchers(struct pair *p)
+{
+	struct flow up = { .seed = 6 };
+	int ep = epoll_with(p->server, EPOLLIN), ep2;
+	struct epoll_event ev;
+
+	/* The set itself polled (nested), the socket polled, and a second set. */
+	both_wake(p, &up, ep, (struct pollfd){ ep, POLLIN, 0 }, "poll on the epoll fd");
+	both_wake(p, &up, ep, (struct pollfd){ p->server, POLLIN, 0 }, "poll on the socket");
+	ep2 = epoll_with(p->server, EPOLLIN);
+	both_wake(p, &up, ep, (struct pollfd){ ep2, POLLIN, 0 }, "a second set");
+	CHECK(epoll_wait(ep2, &ev, 1, 0) == 0, "the second set reports a drained socket");
+	close(ep2);
+	expect_epoll_none(ep, "every waiter woke, the socket drained");
+	close(ep);
+}
+
 static void check_epoll_ctl_errors(int ep, int fd)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
@@ -1058,7 +1131,7 @@ static const struct pair_case pair_cases[] = {
 	{ "epoll_oneshot", case_epoll_oneshot }, { "epoll_rdhup", case_epoll_rdhup },
 	{ "poll", case_poll },		   { "ppoll", case_ppoll },
 	{ "select", case_select },	   { "pselect", case_pselect },
-	{ "mixed", case_mixed },
+	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
 };
 
 static int usage(void)

@@ -134,6 +134,7 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_et over RDMA" { readiness_rdma epoll_et; }
 @test "readiness epoll_oneshot over RDMA" { readiness_rdma epoll_oneshot; }
 @test "readiness epoll_rdhup over RDMA" { readiness_rdma epoll_rdhup; }
+@test "readiness epoll_watchers over RDMA: poll on the set, on the socket, a second set, beside an epoll_wait thread" { readiness_rdma epoll_watchers; }
 @test "readiness poll over RDMA" { readiness_rdma poll; }
 @test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
 @test "readiness select over RDMA" { readiness_rdma select; }

@@ -271,6 +271,10 @@ drop_roce() {
     sleep 0.2
   done
   show "before the drop: server connection path and bytes received: $live; RC QPs of stream: $(count_rc_qps stream)"
+  if [ "${live% *}" != rdma ]; then
+    show "client: $(bg_log client)" "server: $(bg_log server)" \
+         "sdpshim stat: $("$SDPSHIM_BIN" stat 2>&1 | head -20)" "$(rdma resource show qp 2>&1 | head -10)"
+  fi
   [ "${live% *}" = rdma ]
   [ "$(count_rc_qps stream)" -ge 2 ]
   t_drop=$(now_ms)
