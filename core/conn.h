@@ -126,9 +126,10 @@ void conn_channels_unwatched(void);
  * at them); conn_poll_links does so for every link of the process.  Both
  * poll in user space: no system call. */
 unsigned conn_spin_us(void);
-/* Around a busy-poll spin of an app thread (links' CQs are left unarmed
- * meanwhile), and before a thread sleeps on readiness (the arms a spin
- * put off are made). */
+/* Around a busy-poll spin over every link of the process (epoll_wait's:
+ * links' CQs are left unarmed meanwhile; a spin over some links only does
+ * not count), and before a thread sleeps on readiness (the arms a spin put
+ * off are made). */
 void conn_spin_begin(void);
 void conn_spin_end(void);
 void conn_arm_before_sleep(void);
@@ -151,6 +152,7 @@ void conn_defer_open(const void *set);
 void conn_defer_flush(conn_told_fn told, void *arg);
 void conn_defer_close(conn_told_fn told, void *arg);
 unsigned conn_indicators_deferred_by_thread(void); /* a running count */
+bool conn_defer_pending(void); /* anything to hand back at the next flush? */
 void conn_pay_deferred(struct sdp_conn *c);
 /* The set that alone watches c (NULL: none, or more than one), and the
  * watcher's record of it, which conn_watch_cookie returns while set is

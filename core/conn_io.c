@@ -81,6 +81,21 @@ void conn_app_poll(struct sdp_conn *c)
 	conn_unlock(c);
 }
 
+/* A non-blocking call that would return EAGAIN on an open channel takes in
+ * its link's completions once first, in the app's thread: a message
+ * already there is returned now, not after another thread's wake-up (an
+ * app that loops on recv(MSG_DONTWAIT) would otherwise wait for the
+ * progress thread every time).  Only an open channel: one still binding
+ * or attaching is the progress thread's to decide.  True: look again. */
+static bool take_in_before_eagain(struct sdp_conn *c, bool *polled)
+{
+	if (*polled || c->phase != CONN_OPEN)
+		return false;
+	*polled = true;
+	app_poll(c);
+	return true;
+}
+
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
 static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 {
@@ -89,18 +104,14 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 	if (!sdp_tun.spin_us || !has_qp_phase(c->phase))
 		return false;
 	until = conn_now_us() + sdp_tun.spin_us;
-	conn_spin_begin();
 	while (conn_now_us() < until) {
 		app_poll(c);
-		if (ready_for(c, for_write)) {
-			conn_spin_end();
+		if (ready_for(c, for_write))
 			return true;
-		}
 		conn_unlock(c);
 		sched_yield();
 		conn_lock(c);
 	}
-	conn_spin_end();
 	return false;
 }
 
@@ -261,7 +272,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 	size_t total = discard.iov_len, done = 0;
 	uint64_t start = 0;
 	ssize_t rc;
-	bool again;
+	bool again, polled = false;
 
 	if (flags & MSG_OOB)
 		return -EINVAL; /* no urgent data is ever queued */
@@ -279,6 +290,8 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		done = (size_t)rc;
 		if (nonblock || (flags & MSG_DONTWAIT)) {
+			if (take_in_before_eagain(c, &polled))
+				continue;
 			zc_stage_kick(c); /* a SrcAvail becomes readable through the staging buffer */
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
@@ -374,7 +387,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 	size_t total = iov_total(iov, iovcnt), done = 0;
 	uint64_t start = 0;
 	ssize_t rc;
-	bool again;
+	bool again, polled = false;
 
 	if (flags & MSG_OOB)
 		sdp_debug("MSG_OOB on an RDMA socket is sent as ordinary data");
@@ -417,6 +430,8 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			break;
 		done = (size_t)rc;
 		if (nonblock || (flags & MSG_DONTWAIT)) {
+			if (take_in_before_eagain(c, &polled))
+				continue; /* credits or room may have come back */
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}

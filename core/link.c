@@ -1971,10 +1971,15 @@ static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq)
 	drain_cq(link, false);
 	pthread_mutex_lock(&link->poll_lock);
 	if (!cq || link->cq == cq) {
+		/* Owed first, then the spinners read: a spinner that stops
+		 * counts itself out, then reads the owed arms (app_wake.c), so
+		 * one of the two always arms. */
+		set_arm_owed(link, true);
 		put_off = app_wake_spinning();
-		set_arm_owed(link, put_off);
-		if (!put_off)
+		if (!put_off) {
+			set_arm_owed(link, false);
 			link_arm_polling(link, false);
+		}
 	}
 	pthread_mutex_unlock(&link->poll_lock);
 	if (put_off)

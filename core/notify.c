@@ -150,7 +150,7 @@ static bool may_defer(const struct sdp_conn *c)
 	       deferred_count < DEFER_MAX;
 }
 
-static void defer(struct sdp_conn *c, bool rd, bool new_edge)
+static void defer(struct sdp_conn *c, bool rd)
 {
 	bool *owed = rd ? &c->rd_owed : &c->wr_owed;
 
@@ -178,7 +178,7 @@ static void indicator_set(struct sdp_conn *c, bool rd, bool force_edge)
 	if ((*is_set || *owed) && !force_edge)
 		return;
 	if (!*is_set && may_defer(c)) {
-		defer(c, rd, force_edge);
+		defer(c, rd);
 		return;
 	}
 	*owed = false;
@@ -236,31 +236,39 @@ static void pay_owed(struct sdp_conn *c)
 		indicator_write(c->wr_fd, &c->wr_set);
 }
 
+/* These three are called under the owner's locks (its socket's, its
+ * set's): their unlock tells the owner nothing (no owner event is raised
+ * here; one left pending is told by the next conn_unlock). */
 void conn_pay_deferred(struct sdp_conn *c)
 {
-	conn_lock(c);
+	pthread_mutex_lock(&c->lock);
 	pay_owed(c);
-	conn_unlock(c);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void conn_set_watch(struct sdp_conn *c, const void *set, void *cookie)
 {
-	conn_lock(c);
+	pthread_mutex_lock(&c->lock);
 	if (c->watch_set != set)
 		pay_owed(c); /* the new watchers (or none) read the eventfds */
 	c->watch_set = set;
 	c->watch_cookie = set ? cookie : NULL;
-	conn_unlock(c);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void *conn_watch_cookie(struct sdp_conn *c, const void *set)
 {
 	void *cookie;
 
-	conn_lock(c);
+	pthread_mutex_lock(&c->lock);
 	cookie = c->watch_set == set ? c->watch_cookie : NULL;
-	conn_unlock(c);
+	pthread_mutex_unlock(&c->lock);
 	return cookie;
+}
+
+bool conn_defer_pending(void)
+{
+	return deferred_count > 0;
 }
 
 void conn_sleeper_add_locked(struct sdp_conn *c)

@@ -25,6 +25,7 @@ static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 			     const struct timespec *ts, const sigset_t *sigmask);
 static SLOW int epoll_wait_closed(int epfd, struct epoll_event *events, int maxevents,
 				  int timeout);
+static int epoll_ctl_open(int epfd, int op, int fd, struct epoll_event *ev);
 static SLOW int epoll_pwait_closed(int epfd, struct epoll_event *events, int maxevents,
 				   int timeout, const sigset_t *sigmask);
 
@@ -57,7 +58,7 @@ void gate_route(enum sdp_gate g, bool open)
 		SET_ROUTE(pselect, open, pselect_slow);
 		break;
 	case GATE_EPOLL_CTL:
-		SET_ROUTE(epoll_ctl, open, rdy_epoll_ctl);
+		SET_ROUTE(epoll_ctl, false, open ? epoll_ctl_open : rdy_epoll_ctl);
 		break;
 	case GATE_EPOLL_WAIT:
 		SET_ROUTE(epoll_wait, open, epoll_wait_closed);
@@ -157,16 +158,37 @@ SDP_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struc
 	return GO(pselect)(nfds, rd, wr, ex, ts, sigmask);
 }
 
+/* A set is recorded at birth, so that every nesting and fork of it is
+ * seen: only such a set answers readiness from user space. */
 SDP_EXPORT int epoll_create(int size)
 {
+	int fd;
+
 	sdp_ensure_init();
-	return real.epoll_create(size);
+	fd = real.epoll_create(size);
+	if (fd >= 0)
+		rdy_epoll_born(fd);
+	return fd;
 }
 
 SDP_EXPORT int epoll_create1(int flags)
 {
+	int fd;
+
 	sdp_ensure_init();
-	return real.epoll_create1(flags);
+	fd = real.epoll_create1(flags);
+	if (fd >= 0)
+		rdy_epoll_born(fd);
+	return fd;
+}
+
+/* Gate open: the kernel's, but a set put in another set is noted (one
+ * table load): it must never answer from user space. */
+static int epoll_ctl_open(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (op == EPOLL_CTL_ADD)
+		rdy_epoll_watched(fd);
+	return real.epoll_ctl(epfd, op, fd, ev);
 }
 
 /* Gate open: no socket is FRESH or RDMA, so no registration needs a record

@@ -138,6 +138,7 @@ static void track_dup(int old_fd, int new_fd)
 	struct sdp_sock *s = sock_of(old_fd);
 	int saved = errno;
 
+	rdy_epoll_watched(old_fd); /* a set under two numbers: the copy's waiters are not counted */
 	if (s)
 		sock_add_fd(s, new_fd);
 	errno = saved;

@@ -40,6 +40,8 @@ void rdy_epoll_forget(int epfd);
 /* fd, if an epoll set, is watched by poll, select or another set: its
  * channels' readiness is always written to their eventfds from now on. */
 void rdy_epoll_watched(int fd);
+/* epfd was just made by epoll_create: record it now. */
+void rdy_epoll_born(int epfd);
 /* In the parent after fork: every set is shared with the child. */
 void rdy_epoll_atfork_parent(void);
 

@@ -37,6 +37,7 @@ struct sdp_epoll {
 	_Atomic int sleepers;  /* threads in the kernel's wait on epfd */
 	_Atomic bool nested;   /* epfd is itself watched (poll, select, a set): never defer */
 	bool shared;           /* a forked child holds epfd too: never defer */
+	bool born_here;        /* recorded at epoll_create: every nesting and fork of it seen */
 	unsigned kernel_skips; /* answers from user space since the kernel was last asked */
 };
 
@@ -99,6 +100,16 @@ static struct sdp_epoll *ep_for(int epfd)
 		atomic_fetch_add(&ep->refs, 1); /* the caller's */
 	sock_table_unlock();
 	return ep;
+}
+
+void rdy_epoll_born(int epfd)
+{
+	struct sdp_epoll *ep = ep_for(epfd);
+
+	if (!ep)
+		return; /* no record: the set never answers from user space */
+	ep->born_here = true;
+	ep_put(ep);
 }
 
 void rdy_epoll_forget(int epfd)
@@ -219,10 +230,8 @@ static void ready_add(struct sdp_epoll *ep, struct ep_reg *reg)
 	atomic_fetch_add(&ep->ready_count, 1);
 }
 
-static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
+static void ready_unlink(struct sdp_epoll *ep, struct ep_reg *reg)
 {
-	if (!reg->on_ready)
-		return;
 	if (reg->ready_prev)
 		reg->ready_prev->ready_next = reg->ready_next;
 	else
@@ -231,6 +240,26 @@ static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
 		reg->ready_next->ready_prev = reg->ready_prev;
 	else
 		ep->ready_tail = reg->ready_prev;
+}
+
+/* To the back of the list; ready_count, which waiters read unlocked, does
+ * not move. */
+static void ready_to_back(struct sdp_epoll *ep, struct ep_reg *reg)
+{
+	if (ep->ready_tail == reg)
+		return;
+	ready_unlink(ep, reg);
+	reg->ready_next = NULL;
+	reg->ready_prev = ep->ready_tail;
+	ep->ready_tail->ready_next = reg;
+	ep->ready_tail = reg;
+}
+
+static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
+{
+	if (!reg->on_ready)
+		return;
+	ready_unlink(ep, reg);
 	reg->on_ready = false;
 	atomic_fetch_sub(&ep->ready_count, 1);
 }
@@ -239,6 +268,8 @@ static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
  * the eventfds are written, and the shadow reports them from now on. */
 static void ready_pay_all(struct sdp_epoll *ep)
 {
+	if (ep->pid != self_pid())
+		return; /* a forked child's copy: the parent's debts, not ours to write */
 	while (ep->ready_head) {
 		struct ep_reg *reg = ep->ready_head;
 
@@ -252,7 +283,7 @@ static void ready_pay_all(struct sdp_epoll *ep)
  * when some other waiter could sleep on epfd where it cannot see. */
 static bool ep_answers_itself(const struct sdp_epoll *ep)
 {
-	return ep->pid == self_pid() && !ep->shared && !ep->closed &&
+	return ep->born_here && ep->pid == self_pid() && !ep->shared && !ep->closed &&
 	       !atomic_load(&ep->nested);
 }
 
@@ -350,6 +381,8 @@ static void reg_unlink_free(struct sdp_sock *s, struct ep_reg *reg)
 			break;
 		}
 	}
+	if (reg->conn)
+		conn_set_watch(reg->conn, NULL, NULL); /* s->conn may be gone (a fallback) */
 	watch_sync(s);
 	shadow_del(reg);
 	ep_put(reg->ep);
@@ -386,12 +419,12 @@ void rdy_sock_to_rdma(struct sdp_sock *s)
 
 void rdy_sock_to_kernel(struct sdp_sock *s)
 {
-	if (s->conn)
-		conn_set_watch(s->conn, NULL, NULL);
 	while (s->regs) {
 		struct ep_reg *reg = s->regs;
 		struct epoll_event ev = { .events = reg->events, .data = reg->data };
 
+		if (reg->conn) /* s->conn is already gone on a fallback */
+			conn_set_watch(reg->conn, NULL, NULL);
 		if (reg->disarmed) /* keep it disarmed: only EPOLL_CTL_MOD re-arms */
 			ev.events = EPOLLONESHOT;
 		shadow_del(reg);
@@ -581,17 +614,40 @@ static int report_ready(struct sdp_epoll *ep, struct epoll_event *out, int base,
 		uint32_t rev = reg_events_now(reg);
 
 		next = reg->ready_next;
-		ready_remove(ep, reg);
 		if (!rev) {
+			ready_remove(ep, reg);
 			if (reg->conn)
 				conn_prepare_wait(reg->conn);
 			continue;
 		}
-		if (!(reg->events & (EPOLLET | EPOLLONESHOT)))
-			ready_add(ep, reg); /* to the back */
+		if (reg->events & (EPOLLET | EPOLLONESHOT))
+			ready_remove(ep, reg);
+		else
+			ready_to_back(ep, reg);
 		added += emit(ep, reg, rev, out, base + added);
 	}
 	return added;
+}
+
+/* Drops the listed registrations that are no longer ready.  True: some
+ * are still listed. */
+static bool ready_prune(struct sdp_epoll *ep)
+{
+	struct ep_reg *reg, *next;
+	bool left;
+
+	pthread_mutex_lock(&ep->lock);
+	for (reg = ep->ready_head; reg; reg = next) {
+		next = reg->ready_next;
+		if (reg_events_now(reg))
+			continue;
+		ready_remove(ep, reg);
+		if (reg->conn)
+			conn_prepare_wait(reg->conn);
+	}
+	left = ep->ready_head != NULL;
+	pthread_mutex_unlock(&ep->lock);
+	return left;
 }
 
 /* Takes events of the shadow and the channels out of the batch, keeping
@@ -631,6 +687,7 @@ static int add_library_answers(struct sdp_epoll *ep, struct epoll_event *events,
 	if (look_in_shadow && ep->shadow_fd >= 0)
 		n += translate_shadow(ep, events, n, maxevents - n);
 	n += report_ready(ep, events, n, maxevents - n);
+	ready_hand_over(ep); /* what stays listed, another sleeper must see */
 	pthread_mutex_unlock(&ep->lock);
 	return n;
 }
@@ -639,18 +696,48 @@ static int add_library_answers(struct sdp_epoll *ep, struct epoll_event *events,
  * A thread that may sleep counts itself in ep->sleepers, then looks at the
  * ready list (ready_publish looks the other way round).  *timed_out: the
  * kernel's wait ran out with nothing at all. */
+static __thread int app_cancel_state; /* the app's, restored around the kernel's wait */
+
+static void sleeper_gone(void *arg)
+{
+	if (arg)
+		atomic_fetch_sub(&((struct sdp_epoll *)arg)->sleepers, 1);
+}
+
+/* The kernel's wait, the call's only cancellation point (no lock held). */
+static int kernel_wait(struct sdp_epoll *counted_in, int epfd, struct epoll_event *events,
+		       int maxevents, int timeout_ms, const sigset_t *sigmask)
+{
+	int n, saved;
+
+	pthread_cleanup_push(sleeper_gone, counted_in);
+	pthread_setcancelstate(app_cancel_state, NULL);
+	n = real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask);
+	saved = errno;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_cleanup_pop(0);
+	errno = saved;
+	return n;
+}
+
 static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events, int maxevents,
 		     int timeout_ms, const sigset_t *sigmask, bool *timed_out)
 {
 	bool counted = timeout_ms != 0;
 	int n, total;
 
+	if (counted && conn_defer_pending()) {
+		/* Told before this wait (an owed arm's take-in): listed first. */
+		pthread_mutex_lock(&ep->lock);
+		conn_defer_flush(told_ready, ep);
+		pthread_mutex_unlock(&ep->lock);
+	}
 	if (counted) {
 		atomic_fetch_add(&ep->sleepers, 1);
 		if (atomic_load(&ep->ready_count) > 0)
 			timeout_ms = 0;
 	}
-	n = real.epoll_pwait(epfd, events, maxevents, timeout_ms, sigmask);
+	n = kernel_wait(counted ? ep : NULL, epfd, events, maxevents, timeout_ms, sigmask);
 	if (counted)
 		atomic_fetch_sub(&ep->sleepers, 1);
 	*timed_out = n == 0 && (timeout_ms != 0 || !counted);
@@ -680,6 +767,7 @@ static int answer_in_user_space(struct sdp_epoll *ep, struct epoll_event *events
 		ep->gen++;
 		n = report_ready(ep, events, 0, maxevents);
 		ep->kernel_skips += n > 0;
+		ready_hand_over(ep);
 	}
 	pthread_mutex_unlock(&ep->lock);
 	return n;
@@ -731,9 +819,11 @@ static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event 
 	bool timed_out;
 	int n;
 
-	/* Readiness already listed (a level-triggered channel not drained). */
-	if (atomic_load(&ep->ready_count) > 0 &&
-	    (n = answer_in_user_space(ep, events, maxevents, written)) > 0)
+	/* Readiness already listed (a level-triggered channel not drained):
+	 * with the kernel's, as epoll reports every ready fd.  Entries whose
+	 * channel was drained since leave first, at no system call. */
+	if (atomic_load(&ep->ready_count) > 0 && ready_prune(ep) &&
+	    (n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out)) != 0)
 		return n;
 	if (timeout_ns != 0 && poll_for_messages(timeout_ns)) {
 		n = answer_in_user_space(ep, events, maxevents, written);
@@ -753,36 +843,80 @@ static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event 
 	}
 }
 
+/* The end of the thread's deferral window: what it was told and did not
+ * report is listed for the next call (or handed to the kernel). */
+static void defer_window_close(void *arg)
+{
+	struct sdp_epoll *ep = arg;
+	int saved = errno;
+
+	if (!ep)
+		return;
+	pthread_mutex_lock(&ep->lock);
+	conn_defer_close(told_ready, ep);
+	ready_hand_over(ep);
+	pthread_mutex_unlock(&ep->lock);
+	errno = saved;
+}
+
+/* The record of epfd with a reference (another thread may close epfd
+ * while this one waits in it), or NULL. */
+static struct sdp_epoll *ep_get(int epfd)
+{
+	struct sdp_epoll *ep;
+
+	sock_table_lock();
+	ep = fdt_get(epfd, FDT_EPOLL);
+	if (ep)
+		atomic_fetch_add(&ep->refs, 1);
+	sock_table_unlock();
+	return ep;
+}
+
+static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
+			   int maxevents, long long timeout_ns, const sigset_t *sigmask);
+
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask)
 {
 	struct sdp_epoll *ep = fdt_get(epfd, FDT_EPOLL);
+	int n, saved;
+
+	if (!ep || ep->shadow_fd < 0 || maxevents <= 0 || !(ep = ep_get(epfd)))
+		return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
+	n = epoll_wait_held(ep, epfd, events, maxevents, timeout_ns, sigmask);
+	saved = errno;
+	ep_put(ep);
+	errno = saved;
+	return n;
+}
+
+static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
+			   int maxevents, long long timeout_ns, const sigset_t *sigmask)
+{
 	unsigned took;
 	bool own;
-	int n;
+	int n, saved;
 
-	if (!ep || ep->shadow_fd < 0 || maxevents <= 0)
-		return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
 	if (__atomic_load_n(&ep->chan_gen, __ATOMIC_RELAXED) != conn_channels_generation()) {
 		pthread_mutex_lock(&ep->lock);
 		channels_sync(ep);
 		pthread_mutex_unlock(&ep->lock);
 	}
+	/* Cancellation only in the kernel's wait (kernel_wait), where no lock
+	 * is held: a thread cancelled there still lists what it was told. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &app_cancel_state);
 	own = ep_answers_itself(ep);
 	if (own)
 		conn_defer_open(ep);
 	took = conn_indicators_set_by_thread() + conn_indicators_deferred_by_thread();
+	pthread_cleanup_push(defer_window_close, own ? ep : NULL);
 	n = epoll_wait_answer(ep, epfd, events, maxevents, timeout_ns, sigmask);
 	spin_earned = took != conn_indicators_set_by_thread() + conn_indicators_deferred_by_thread();
-	if (own) {
-		int saved = errno;
-
-		pthread_mutex_lock(&ep->lock);
-		conn_defer_close(told_ready, ep); /* left for the next call */
-		ready_hand_over(ep);
-		pthread_mutex_unlock(&ep->lock);
-		errno = saved;
-	}
+	pthread_cleanup_pop(1);
+	saved = errno;
+	pthread_setcancelstate(app_cancel_state, NULL);
+	errno = saved;
 	return n;
 }
 

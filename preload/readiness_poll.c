@@ -140,7 +140,6 @@ static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *
 	for (nfds_t i = 0; i < nfds; i++)
 		plain |= !map[i].conn;
 	until = rdy_spin_until(us);
-	conn_spin_begin();
 	for (unsigned round = 1;; round++) {
 		for (nfds_t i = 0; i < nfds; i++)
 			if (map[i].conn)
@@ -154,7 +153,6 @@ static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *
 		}
 		rdy_cpu_relax();
 	}
-	conn_spin_end();
 	return found;
 }
 

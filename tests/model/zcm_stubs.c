@@ -408,9 +408,7 @@ void link_reap_held(struct sdp_link *link);
 WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
 WEAK void link_app_reap_held(struct sdp_link *link) {}
 WEAK void link_reap_held(struct sdp_link *link) {}
-/* core/app_wake.c: no busy-poll and no links in the model. */
-WEAK void conn_spin_begin(void) {}
-WEAK void conn_spin_end(void) {}
+/* core/app_wake.c: no links in the model, so no CQ arm is ever owed. */
 WEAK void conn_arm_before_sleep(void) {}
 
 void zcm_stubs_init(void)
