@@ -88,6 +88,7 @@ struct sdp_link {
 	uint32_t sq_depth;
 	bool peer_solicits;    /* its Hello: every message of the peer's asks for an event */
 	_Atomic bool arm_owed; /* an event left the CQ unarmed for a spinner (set: poll lock) */
+	_Atomic int poll_waiters; /* threads blocked on poll_lock (drain_cq) */
 	_Atomic bool armed_solicited; /* the CQ is armed for solicited events only (link_arm;
 				       * written under lock, read without it first) */
 
@@ -193,6 +194,7 @@ static void stats_close(struct sdp_link *link)
 }
 
 static _Atomic unsigned arms_owed; /* links with arm_owed set */
+#define LINK_POLL_MAX 64u     /* links a busy-poll spin polls (link_poll_all) */
 
 static void link_free(struct sdp_link *link)
 {
@@ -1822,10 +1824,16 @@ static void drain_cq(struct sdp_link *link, bool try_only)
 
 	if (draining || link->pid != self_pid())
 		return;
-	if (!try_only)
+	if (!try_only) {
+		/* An app thread's opportunistic polls (a recv(MSG_DONTWAIT)
+		 * loop) step aside while this waits: a mutex is not fair. */
+		atomic_fetch_add(&link->poll_waiters, 1);
 		pthread_mutex_lock(&link->poll_lock);
-	else if (pthread_mutex_trylock(&link->poll_lock) != 0)
+		atomic_fetch_sub(&link->poll_waiters, 1);
+	} else if (atomic_load(&link->poll_waiters) > 0 ||
+		   pthread_mutex_trylock(&link->poll_lock) != 0) {
 		return;
+	}
 	if (!cq_pollable(link)) {
 		pthread_mutex_unlock(&link->poll_lock);
 		return;
@@ -1975,7 +1983,9 @@ static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq)
 		 * counts itself out, then reads the owed arms (app_wake.c), so
 		 * one of the two always arms. */
 		set_arm_owed(link, true);
-		put_off = app_wake_spinning();
+		/* A spinner polls LINK_POLL_MAX links: past that, no put-off. */
+		put_off = app_wake_spinning() &&
+			  __atomic_load_n(&links_count, __ATOMIC_RELAXED) <= LINK_POLL_MAX;
 		if (!put_off) {
 			set_arm_owed(link, false);
 			link_arm_polling(link, false);
@@ -2044,8 +2054,8 @@ bool link_any(void)
  * is polling is left to it). */
 void link_poll_all(void)
 {
-	struct sdp_link *held[64];
-	unsigned n = links_up_held(held, 64);
+	struct sdp_link *held[LINK_POLL_MAX];
+	unsigned n = links_up_held(held, LINK_POLL_MAX);
 
 	for (unsigned i = 0; i < n; i++) {
 		drain_cq(held[i], true);
@@ -2129,8 +2139,8 @@ bool link_arms_owed(void)
 
 void link_arm_owed_all(void)
 {
-	struct sdp_link *held[64];
-	unsigned n = links_up_held(held, 64);
+	struct sdp_link *held[LINK_POLL_MAX];
+	unsigned n = links_up_held(held, LINK_POLL_MAX);
 
 	for (unsigned i = 0; i < n; i++) {
 		if (held[i]->arm_owed)

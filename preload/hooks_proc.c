@@ -47,6 +47,7 @@ void proc_atfork_child(void)
 	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
 	sock_atfork_child();
+	rdy_epoll_atfork_child();
 	path_atfork_child();
 	conn_layer_atfork_child();
 }

@@ -44,6 +44,8 @@ void rdy_epoll_watched(int fd);
 void rdy_epoll_born(int epfd);
 /* In the parent after fork: every set is shared with the child. */
 void rdy_epoll_atfork_parent(void);
+/* In the child: what the parent's sets listed is the parent's to report. */
+void rdy_epoll_atfork_child(void);
 
 /* The epoll_ctl hook when its gate is closed (initialises if needed). */
 int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);

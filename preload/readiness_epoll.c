@@ -104,7 +104,11 @@ static struct sdp_epoll *ep_for(int epfd)
 
 void rdy_epoll_born(int epfd)
 {
-	struct sdp_epoll *ep = ep_for(epfd);
+	struct sdp_epoll *ep;
+
+	if (fdt_kind_of(epfd) == FDT_EPOLL)
+		rdy_epoll_forget(epfd); /* a set closed behind the hooks left it */
+	ep = ep_for(epfd);
 
 	if (!ep)
 		return; /* no record: the set never answers from user space */
@@ -726,6 +730,8 @@ static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 	bool counted = timeout_ms != 0;
 	int n, total;
 
+	if (counted)
+		conn_arm_before_sleep(); /* its take-in is listed just below */
 	if (counted && conn_defer_pending()) {
 		/* Told before this wait (an owed arm's take-in): listed first. */
 		pthread_mutex_lock(&ep->lock);
@@ -832,8 +838,6 @@ static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event 
 		if (n != 0)
 			return n;
 	}
-	if (timeout_ns != 0)
-		conn_arm_before_sleep();
 	rdy_bound_start(&bound, timeout_ns);
 	for (;;) {
 		n = wait_once(ep, epfd, events, maxevents, ns_to_ms(rdy_bound_left(&bound)), sigmask,
@@ -876,17 +880,42 @@ static struct sdp_epoll *ep_get(int epfd)
 static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 			   int maxevents, long long timeout_ns, const sigset_t *sigmask);
 
+/* The kernel's wait alone, with epoll_pwait2's precision when the
+ * timeout is not whole milliseconds. */
+static int plain_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		      const sigset_t *sigmask)
+{
+	if (real.epoll_pwait2 && timeout_ns > 0 && timeout_ns % 1000000) {
+		struct timespec ts = { (time_t)(timeout_ns / 1000000000LL),
+				       (long)(timeout_ns % 1000000000LL) };
+		return real.epoll_pwait2(epfd, events, maxevents, &ts, sigmask);
+	}
+	return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
+}
+
+static void ep_put_cleanup(void *arg)
+{
+	ep_put(arg);
+}
+
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask)
 {
-	struct sdp_epoll *ep = fdt_get(epfd, FDT_EPOLL);
+	struct sdp_epoll *ep = NULL;
 	int n, saved;
 
-	if (!ep || ep->shadow_fd < 0 || maxevents <= 0 || !(ep = ep_get(epfd)))
-		return real.epoll_pwait(epfd, events, maxevents, ns_to_ms(timeout_ns), sigmask);
+	if (maxevents > 0 && fdt_kind_of(epfd) == FDT_EPOLL)
+		ep = ep_get(epfd);
+	if (ep && ep->shadow_fd < 0) {
+		ep_put(ep);
+		ep = NULL;
+	}
+	if (!ep)
+		return plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
+	pthread_cleanup_push(ep_put_cleanup, ep);
 	n = epoll_wait_held(ep, epfd, events, maxevents, timeout_ns, sigmask);
 	saved = errno;
-	ep_put(ep);
+	pthread_cleanup_pop(1);
 	errno = saved;
 	return n;
 }
@@ -896,7 +925,7 @@ static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *e
 {
 	unsigned took;
 	bool own;
-	int n, saved;
+	int n, saved, outer_state;
 
 	if (__atomic_load_n(&ep->chan_gen, __ATOMIC_RELAXED) != conn_channels_generation()) {
 		pthread_mutex_lock(&ep->lock);
@@ -905,6 +934,7 @@ static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *e
 	}
 	/* Cancellation only in the kernel's wait (kernel_wait), where no lock
 	 * is held: a thread cancelled there still lists what it was told. */
+	outer_state = app_cancel_state; /* a call from a signal handler nests */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &app_cancel_state);
 	own = ep_answers_itself(ep);
 	if (own)
@@ -916,6 +946,7 @@ static int epoll_wait_held(struct sdp_epoll *ep, int epfd, struct epoll_event *e
 	pthread_cleanup_pop(1);
 	saved = errno;
 	pthread_setcancelstate(app_cancel_state, NULL);
+	app_cancel_state = outer_state;
 	errno = saved;
 	return n;
 }
@@ -954,4 +985,25 @@ static void mark_shared(int fd, void *obj, void *ctx)
 void rdy_epoll_atfork_parent(void)
 {
 	fdt_for_each(FDT_EPOLL, mark_shared, NULL);
+}
+
+static void forget_parents_list(int fd, void *obj, void *ctx)
+{
+	struct sdp_epoll *ep = obj;
+
+	(void)fd;
+	(void)ctx;
+	for (struct ep_reg *reg = ep->ready_head, *next; reg; reg = next) {
+		next = reg->ready_next;
+		reg->on_ready = false;
+	}
+	ep->ready_head = ep->ready_tail = NULL;
+	atomic_store(&ep->ready_count, 0);
+	atomic_store(&ep->sleepers, 0);
+	pthread_mutex_init(&ep->lock, NULL);
+}
+
+void rdy_epoll_atfork_child(void)
+{
+	fdt_for_each(FDT_EPOLL, forget_parents_list, NULL);
 }
