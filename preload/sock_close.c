@@ -13,16 +13,16 @@ void sock_close_transport(struct sdp_sock *s, int fd)
 	struct sdp_listener *l;
 
 	(void)fd;
-	/* A channel that fell back just before the close, whose event has not
-	 * reached the socket yet: its path is settled now (TCP, with its
-	 * reason), not left undecided. */
+	/* A channel that fell back or opened just before the close, whose
+	 * event has not reached the socket yet: its path is settled now, not
+	 * left undecided. */
 	pthread_mutex_lock(&s->lock);
 	c = s->conn;
 	if (c)
 		conn_get(c);
 	pthread_mutex_unlock(&s->lock);
 	if (c) {
-		sock_settle_fallback(s, c);
+		sock_settle_path(s, c);
 		conn_put(c);
 	}
 	pthread_mutex_lock(&s->lock);

@@ -72,6 +72,14 @@ void sock_settle_fallback(struct sdp_sock *s, struct sdp_conn *c)
 		on_fallback(s, c, conn_get_fail_reason(c)); /* a no-op once the event came */
 }
 
+static void on_state(struct sdp_sock *s, struct sdp_conn *c);
+
+void sock_settle_path(struct sdp_sock *s, struct sdp_conn *c)
+{
+	sock_settle_fallback(s, c);
+	on_state(s, c); /* opened: path=rdma, if the event has not come yet */
+}
+
 static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 {
 	if (conn_get_phase(c) == CONN_OPEN && s->conn == c) {

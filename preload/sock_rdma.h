@@ -16,6 +16,9 @@ void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c);
  * comes after the phase, from whichever thread raised it).  c: the caller's
  * reference to s's channel. */
 void sock_settle_fallback(struct sdp_sock *s, struct sdp_conn *c);
+/* At close: the path a channel reached (TCP after a fallback, RDMA once
+ * open) whose event has not reached the socket yet. */
+void sock_settle_path(struct sdp_sock *s, struct sdp_conn *c);
 /* The channel of s, with a reference, or NULL if s is not RDMA-backed. */
 struct sdp_conn *sock_conn_get(struct sdp_sock *s);
 
