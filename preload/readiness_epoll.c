@@ -605,6 +605,15 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 	return added;
 }
 
+/* A listed registration whose channel is no longer ready leaves the list,
+ * and the channel's indicators are cleared before anyone sleeps (ep locked). */
+static void ready_drop_stale(struct sdp_epoll *ep, struct ep_reg *reg)
+{
+	ready_remove(ep, reg);
+	if (reg->conn)
+		conn_prepare_wait(reg->conn);
+}
+
 /* Reports the ready list, oldest first (ep locked).  A level-triggered
  * registration that is still ready goes to the back and stays; an edge-
  * triggered or one-shot one leaves once reported; one that is not ready
@@ -619,9 +628,7 @@ static int report_ready(struct sdp_epoll *ep, struct epoll_event *out, int base,
 
 		next = reg->ready_next;
 		if (!rev) {
-			ready_remove(ep, reg);
-			if (reg->conn)
-				conn_prepare_wait(reg->conn);
+			ready_drop_stale(ep, reg);
 			continue;
 		}
 		if (reg->events & (EPOLLET | EPOLLONESHOT))
@@ -643,11 +650,8 @@ static bool ready_prune(struct sdp_epoll *ep)
 	pthread_mutex_lock(&ep->lock);
 	for (reg = ep->ready_head; reg; reg = next) {
 		next = reg->ready_next;
-		if (reg_events_now(reg))
-			continue;
-		ready_remove(ep, reg);
-		if (reg->conn)
-			conn_prepare_wait(reg->conn);
+		if (!reg_events_now(reg))
+			ready_drop_stale(ep, reg);
 	}
 	left = ep->ready_head != NULL;
 	pthread_mutex_unlock(&ep->lock);
@@ -958,14 +962,7 @@ void rdy_epoll_watched(int fd)
 {
 	struct sdp_epoll *ep;
 
-	if (fdt_kind_of(fd) != FDT_EPOLL)
-		return;
-	sock_table_lock();
-	ep = fdt_get(fd, FDT_EPOLL);
-	if (ep)
-		atomic_fetch_add(&ep->refs, 1);
-	sock_table_unlock();
-	if (!ep)
+	if (fdt_kind_of(fd) != FDT_EPOLL || !(ep = ep_get(fd)))
 		return;
 	if (!atomic_exchange(&ep->nested, true)) {
 		pthread_mutex_lock(&ep->lock);
