@@ -13,6 +13,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/conn.h"
+#include "core/conn_internal.h"
 #include "core/cq.h"
 #include "core/dev.h"
 #include "core/link.h"
@@ -101,22 +102,37 @@ void conn_channels_unwatched(void)
 	atomic_fetch_sub(&app_sets, 1);
 }
 
-/* Busy-poll and the CQ's arm.  While an app thread spins, an event leaves
- * its link's CQ unarmed (link.c): the next completions raise no event, and
- * so wake no other thread.  The arm is owed, and made by whichever comes
- * first: a thread about to sleep on readiness, or this timer, once no
- * thread has spun for a lease (the progress thread then hears of the
- * link's messages again, for an app that went away). */
-#define ARM_LEASE_MS 50u
+/* Busy-poll and the CQ's arm.  While an app thread spins, or loops on
+ * non-blocking calls that take a link's CQ in, an event leaves the link's
+ * CQ unarmed (link.c): the next completions raise no event, and so wake no
+ * other thread.  The arm is owed, and made by whichever comes first: a
+ * thread about to sleep on readiness, or this timer, once no thread has
+ * polled for a lease (the progress thread then hears of the link's
+ * messages again, for an app that went away). */
+#define ARM_LEASE_MS 10u
 
 static _Atomic int spinners;
 static _Atomic uint64_t last_spin_ms; /* progress_coarse_ms() at the last spin's end */
 static _Atomic bool arm_timer_set;
 static struct progress_timer arm_timer;
+/* Bumped by every thread about to sleep on readiness: a non-blocking
+ * poll stamped with an older epoch may be that thread's own. */
+static _Atomic unsigned sleep_epoch = 1;
+static _Atomic int asleep; /* threads asleep on readiness now */
 
 bool app_wake_spinning(void)
 {
 	return atomic_load(&spinners) > 0;
+}
+
+unsigned app_wake_sleep_epoch(void)
+{
+	return atomic_load(&sleep_epoch);
+}
+
+bool app_wake_anyone_asleep(void)
+{
+	return atomic_load(&asleep) > 0;
 }
 
 void conn_spin_begin(void)
@@ -138,8 +154,10 @@ static void arm_lease_over(void *arg)
 		progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
 		return;
 	}
+	/* Cleared first: a link still polled puts its arm off again and
+	 * sets this timer anew (app_wake_arm_owed). */
 	atomic_store(&arm_timer_set, false);
-	link_arm_owed_all();
+	link_lease_over_all();
 }
 
 void app_wake_arm_owed(void)
@@ -150,10 +168,48 @@ void app_wake_arm_owed(void)
 	progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
 }
 
-void conn_arm_before_sleep(void)
+void conn_sleep_begin_any(void)
 {
+	/* Counted first, then the owed arms: a link that read the count (or
+	 * the old epoch) and put its arm off had marked it owed before. */
+	atomic_fetch_add(&asleep, 1);
+	atomic_fetch_add(&sleep_epoch, 1);
 	if (link_arms_owed())
 		link_arm_owed_all();
+}
+
+void conn_sleep_end_any(void)
+{
+	atomic_fetch_sub(&asleep, 1);
+}
+
+void conn_sleep_end_cleanup(void *arg)
+{
+	(void)arg;
+	conn_sleep_end_any();
+}
+
+bool conn_arms_owed(void)
+{
+	return link_arms_owed();
+}
+
+/* c locked: the wait counts as a sleeper (the arm before it may hand c
+ * messages: then it returns at once, for the caller to look again). */
+void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
+{
+	unsigned seen = c->completions_seen;
+
+	pthread_mutex_unlock(&c->lock); /* the take-in below locks c */
+	conn_sleep_begin_any();
+	pthread_mutex_lock(&c->lock);
+	if (c->completions_seen == seen) {
+		if (until)
+			pthread_cond_timedwait(&c->cond, &c->lock, until);
+		else
+			pthread_cond_wait(&c->cond, &c->lock);
+	}
+	conn_sleep_end_any();
 }
 
 void app_wake_atfork_child(void)
@@ -162,6 +218,7 @@ void app_wake_atfork_child(void)
 	atomic_store(&sweeping, false);
 	sweep.armed = false;
 	atomic_store(&spinners, 0);
+	atomic_store(&asleep, 0); /* the parent's sleepers */
 	atomic_store(&arm_timer_set, false);
 	arm_timer.armed = false;
 }

@@ -145,7 +145,7 @@ enum conn_phase conn_wait_resolved(struct sdp_conn *c)
 
 	conn_lock(c);
 	while (c->phase == CONN_RESOLVING)
-		pthread_cond_wait(&c->cond, &c->lock); /* bounded by the connect timer */
+		conn_cond_wait_counted(c, NULL); /* bounded by the connect timer */
 	phase = c->phase;
 	conn_unlock(c);
 	return phase;

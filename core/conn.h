@@ -132,7 +132,15 @@ unsigned conn_spin_us(void);
  * off are made). */
 void conn_spin_begin(void);
 void conn_spin_end(void);
-void conn_arm_before_sleep(void);
+/* A thread about to sleep on readiness (a blocked call, poll, select,
+ * epoll_wait) counts itself and makes the CQ arms a busy-poll or a
+ * non-blocking loop put off; conn_sleep_end_any once it is awake. */
+void conn_sleep_begin_any(void);
+void conn_sleep_end_any(void);
+void conn_sleep_end_cleanup(void *unused); /* the same, as a cancellation cleanup */
+/* Is a CQ arm put off now?  A wait that asks with a zero timeout polls
+ * the links itself (conn_poll_links): no event announces their messages. */
+bool conn_arms_owed(void);
 void conn_app_poll(struct sdp_conn *c);
 void conn_poll_links(void);
 /* Indicator eventfds this thread has set so far (a running count). */
@@ -154,9 +162,17 @@ void conn_defer_close(conn_told_fn told, void *arg);
 unsigned conn_indicators_deferred_by_thread(void); /* a running count */
 bool conn_defer_pending(void); /* anything to hand back at the next flush? */
 void conn_pay_deferred(struct sdp_conn *c);
-/* The set that alone watches c (NULL: none, or more than one), and the
- * watcher's record of it, which conn_watch_cookie returns while set is
- * still the watch. */
+/* The set that alone watches c (NULL: more than one, or a watcher this
+ * process cannot count; CONN_UNWATCHED: none, and no other process holds
+ * the socket), and the watcher's record of it, which conn_watch_cookie
+ * returns while set is still the watch.  While c is unwatched and no
+ * thread sleeps on its eventfds, no indicator is written: the write is
+ * owed, and made when the watch changes or a sleeper comes. */
+extern const char conn_unwatched_tag;
+#define CONN_UNWATCHED ((const void *)&conn_unwatched_tag)
+/* A fork gave a child a socket whose stream is still on RDMA
+ * (SDPSHIM_FORK=keep): from now on every indicator is written. */
+void conn_forked_with_channels(void);
 void conn_set_watch(struct sdp_conn *c, const void *set, void *cookie);
 void *conn_watch_cookie(struct sdp_conn *c, const void *set);
 /* A poll or select about to sleep in the kernel on c's eventfds: returns

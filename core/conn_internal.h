@@ -160,6 +160,12 @@ uint64_t conn_now_us(void);
 /* cq.c: returns the number of completions handled (a linked stream's
  * completions come from its link: cq_poll only moves it along). */
 int cq_poll(struct sdp_conn *c);
+/* cq_poll, unless a linked stream has had nothing since the last one. */
+int cq_poll_if_due(struct sdp_conn *c);
+/* c locked: pthread_cond_(timed)wait on c->cond (until NULL: untimed) as a
+ * thread asleep on readiness (app_wake.c), so that no CQ arm is put off
+ * while it waits for the link's messages. */
+void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until);
 /* A linked stream's completion, its wr_id its own again (link.c). */
 void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc);
 /* A linked stream's work that never went (stopped): settled as flushed. */

@@ -59,7 +59,7 @@ static bool ready_for(struct sdp_conn *c, bool for_write)
  * unlocked meanwhile).  A linked stream's are its link's, taken in with no
  * stream locked: the link hands each message to its stream under the
  * stream's lock, this one's included. */
-static void app_poll(struct sdp_conn *c)
+static void app_poll_link(struct sdp_conn *c, void (*take_in)(struct sdp_link *))
 {
 	struct sdp_link *link = link_hold(c);
 
@@ -68,9 +68,14 @@ static void app_poll(struct sdp_conn *c)
 		return;
 	}
 	conn_unlock(c);
-	link_app_reap_held(link);
+	take_in(link);
 	conn_lock(c);
-	cq_poll(c); /* what the messages allow: sends, readiness */
+	cq_poll_if_due(c); /* what the messages allow: sends, readiness */
+}
+
+static void app_poll(struct sdp_conn *c)
+{
+	app_poll_link(c, link_app_reap_held);
 }
 
 void conn_app_poll(struct sdp_conn *c)
@@ -89,11 +94,13 @@ void conn_app_poll(struct sdp_conn *c)
  * or attaching is the progress thread's to decide.  True: look again. */
 static bool take_in_before_eagain(struct sdp_conn *c, bool *polled)
 {
+	unsigned seen = c->completions_seen;
+
 	if (*polled || c->phase != CONN_OPEN)
 		return false;
 	*polled = true;
-	app_poll(c);
-	return true;
+	app_poll_link(c, link_app_poll_held);
+	return c->completions_seen != seen || !c->link;
 }
 
 /* Busy-polls the CQ for up to SDPSHIM_SPIN_US; true if ready meanwhile. */
@@ -113,6 +120,18 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 		conn_lock(c);
 	}
 	return false;
+}
+
+/* The sleeper's kernel wait (a cancellation point): its count drops after
+ * it, however it ends. */
+static int counted_poll(struct pollfd *pfd, int timeout_ms)
+{
+	int rc;
+
+	pthread_cleanup_push(conn_sleep_end_cleanup, NULL);
+	rc = real.poll(pfd, 1, timeout_ms);
+	pthread_cleanup_pop(1);
+	return rc;
 }
 
 /* Called locked; sleeps unlocked.  0 when something changed, -EAGAIN on
@@ -146,9 +165,9 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 		return 0;
 	}
 	conn_unlock(c);
-	conn_arm_before_sleep(); /* no stream locked: it may take completions in */
+	conn_sleep_begin_any(); /* no stream locked: it may take completions in */
 	conn_prepare_wait(c);
-	rc = real.poll(&pfd, 1, remaining);
+	rc = counted_poll(&pfd, remaining);
 	conn_lock(c);
 	conn_sleeper_drop_locked(c);
 	if (rc < 0)
@@ -214,7 +233,7 @@ static ssize_t recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 			 size_t total, int flags, bool *again)
 {
 	if (has_qp_phase(c->phase))
-		cq_poll(c); /* it may start a switch: the carrier is read after it */
+		cq_poll_if_due(c); /* it may start a switch: the carrier is read after it */
 	return c->carrier->recv_step(c, iov, iovcnt, done, total, flags, again);
 }
 
@@ -341,7 +360,7 @@ static ssize_t send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt
 			 size_t total, bool nonblock, int flags, bool *again)
 {
 	if (has_qp_phase(c->phase) && c->tx_slots && !zc_tx_busy(c))
-		cq_poll(c); /* it may start a switch: the carrier is read after it */
+		cq_poll_if_due(c); /* it may start a switch: the carrier is read after it */
 	return c->carrier->send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
 }
 

@@ -307,8 +307,10 @@ struct sdp_conn {
 	 * condition is false again or a kernel waiter needs it. */
 	bool rd_owed, wr_owed;
 	unsigned kernel_sleepers;  /* threads asleep in the kernel on the indicators */
-	const void *watch_set;     /* the set that watches the channel alone, or NULL */
+	const void *watch_set;     /* the set that watches the channel alone, none, or NULL */
 	void *watch_cookie;        /* the owner's record of that watch */
+	unsigned completions_seen; /* completions and link messages handled (after_completions) */
+	unsigned completions_polled; /* completions_seen at the last cq_poll of a linked stream */
 
 	/* ---- Timers (timers.c). */
 	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*; set by conn_io.c). */

@@ -79,6 +79,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
  * readiness the app sees. */
 static void after_completions(struct sdp_conn *c, int total, int sends)
 {
+	c->completions_seen++;
 	if (sends)
 		c->sq_progress_ms = progress_coarse_ms(); /* the watchdog's clock (timers.c) */
 	if (total && c->app_closed)
@@ -115,6 +116,7 @@ int cq_poll(struct sdp_conn *c)
 
 	if (c->link) {
 		/* The progress thread takes in the link's completions. */
+		c->completions_polled = c->completions_seen;
 		tx_kick(c);
 		conn_update_readiness(c, false);
 		return 0;
@@ -133,6 +135,16 @@ int cq_poll(struct sdp_conn *c)
 	} while (n == 16 && c->cq);
 	after_completions(c, total, sends);
 	return total;
+}
+
+int cq_poll_if_due(struct sdp_conn *c)
+{
+	/* A linked stream: each message and completion the link handed it
+	 * ran cq_poll's work already (after_completions); what is left is a
+	 * control message a read queued (a credit update). */
+	if (c->link && !c->ctrl_pending && c->completions_seen == c->completions_polled)
+		return 0;
+	return cq_poll(c);
 }
 
 /* Reads one event off a channel (non-blocking) and acknowledges it. */

@@ -23,9 +23,15 @@ void app_wake_sweep_start(void);
 /* app_wake.c: is an app thread busy-polling now?  Then a link handling a
  * CQ event leaves its CQ unarmed (the spinner finds what comes) and calls
  * app_wake_arm_owed: the arm is made before any thread sleeps
- * (conn_arm_before_sleep), or by a timer once no thread has spun for a
+ * (conn_sleep_begin_any), or by a timer once no thread has spun for a
  * while. */
 bool app_wake_spinning(void);
 void app_wake_arm_owed(void);
+/* app_wake.c: the count of waits that went to sleep on readiness so far,
+ * and is a thread asleep on readiness now?  A link polled by non-blocking
+ * calls under the current epoch, while no thread sleeps, leaves its CQ
+ * unarmed too (link.c). */
+unsigned app_wake_sleep_epoch(void);
+bool app_wake_anyone_asleep(void);
 
 #endif

@@ -88,6 +88,11 @@ struct sdp_link {
 	uint32_t sq_depth;
 	bool peer_solicits;    /* its Hello: every message of the peer's asks for an event */
 	_Atomic bool arm_owed; /* an event left the CQ unarmed for a spinner (set: poll lock) */
+	/* Non-blocking calls that took the CQ in (a recv(MSG_DONTWAIT) loop):
+	 * how many, and the sleep epoch of the last (app_wake.c).  The mark is
+	 * the count the last put-off or lease check saw (poll lock). */
+	_Atomic unsigned nb_polls, nb_poll_epoch;
+	unsigned nb_polls_mark;
 	_Atomic int poll_waiters; /* threads blocked on poll_lock (drain_cq) */
 	_Atomic bool armed_solicited; /* the CQ is armed for solicited events only (link_arm;
 				       * written under lock, read without it first) */
@@ -1969,23 +1974,56 @@ static void set_arm_owed(struct sdp_link *link, bool owed)
 		atomic_fetch_sub(&arms_owed, 1);
 }
 
-/* While an app thread busy-polls, the CQ is left unarmed: the spinner
- * finds each completion itself, and an armed CQ would wake the progress
- * thread for every message (app_wake.c arms it before anyone sleeps). */
-static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq)
+/* Has an app thread taken this CQ in by a non-blocking call since the
+ * last check, with no thread gone to sleep on readiness since, and none
+ * asleep now?  Then it finds the next completions itself, and no one
+ * waits to be told of them.  Poll lock held. */
+static bool nb_polled_since_mark(struct sdp_link *link)
+{
+	unsigned polls = atomic_load(&link->nb_polls);
+	bool advanced = polls != link->nb_polls_mark;
+
+	link->nb_polls_mark = polls;
+	return advanced && atomic_load(&link->nb_poll_epoch) == app_wake_sleep_epoch() &&
+	       !app_wake_anyone_asleep();
+}
+
+/* Why a link is armed: an event of its CQ (or the sweep), a thread about
+ * to sleep on readiness, or the lease of its put-off arm is over. */
+enum arm_occasion { ARM_ON_EVENT, ARM_BEFORE_SLEEP, ARM_LEASE_OVER };
+
+/* Is the arm put off?  While an app thread busy-polls every link
+ * (epoll_wait's spin), or while one loops on non-blocking calls that take
+ * this link's CQ in, each completion is found without an event; an armed
+ * CQ would wake another thread for every message.  Never for a thread
+ * about to sleep, unless a spinner polls every link.  Poll lock held. */
+static bool arm_put_off(struct sdp_link *link, enum arm_occasion why)
+{
+	/* The owed arms are made (and a spinner polls) for LINK_POLL_MAX
+	 * links: past that, no put-off. */
+	if (__atomic_load_n(&links_count, __ATOMIC_RELAXED) > LINK_POLL_MAX)
+		return false;
+	if (app_wake_spinning())
+		return true;
+	return why != ARM_BEFORE_SLEEP && nb_polled_since_mark(link);
+}
+
+/* While an app thread polls the CQ itself, it is left unarmed: the arm is
+ * owed, and made before any thread sleeps on readiness (app_wake.c), or
+ * once the polling stopped for a lease. */
+static void take_in_and_arm(struct sdp_link *link, struct ibv_cq *cq, enum arm_occasion why)
 {
 	bool put_off = false;
 
 	drain_cq(link, false);
 	pthread_mutex_lock(&link->poll_lock);
 	if (!cq || link->cq == cq) {
-		/* Owed first, then the spinners read: a spinner that stops
-		 * counts itself out, then reads the owed arms (app_wake.c), so
-		 * one of the two always arms. */
+		/* Owed first, then the spinners and sleepers read: a spinner
+		 * that stops, or a thread about to sleep, counts itself first,
+		 * then reads the owed arms (app_wake.c), so one of the two
+		 * always arms. */
 		set_arm_owed(link, true);
-		/* A spinner polls LINK_POLL_MAX links: past that, no put-off. */
-		put_off = app_wake_spinning() &&
-			  __atomic_load_n(&links_count, __ATOMIC_RELAXED) <= LINK_POLL_MAX;
+		put_off = arm_put_off(link, why);
 		if (!put_off) {
 			set_arm_owed(link, false);
 			link_arm_polling(link, false);
@@ -2004,7 +2042,7 @@ void link_on_cq_event(void *ctx, struct ibv_cq *cq)
 
 	if (!link)
 		return;
-	take_in_and_arm(link, cq);
+	take_in_and_arm(link, cq, ARM_ON_EVENT);
 	link_put(link);
 }
 
@@ -2035,7 +2073,7 @@ void link_sweep_all(void)
 	unsigned n = links_up_held(held, 64);
 
 	for (unsigned i = 0; i < n; i++) {
-		take_in_and_arm(held[i], NULL);
+		take_in_and_arm(held[i], NULL, ARM_ON_EVENT);
 		link_put(held[i]);
 	}
 }
@@ -2097,6 +2135,16 @@ void link_app_reap_held(struct sdp_link *link)
 	link_put(link);
 }
 
+void link_app_poll_held(struct sdp_link *link)
+{
+	if (!link)
+		return;
+	atomic_store(&link->nb_poll_epoch, app_wake_sleep_epoch());
+	atomic_fetch_add(&link->nb_polls, 1);
+	drain_cq(link, true);
+	link_put(link);
+}
+
 bool link_sink_claim(struct sdp_conn *c)
 {
 	struct sdp_link *link = c->link;
@@ -2137,14 +2185,24 @@ bool link_arms_owed(void)
 	return atomic_load(&arms_owed) > 0;
 }
 
-void link_arm_owed_all(void)
+static void arm_owed_links(enum arm_occasion why)
 {
 	struct sdp_link *held[LINK_POLL_MAX];
 	unsigned n = links_up_held(held, LINK_POLL_MAX);
 
 	for (unsigned i = 0; i < n; i++) {
 		if (held[i]->arm_owed)
-			take_in_and_arm(held[i], NULL);
+			take_in_and_arm(held[i], NULL, why);
 		link_put(held[i]);
 	}
+}
+
+void link_arm_owed_all(void)
+{
+	arm_owed_links(ARM_BEFORE_SLEEP);
+}
+
+void link_lease_over_all(void)
+{
+	arm_owed_links(ARM_LEASE_OVER);
 }

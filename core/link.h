@@ -60,6 +60,9 @@ void link_reap_held(struct sdp_link *link);
 /* An app thread's form, before it spins or sleeps on its stream: takes in
  * the link's completions unless another thread is taking them in. */
 void link_app_reap_held(struct sdp_link *link);
+/* The same, for a non-blocking call about to fail with EAGAIN: while such
+ * calls keep polling the link, its CQ events are put off (link.c). */
+void link_app_poll_held(struct sdp_link *link);
 /* Write zero-copy: at most one stream of a link exposes a sink at a time
  * (a WRITE's completion on the shared QP cannot say which window it
  * filled).  Claim before binding the sink's window; false: another stream
@@ -94,5 +97,8 @@ void link_atfork_child(void);
  * arm them (take in, arm, take in). */
 bool link_arms_owed(void);
 void link_arm_owed_all(void);
+/* The lease of the put-off arms is over: arm each owed link that no
+ * non-blocking call has polled since the last look. */
+void link_lease_over_all(void);
 
 #endif

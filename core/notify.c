@@ -3,6 +3,7 @@
  * readiness half of channel_carrier), and callbacks to the owning socket. */
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -150,6 +151,23 @@ static bool may_defer(const struct sdp_conn *c)
 	       deferred_count < DEFER_MAX;
 }
 
+const char conn_unwatched_tag;
+static _Atomic bool forked_with_channels; /* a child may wait on our eventfds */
+
+void conn_forked_with_channels(void)
+{
+	atomic_store(&forked_with_channels, true);
+}
+
+/* Nobody would read the eventfd: no set watches c, no thread sleeps on
+ * it, and no other process holds it.  The write is owed, and made when
+ * one of these changes (conn_set_watch, conn_sleeper_add_locked). */
+static bool unwatched(const struct sdp_conn *c)
+{
+	return c->watch_set == CONN_UNWATCHED && c->kernel_sleepers == 0 &&
+	       !atomic_load_explicit(&forked_with_channels, memory_order_relaxed);
+}
+
 static void defer(struct sdp_conn *c, bool rd)
 {
 	bool *owed = rd ? &c->rd_owed : &c->wr_owed;
@@ -179,6 +197,10 @@ static void indicator_set(struct sdp_conn *c, bool rd, bool force_edge)
 		return;
 	if (!*is_set && may_defer(c)) {
 		defer(c, rd);
+		return;
+	}
+	if (!*is_set && unwatched(c)) {
+		*owed = true;
 		return;
 	}
 	*owed = false;

@@ -575,7 +575,7 @@ static void wait_settle(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	pthread_cond_timedwait(&c->cond, &c->lock, &until);
+	conn_cond_wait_counted(c, &until);
 }
 
 /* Drives our resend and the peer's record from this thread (the progress

@@ -260,6 +260,8 @@ static bool sq_has_room(const struct sdp_conn *c)
 /* Sends pending control messages in `allowed`, lowest mid first. */
 static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 {
+	if (!(c->ctrl_pending & allowed))
+		return;
 	for (uint8_t mid = 1; mid < 32; mid++) {
 		/* A keepalive probe too: like TCP's window probe, it must go while
 		 * the peer's app reads nothing (its answer is the RC ack). */

@@ -130,7 +130,7 @@ void zc_wait_answer(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), const c
 			until.tv_sec++;
 			until.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&c->cond, &c->lock, &until);
+		conn_cond_wait_counted(c, &until);
 	}
 }
 

@@ -206,9 +206,11 @@ static SLOW int epoll_wait_slow(int epfd, struct epoll_event *events, int maxeve
 				int timeout, const sigset_t *sigmask, bool pwait)
 {
 	sdp_ensure_init();
-	if (!rdy_epoll_shadowed(epfd) || sdp_in_lib)
+	if (sdp_in_lib)
 		return pwait ? real.epoll_pwait(epfd, events, maxevents, timeout, sigmask)
 			     : real.epoll_wait(epfd, events, maxevents, timeout);
+	if (!rdy_epoll_shadowed(epfd))
+		return rdy_epoll_wait_plain(epfd, events, maxevents, timeout_ms_ns(timeout), sigmask);
 	return rdy_epoll_wait(epfd, events, maxevents, timeout_ms_ns(timeout), sigmask);
 }
 
@@ -243,7 +245,9 @@ SDP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 		errno = ENOSYS;
 		return -1;
 	}
-	if (likely(!rdy_epoll_shadowed(epfd)) || sdp_in_lib)
+	if (sdp_in_lib)
 		return real.epoll_pwait2(epfd, events, maxevents, ts, sigmask);
+	if (likely(!rdy_epoll_shadowed(epfd)))
+		return rdy_epoll_wait_plain(epfd, events, maxevents, timespec_ns(ts), sigmask);
 	return rdy_epoll_wait(epfd, events, maxevents, timespec_ns(ts), sigmask);
 }

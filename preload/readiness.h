@@ -51,5 +51,11 @@ void rdy_epoll_atfork_child(void);
 int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask);
+/* The wait of a set that holds no channel itself (it may nest one that
+ * does) while RDMA sockets exist: the kernel answers; a sleeping wait
+ * counts as a sleeper (core's conn_sleep_begin_any), a zero timeout takes
+ * in the links whose CQ arm is put off. */
+int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+			 const sigset_t *sigmask);
 
 #endif

@@ -291,17 +291,23 @@ static bool ep_answers_itself(const struct sdp_epoll *ep)
 	       !atomic_load(&ep->nested);
 }
 
-/* s locked: the one set that watches s's channel alone, or none.  The
- * watch is changed before a registration leaves its set (reg_unlink_free),
- * so a cookie read under ep->lock names a live registration. */
+/* s locked: the one set that watches s's channel alone, none
+ * (CONN_UNWATCHED), or NULL: several, or another process may hold it.
+ * The watch is changed before a registration leaves its set
+ * (reg_unlink_free), so a cookie read under ep->lock names a live
+ * registration. */
 static void watch_sync(struct sdp_sock *s)
 {
 	struct ep_reg *only = s->regs && !s->regs->next ? s->regs : NULL;
-	bool alone = only && only->conn && !s->shared_with_child && !s->from_parent;
+	bool private = !s->shared_with_child && !s->from_parent;
+	bool alone = only && only->conn && private;
 
 	if (!s->conn)
 		return;
-	conn_set_watch(s->conn, alone ? only->ep : NULL, alone ? only : NULL);
+	if (!s->regs && private)
+		conn_set_watch(s->conn, CONN_UNWATCHED, NULL);
+	else
+		conn_set_watch(s->conn, alone ? only->ep : NULL, alone ? only : NULL);
 }
 
 /* A channel whose indicator this thread did not write (ep locked).  As
@@ -708,8 +714,10 @@ static __thread int app_cancel_state; /* the app's, restored around the kernel's
 
 static void sleeper_gone(void *arg)
 {
-	if (arg)
-		atomic_fetch_sub(&((struct sdp_epoll *)arg)->sleepers, 1);
+	if (!arg)
+		return;
+	atomic_fetch_sub(&((struct sdp_epoll *)arg)->sleepers, 1);
+	conn_sleep_end_any();
 }
 
 /* The kernel's wait, the call's only cancellation point (no lock held). */
@@ -735,7 +743,7 @@ static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 	int n, total;
 
 	if (counted)
-		conn_arm_before_sleep(); /* its take-in is listed just below */
+		conn_sleep_begin_any(); /* its take-in is listed just below */
 	if (counted && conn_defer_pending()) {
 		/* Told before this wait (an owed arm's take-in): listed first. */
 		pthread_mutex_lock(&ep->lock);
@@ -749,7 +757,7 @@ static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 	}
 	n = kernel_wait(counted ? ep : NULL, epfd, events, maxevents, timeout_ms, sigmask);
 	if (counted)
-		atomic_fetch_sub(&ep->sleepers, 1);
+		sleeper_gone(ep);
 	*timed_out = n == 0 && (timeout_ms != 0 || !counted);
 	if (n < 0)
 		return n;
@@ -821,6 +829,21 @@ static bool poll_for_messages(long long timeout_ns)
 	return found;
 }
 
+/* A zero timeout: a loop that asks again and again, and sleeps nowhere the
+ * library sees.  While a CQ arm is put off, no event announces a link's
+ * messages: the call takes them in.  True: something was told. */
+static bool poll_owed_links(void)
+{
+	unsigned written = conn_indicators_set_by_thread();
+	unsigned told = conn_indicators_deferred_by_thread();
+
+	if (!conn_arms_owed())
+		return false;
+	conn_poll_links();
+	return conn_indicators_set_by_thread() != written ||
+	       conn_indicators_deferred_by_thread() != told;
+}
+
 static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 			     int maxevents, long long timeout_ns, const sigset_t *sigmask)
 {
@@ -835,7 +858,7 @@ static int epoll_wait_answer(struct sdp_epoll *ep, int epfd, struct epoll_event 
 	if (atomic_load(&ep->ready_count) > 0 && ready_prune(ep) &&
 	    (n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out)) != 0)
 		return n;
-	if (timeout_ns != 0 && poll_for_messages(timeout_ns)) {
+	if (timeout_ns == 0 ? poll_owed_links() : poll_for_messages(timeout_ns)) {
 		n = answer_in_user_space(ep, events, maxevents, written);
 		if (n == 0)
 			n = wait_once(ep, epfd, events, maxevents, 0, sigmask, &timed_out);
@@ -900,6 +923,30 @@ static int plain_wait(int epfd, struct epoll_event *events, int maxevents, long 
 static void ep_put_cleanup(void *arg)
 {
 	ep_put(arg);
+}
+
+static void sleep_over(void *sleeps)
+{
+	if (*(bool *)sleeps)
+		conn_sleep_end_any();
+}
+
+int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+			 const sigset_t *sigmask)
+{
+	bool sleeps = timeout_ns != 0;
+	int n, saved;
+
+	if (sleeps)
+		conn_sleep_begin_any();
+	else if (conn_arms_owed())
+		conn_poll_links();
+	pthread_cleanup_push(sleep_over, &sleeps);
+	n = plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
+	saved = errno;
+	pthread_cleanup_pop(1);
+	errno = saved;
+	return n;
 }
 
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,

@@ -158,6 +158,13 @@ static bool spin_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *
 
 static __thread bool spin_earned = true; /* the thread's last wait found a channel ready */
 
+/* After the kernel's wait, or as its cancellation cleanup. */
+static void sleep_over(void *sleeping)
+{
+	if (*(bool *)sleeping)
+		conn_sleep_end_any();
+}
+
 /* One wait; *timed_out: the kernel's wait itself ran out (nothing woke it). */
 static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
 		     long long left_ns, const sigset_t *sigmask, bool *timed_out)
@@ -182,7 +189,7 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		left_ns = 0;
 	sleeping = left_ns != 0;
 	if (sleeping)
-		conn_arm_before_sleep();
+		conn_sleep_begin_any();
 	if (sleeping && sleepers_add(fds, nfds, map)) {
 		rdma_ready = true;
 		left_ns = 0;
@@ -192,7 +199,9 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		ts.tv_nsec = (long)(left_ns % 1000000000LL);
 		tsp = &ts;
 	}
+	pthread_cleanup_push(sleep_over, &sleeping);
 	rc = real.ppoll(k, kn, tsp, sigmask);
+	pthread_cleanup_pop(1);
 	if (sleeping)
 		sleepers_drop(map, nfds);
 	*timed_out = rc == 0 && !rdma_ready;

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/pin_budget.h"
 #include "base/real.h"
+#include "core/conn.h" /* conn_forked_with_channels() */
 #include "preload/gate.h"
 #include "preload/sock.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
@@ -498,14 +499,21 @@ void sock_atfork_prepare(void)
 
 static void mark_shared(int fd, void *obj, void *ctx)
 {
+	struct sdp_sock *s = obj;
+
 	(void)fd;
-	(void)ctx;
-	((struct sdp_sock *)obj)->shared_with_child = true;
+	s->shared_with_child = true;
+	if (atomic_load(&s->mode) == SOCK_MODE_RDMA)
+		*(bool *)ctx = true;
 }
 
 void sock_atfork_parent(void)
 {
-	fdt_for_each(FDT_SOCK, mark_shared, NULL);
+	bool kept_rdma = false;
+
+	fdt_for_each(FDT_SOCK, mark_shared, &kept_rdma);
+	if (kept_rdma)
+		conn_forked_with_channels(); /* the child may wait on the eventfds */
 	sock_table_unlock();
 }
 

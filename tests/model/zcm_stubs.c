@@ -404,12 +404,25 @@ WEAK void link_sink_release(struct sdp_conn *c) {}
 WEAK void link_reap(struct sdp_conn *c) {}
 struct sdp_link *link_hold(struct sdp_conn *c);
 void link_app_reap_held(struct sdp_link *link);
+void link_app_poll_held(struct sdp_link *link);
 void link_reap_held(struct sdp_link *link);
 WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
 WEAK void link_app_reap_held(struct sdp_link *link) {}
+WEAK void link_app_poll_held(struct sdp_link *link) {}
 WEAK void link_reap_held(struct sdp_link *link) {}
 /* core/app_wake.c: no links in the model, so no CQ arm is ever owed. */
-WEAK void conn_arm_before_sleep(void) {}
+WEAK void conn_sleep_begin_any(void) {}
+WEAK void conn_sleep_end_any(void) {}
+void conn_sleep_end_cleanup(void *unused);
+WEAK void conn_sleep_end_cleanup(void *unused) {}
+/* The same wait without the sleeper count (core/app_wake.c). */
+WEAK void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
+{
+	if (until)
+		pthread_cond_timedwait(&c->cond, &c->lock, until);
+	else
+		pthread_cond_wait(&c->cond, &c->lock);
+}
 
 void zcm_stubs_init(void)
 {
