@@ -558,8 +558,10 @@ static void enqueue(struct sdp_link *link, struct link_job *j)
 
 /* Submits a job: posted at once if nothing waits and there is room. */
 /* Link locked.  Returns the job for job_free (posted, or refused: *rc),
- * or NULL: it waits in the queue. */
-static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j, int *rc)
+ * or NULL: it waits in the queue (a job on the caller's stack waits as a
+ * copy on the heap). */
+static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j, int *rc,
+				      bool on_stack)
 {
 	*rc = 0;
 	if (link->state == LINK_FAILED || link->state == LINK_CLOSING) {
@@ -576,6 +578,16 @@ static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j,
 		}
 		j->c = NULL; /* the work request holds the reference now */
 		return j;
+	}
+	if (on_stack) {
+		struct link_job *copy = malloc(sizeof(*copy));
+
+		if (!copy) {
+			*rc = -ENOMEM;
+			return j;
+		}
+		*copy = *j;
+		j = copy;
 	}
 	enqueue(link, j);
 	return NULL;
@@ -595,9 +607,24 @@ static int submit(struct sdp_link *link, struct link_job *j)
 	int rc;
 
 	pthread_mutex_lock(&link->lock);
-	j = submit_locked(link, j, &rc);
+	j = submit_locked(link, j, &rc, false);
 	pthread_mutex_unlock(&link->lock);
 	job_free(j);
+	return rc;
+}
+
+/* The same for a job on the caller's stack (no allocation when it is
+ * posted at once, the common case). */
+static int submit_from_stack(struct sdp_link *link, struct link_job *j)
+{
+	struct link_job *left;
+	int rc;
+
+	pthread_mutex_lock(&link->lock);
+	left = submit_locked(link, j, &rc, true);
+	pthread_mutex_unlock(&link->lock);
+	if (left && left->c)
+		conn_put(left->c); /* posted (c cleared) or refused: nothing else to free */
 	return rc;
 }
 
@@ -618,17 +645,13 @@ static struct link_job *job_new(enum link_job_kind kind, struct sdp_conn *c)
 
 int link_send(struct sdp_conn *c, uint64_t wr_id, const void *msg, uint32_t len)
 {
-	struct link_job *j;
+	struct link_job j = { .kind = JOB_COPY, .c = c, .stream = c->link_idx,
+			      .wr_id = wr_id, .msg = msg, .len = len };
 
 	if (!c->link || c->link_stopped)
 		return -EPIPE;
-	j = job_new(JOB_COPY, c);
-	if (!j)
-		return -ENOMEM;
-	j->wr_id = wr_id;
-	j->msg = msg;
-	j->len = len;
-	return submit(c->link, j);
+	conn_get(c);
+	return submit_from_stack(c->link, &j);
 }
 
 int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
@@ -1084,7 +1107,7 @@ void link_stream_detach(struct sdp_conn *c)
 	/* RELEASED is queued before the index can be taken again: it reaches
 	 * the peer ahead of the next OPEN naming it. */
 	if (released && link->state == LINK_UP && link->pid == getpid())
-		released = submit_locked(link, released, &rc);
+		released = submit_locked(link, released, &rc, false);
 	if (!link->nstreams && link->state == LINK_UP)
 		arm_idle_timer(link);
 	maybe_destroy_locked(link);

@@ -220,6 +220,72 @@ gbps_of() {   # the Gb/sec column of rstream's result line
   assert_all_rdma "$STATS" rstream
 }
 
+# The client's link and process counters, its write(2) count and the time:
+# "msgs by_app wakeups syscw ms", once its link has received at least $1
+# messages (looked at twice a second: each look costs the emulated CPUs).
+# /proc/PID/io is read in the same look, while the process still runs.
+rstream_client_sample() {
+  local min=$1 doc line i
+  for i in $(seq 600); do
+    doc=$("$SDPSHIM_BIN" stat --json 2>/dev/null) || doc=""
+    line=$("$PY" -S -c '
+import json, sys, time
+for p in json.loads(sys.argv[1])["processes"]:
+    if p["comm"] != "rstream" or not any(c.get("role") == "client" for c in p["connections"]):
+        continue
+    got = sum(l["msgs_received"] for l in p["links"])
+    if got < int(sys.argv[2]):
+        continue
+    with open("/proc/%d/io" % p["pid"]) as f:
+        syscw = [l.split()[1] for l in f if l.startswith("syscw:")][0]
+    print(got, sum(l["msgs_received_by_app"] for l in p["links"]), p["progress_wakeups"],
+          syscw, int(time.time() * 1000))
+' "$doc" "$min" 2>/dev/null) || line=""
+    if [ -n "$line" ]; then
+      echo "$line"
+      return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
+@test "rstream 64 B ping-pong verified: a recv(MSG_DONTWAIT) loop takes its messages in itself, with no progress-thread wake-up and no eventfd write per message" {
+  need rstream
+  local port n=400000 a b rc=0
+  port=$(free_port)
+  start_bg rs-server timeout -k 5 300 "${PRE[@]}" rstream -T s -T v -b "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
+  wait_port "$RXE_IP" "$port"
+  start_bg rs-client timeout -k 5 300 "${PRE[@]}" rstream -T s -T v -s "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
+  a=$(rstream_client_sample 3000) || a=""
+  [ -n "$a" ] && { b=$(rstream_client_sample $(( ${a%% *} + 30000 ))) || b=""; }
+  wait_bg rs-client || rc=$?
+  wait_bg rs-server || rc=$(( rc ? rc : 1 ))
+  show "client: $(bg_log rs-client)" "server: $(bg_log rs-server)" \
+       "samples (messages, taken in by the app, progress wake-ups, write calls, ms): [$a] [$b]"
+  [ "$rc" -eq 0 ]
+  run grep -i 'mismatch\|error' "$T/rs-client.log" "$T/rs-server.log"
+  [ "$status" -eq 1 ]
+  [ -n "$a" ] && [ -n "$b" ]
+  "$PY" -S -c '
+import sys
+a = [int(x) for x in sys.argv[1].split()]
+b = [int(x) for x in sys.argv[2].split()]
+msgs, by_app, wakes, writes, ms = (b[i] - a[i] for i in range(5))
+print("between the samples: %d messages, %d taken in by the app, %d progress wake-ups, %d write calls, %d ms"
+      % (msgs, by_app, wakes, writes, ms))
+assert msgs >= 30000, msgs
+assert by_app >= 0.9 * msgs, (by_app, msgs)
+# Not one per message (as when each completion raised an event): the
+# progress thread wakes for its timers alone (the put-off arm lease, 10 ms,
+# and the sweep), however slow the emulated run.
+assert wakes <= msgs // 20 + 0.12 * ms, (wakes, msgs, ms)
+# One doorbell per message sent (as many as received); an indicator write
+# per message would double it.
+assert writes <= 1.3 * msgs, (writes, msgs)' "$a" "$b"
+  assert_all_rdma "$STATS" rstream
+}
+
 # --- sockperf ------------------------------------------------------------------
 
 @test "sockperf ping-pong over TCP, both ends preloaded: path=rdma" {
