@@ -15,7 +15,7 @@
 #   -b REV    also run the library of git rev REV (built once into
 #             .cache/bench-base, bench/base_build.bash) as setup "base", in the
 #             same boot: the table gains a base column and sdpshim/base
-#   -p PARTS  the groups to run, of "redis iperf rstream strace perf ctxsw idle" (default all)
+#   -p PARTS  the groups to run, of "redis iperf rstream strace perf ctxsw sides idle" (default all)
 #   -o DIR    keep the raw results there (default: a new /tmp/sdpshim-vm-bench.*)
 # Env (forwarded): REDIS_N REDIS_NP IPERF_T RS_BIG_C RS_SMALL_C STRACE_N PERF_N BUILD BENCH_IDLE_S BENCH_RS_PP_I
 # BENCH_SPIN_US (a "spin" column: this library with SDPSHIM_SPIN_US)
@@ -23,7 +23,7 @@
 # VM_BENCH_MEM (guest RAM, default 1536M).  Run `make` first.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MODE=both OUTDIR= BASE_REV= BENCH_PARTS="redis iperf rstream strace perf ctxsw idle"
+MODE=both OUTDIR= BASE_REV= BENCH_PARTS="redis iperf rstream strace perf ctxsw sides idle"
 while getopts "n:b:p:o:h" o; do
 	case $o in
 		n) MODE=$OPTARG ;;

@@ -30,7 +30,7 @@
 # RS_SMALL_C (5000), STRACE_N (3000: under strace, TCG serves only ~125 GET/s
 # even on TCP), PERF_N (20000: the perf part's GETs; no ptrace, so many more,
 # and the connection's setup weighs less per GET), REDIS_CAP (120: seconds before a redis-benchmark run counts as
-# hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace perf ctxsw idle":
+# hung; also the GETs of ctxsw), BENCH_PARTS (default "redis iperf rstream strace perf ctxsw sides idle":
 # the groups to run), BENCH_IDLE_S (10: the idle part's window), BENCH_RS_PP_I
 # (2000: iterations of the 64 B rstream ping-pong, -C 1),
 # BENCH_ROUNDS (with BASE_BUILD: rounds of the two sdpshim libraries, default
@@ -69,7 +69,7 @@ mkdir -p "$OUT"
 LIB=$WORK/libsdpshim.so
 cp "$BUILD/libsdpshim.so" "$LIB"
 LIB_SHA=$(sha256sum "$LIB" | cut -c1-16)
-PARTS=${BENCH_PARTS:-redis iperf rstream strace perf ctxsw idle}
+PARTS=${BENCH_PARTS:-redis iperf rstream strace perf ctxsw sides idle}
 IDLE_S=${BENCH_IDLE_S:-10}
 RS_PP_I=${BENCH_RS_PP_I:-2000}
 ROUNDS=${BENCH_ROUNDS:-1}
@@ -151,6 +151,16 @@ row pf.clock        "    clock reads/GET"
 row cs.vol          "context switches/GET, voluntary"
 row cs.invol        "  ... non-voluntary"
 row cs.wake         "progress-thread wakeups/GET"
+row sd.s1.excl      "GET -c 1, server: syscalls/GET excl. clocks, arms, doorbells"
+row sd.s1.cs        "  ... context switches/GET (all threads)"
+row sd.s1.wake      "  ... progress-thread wakeups/GET"
+row sd.c1.excl      "GET -c 1, client: syscalls/GET excl. clocks, arms, doorbells"
+row sd.c1.cs        "  ... context switches/GET (all threads)"
+row sd.s50.excl     "GET -c 50, server: syscalls/GET excl. clocks, arms, doorbells"
+row sd.s50.cs       "  ... context switches/GET (all threads)"
+row sd.s50.wake     "  ... progress-thread wakeups/GET"
+row sd.c50.excl     "GET -c 50, client: syscalls/GET excl. clocks, arms, doorbells"
+row sd.c50.cs       "  ... context switches/GET (all threads)"
 row idle.cpu        "idle connection: CPU ms in ${IDLE_S}s (server+client)"
 row idle.wake       "  ... progress-thread wakeups in ${IDLE_S}s (server)"
 
@@ -663,6 +673,65 @@ perf_run() {   # perf_run LAYOUT SETUP SERVER_IP
 	fi
 }
 
+# Both ends of redis GET, one connection and 50 (the "sides" part): perf
+# counts the syscalls and context switches of every thread of the side
+# measured, the server attached by pid, the client run under perf stat.
+# Excluded: clock reads, CQ arms (ioctl on rxe) and one doorbell per
+# message sent (a request on the client, an answer on the server; a credit
+# update would be a further doorbell, and is counted against the library).
+side_run() {   # side_run LAYOUT SETUP SERVER_IP SIDE(server|client) CONNS
+	local lay=$1 setup=$2 ip=$3 side=$4 conns=$5 port d spid ppid rc ev key w0 w1
+	key=sd.${side:0:1}$conns
+	next_port; port=$PORT; d=$WORK/$lay/side.$side.$conns.$setup; mkdir -p "$d"
+	say "$lay perf on the $side, redis GET -c $conns, $setup, $PERF_N GETs (port $port)"
+	if [ -n "${HUNG[$lay.$setup]:-}" ]; then
+		for m in excl cs wake; do set_val "$lay" "$key.$m" "$setup" skipped; done
+		note "$lay $key $setup skipped: redis hung in this setup above"
+		return
+	fi
+	ev=raw_syscalls:sys_enter,context-switches
+	for s in ioctl gettimeofday clock_gettime; do ev="$ev,syscalls:sys_enter_$s"; done
+	start_quiet_redis "$setup" "$d" "$port" "$ip"; spid=$REDIS_PID
+	w0=$(wakeups_of "$setup" "$spid")
+	if [ "$side" = server ]; then
+		perf stat -x, -e "$ev" -p "$spid" -o "$d/perf.csv" 2>"$d/perf.err" &
+		ppid=$!; PIDS+=("$ppid")
+		sleep 1
+		timeout -k 5 $((60 + PERF_N / 25)) $(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark \
+			-h "$ip" -p "$port" -n "$PERF_N" -c "$conns" -t get -q >"$d/bench.out" 2>&1; rc=$?
+		w1=$(wakeups_of "$setup" "$spid")
+		kill -INT "$ppid"; wait "$ppid" 2>/dev/null
+	else
+		timeout -k 5 $((60 + PERF_N / 25)) perf stat -x, -e "$ev" -o "$d/perf.csv" -- \
+			$(prefix "$setup" "$d/stats.cli.jsonl") redis-benchmark -h "$ip" -p "$port" \
+			-n "$PERF_N" -c "$conns" -t get -q >"$d/bench.out" 2>"$d/perf.err"; rc=$?
+		w1=$(wakeups_of "$setup" "$spid")
+	fi
+	stop "$spid" "$lay redis-server, $key ($setup)"
+	if [ "$rc" != 0 ] || [ -z "$(parse_redis "$d/bench.out" GET 1)" ] || [ ! -s "$d/perf.csv" ]; then
+		for m in excl cs wake; do set_val "$lay" "$key.$m" "$setup" fails; done
+		note "$lay $key $setup fails: rc $rc, $(head -c 200 "$d/perf.err")"
+		return
+	fi
+	cnt() { awk -F, -v e="$1" '$3 == e { n += $1 } END { print n + 0 }' "$d/perf.csv"; }
+	per() { awk -v a="$1" -v n="$PERF_N" 'BEGIN { printf "%.3f", a / n }'; }
+	local tot io clk cs bells=0
+	tot=$(cnt raw_syscalls:sys_enter); io=$(cnt syscalls:sys_enter_ioctl); cs=$(cnt context-switches)
+	clk=$(( $(cnt syscalls:sys_enter_gettimeofday) + $(cnt syscalls:sys_enter_clock_gettime) ))
+	is_shim "$setup" && bells=$PERF_N
+	set_val "$lay" "$key.excl" "$setup" "$(per $((tot - clk - io - bells)))"
+	set_val "$lay" "$key.cs" "$setup" "$(per "$cs")"
+	[ "$side" = server ] && [ -n "$w0" ] && [ -n "$w1" ] && set_val "$lay" "$key.wake" "$setup" "$(per $((w1 - w0)))"
+	say "  perf ($side, -c $conns): $tot syscalls; ioctl $io clocks $clk; context switches $cs; wakeups ${w0:+$((w1 - w0))}"
+	if is_shim "$setup"; then
+		local v; v=$(check_rdma "$d")
+		case $v in
+			FALLBACK*) mark_fallback "$lay" "$setup" "$key: $v" "$key.excl" "$key.cs" "$key.wake" ;;
+			*) NOTES+=("$lay $key $setup: all $v connections on path rdma") ;;
+		esac
+	fi
+}
+
 # ---------------------------------------------------------------- counters
 counters() {   # one line: veth and rxe packet counters
 	local out="" n f
@@ -730,6 +799,14 @@ run_parts() {   # run_parts LAYOUT SERVER_IP SETUPS ROUND
 	fi
 	if has_part perf && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do perf_run "$lay" $setup "$srv"; done
+	fi
+	if has_part sides && [ "$round" = 1 ]; then
+		local side conns
+		for conns in 1 50; do
+			for side in server client; do
+				for setup in tcp $SHIMS; do side_run "$lay" $setup "$srv" $side $conns; done
+			done
+		done
 	fi
 	if has_part idle && [ "$round" = 1 ]; then
 		for setup in tcp $SHIMS; do idle_run "$lay" $setup "$srv"; done

@@ -18,6 +18,7 @@ PKGS=(
   iperf3 redis-server redis-tools sockperf                 # apps under test
   postgresql                                               # a forking server (tests/vm/75-postgres)
   strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
+  linux-perf                                               # bench/: syscalls per request
   gnuplot-nox                                              # bench/ plots (PNG)
 )
 
