@@ -49,6 +49,7 @@ struct ep_reg {
 	epoll_data_t data;
 	struct sdp_conn *conn; /* referenced while in the shadow */
 	bool in_rd, in_wr;
+	uint32_t rd_shadow;   /* the readable indicator's flags in the shadow (in_rd) */
 	bool disarmed;        /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
 	uint32_t out_gen;
 	int out_idx;
@@ -195,6 +196,18 @@ static void ind_ctl(struct sdp_epoll *ep, int op, int ind_fd, struct ep_reg *reg
 	real.epoll_ctl(ep->shadow_fd, op, ind_fd, &ev);
 }
 
+/* The readable indicator is in the shadow, level-triggered, as reg wants
+ * it: a MOD would change nothing (an app's EPOLL_CTL_MOD that toggles
+ * EPOLLOUT, as redis-benchmark does for every request).  An edge-triggered
+ * or one-shot entry is always re-made: the kernel's MOD re-polls it, which
+ * can report an edge again or re-enable it. */
+static bool rd_shadow_current(const struct ep_reg *reg)
+{
+	uint32_t flags = shadow_flags(reg->events);
+
+	return reg->in_rd && reg->rd_shadow == flags && !(flags & (EPOLLET | EPOLLONESHOT));
+}
+
 /* Puts reg's indicators in the shadow set to match reg->events.  ep locked. */
 static void shadow_sync(struct ep_reg *reg)
 {
@@ -205,9 +218,9 @@ static void shadow_sync(struct ep_reg *reg)
 
 	if (ep->closed || ensure_shadow(ep) != 0)
 		return;
-	if (rd)
+	if (rd && !rd_shadow_current(reg))
 		ind_ctl(ep, reg->in_rd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, rd_fd, reg, IND_RD);
-	else if (reg->in_rd)
+	else if (!rd && reg->in_rd)
 		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, rd_fd, NULL);
 	if (wr)
 		ind_ctl(ep, reg->in_wr ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, wr_fd, reg, IND_WR);
@@ -215,6 +228,7 @@ static void shadow_sync(struct ep_reg *reg)
 		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, wr_fd, NULL);
 	reg->in_rd = rd;
 	reg->in_wr = wr;
+	reg->rd_shadow = rd ? shadow_flags(reg->events) : 0;
 }
 
 /* The ready list (ep locked): oldest first, so a small maxevents still
