@@ -374,6 +374,44 @@ static void case_epoll_et(struct pair *p)
 	close(ep);
 }
 
+/* An app that switches EPOLLOUT on and off with EPOLL_CTL_MOD around every
+ * message (redis-benchmark): each MOD reports what the socket is at once,
+ * and the readable side, whose indicator the MODs leave alone, keeps
+ * reporting data and waking a sleeper. */
+#define MOD_ROUNDS 200
+
+static void case_epoll_mod_toggle(struct pair *p)
+{
+	struct flow up = { .seed = 5 };
+	int ep = epoll_with(p->server, EPOLLIN);
+	struct epoll_event ev[4];
+
+	for (int i = 0; i < MOD_ROUNDS; i++) {
+		bool data = i % 50 == 25;
+		int n;
+
+		if (data) {
+			flow_send(p->client, &up, 10);
+			wait_fd(p->server, POLLIN);
+		}
+		epoll_rearm(ep, p->server, EPOLLIN | EPOLLOUT);
+		expect_epoll_exact(ep, p->server, data ? EPOLLIN | EPOLLOUT : EPOLLOUT,
+				   "after a MOD adding EPOLLOUT");
+		epoll_rearm(ep, p->server, EPOLLIN);
+		if (data) {
+			expect_epoll_exact(ep, p->server, EPOLLIN, "after a MOD dropping EPOLLOUT, unread");
+			flow_drain(p->server, &up);
+		}
+		n = epoll_wait(ep, ev, 4, 0);
+		CHECK(n == 0, "round %d, after a MOD dropping EPOLLOUT: %d events (0x%x)", i, n,
+		      n > 0 ? ev[0].events : 0);
+	}
+	expect_epoll_none(ep, "after the MODs");
+	expect_epoll_wakeup(ep, p, &up, EPOLLIN);
+	flow_drain(p->server, &up);
+	close(ep);
+}
+
 /* --- every waiter hears of data another thread's epoll_wait took in ------ */
 
 /* A thread asleep in epoll_wait on a set holding the socket: with sdpshim
@@ -1132,6 +1170,7 @@ static const struct pair_case pair_cases[] = {
 	{ "poll", case_poll },		   { "ppoll", case_ppoll },
 	{ "select", case_select },	   { "pselect", case_pselect },
 	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
+	{ "epoll_mod_toggle", case_epoll_mod_toggle },
 };
 
 static int usage(void)

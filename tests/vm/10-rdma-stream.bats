@@ -134,6 +134,22 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_et over RDMA" { readiness_rdma epoll_et; }
 @test "readiness epoll_oneshot over RDMA" { readiness_rdma epoll_oneshot; }
 @test "readiness epoll_rdhup over RDMA" { readiness_rdma epoll_rdhup; }
+
+@test "readiness epoll_mod_toggle over RDMA: 400 EPOLL_CTL_MODs of EPOLLOUT, and each costs one epoll_ctl (the readable indicator is left alone)" {
+  local log=$T/mod_toggle.strace calls
+  run run_timeout 120 strace -f -qq -c -e trace=epoll_ctl -o "$log" \
+    "${PRE[@]}" "$PROGS/readiness" "$RXE_IP" "$(free_port)" epoll_mod_toggle
+  show "$output" "$(cat "$log")"
+  [ "$status" -eq 0 ]
+  grep -qx "ok epoll_mod_toggle" <<<"$output"
+  assert_all_rdma "$STATS" readiness
+  # The app's 400 MODs plus its few ADDs: one shadow epoll_ctl per MOD for
+  # the writable indicator (added, then removed).  Re-making the unchanged
+  # readable indicator too would double it (800+).
+  calls=$(awk '$NF == "epoll_ctl" { print $4 }' "$log")   # % time, seconds, usecs/call, calls
+  show "epoll_ctl calls: $calls"
+  [ -n "$calls" ] && [ "$calls" -ge 400 ] && [ "$calls" -le 520 ]
+}
 @test "readiness epoll_watchers over RDMA: poll on the set, on the socket, a second set, beside an epoll_wait thread" { readiness_rdma epoll_watchers; }
 @test "readiness poll over RDMA" { readiness_rdma poll; }
 @test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
