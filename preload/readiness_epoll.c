@@ -48,8 +48,9 @@ struct ep_reg {
 	uint32_t events;
 	epoll_data_t data;
 	struct sdp_conn *conn; /* referenced while in the shadow */
-	bool in_rd, in_wr;
-	uint32_t rd_shadow;   /* the readable indicator's flags in the shadow (in_rd) */
+	/* Each indicator's flags in the shadow set, by IND_RD and IND_WR (0:
+	 * not in it).  Never 0 when in: shadow_flags always has EPOLLIN. */
+	uint32_t in_shadow[2];
 	bool disarmed;        /* EPOLLONESHOT fired; EPOLL_CTL_MOD re-arms */
 	uint32_t out_gen;
 	int out_idx;
@@ -186,49 +187,38 @@ static uint32_t shadow_flags(uint32_t events)
 	return EPOLLIN | (events & (EPOLLET | EPOLLONESHOT));
 }
 
-static void ind_ctl(struct sdp_epoll *ep, int op, int ind_fd, struct ep_reg *reg, uintptr_t which)
+/* Puts one of reg's indicators in the shadow set with flags (0: out of
+ * it).  An entry already there with the same flags, level-triggered, is
+ * left alone: a MOD would change nothing (an app's EPOLL_CTL_MOD that
+ * toggles EPOLLOUT, as redis-benchmark does for every request, leaves the
+ * readable one as it was).  An edge-triggered or one-shot entry is always
+ * re-made: the kernel's MOD re-polls it, which can report an edge again or
+ * re-enable it.  ep locked. */
+static void ind_sync(struct ep_reg *reg, uintptr_t which, int ind_fd, uint32_t flags)
 {
-	struct epoll_event ev = {
-		.events = shadow_flags(reg->events),
-		.data.u64 = (uint64_t)((uintptr_t)reg | which),
-	};
+	uint32_t *now = &reg->in_shadow[which];
+	struct epoll_event ev = { .events = flags, .data.u64 = (uint64_t)((uintptr_t)reg | which) };
 
-	real.epoll_ctl(ep->shadow_fd, op, ind_fd, &ev);
-}
-
-/* The readable indicator is in the shadow, level-triggered, as reg wants
- * it: a MOD would change nothing (an app's EPOLL_CTL_MOD that toggles
- * EPOLLOUT, as redis-benchmark does for every request).  An edge-triggered
- * or one-shot entry is always re-made: the kernel's MOD re-polls it, which
- * can report an edge again or re-enable it. */
-static bool rd_shadow_current(const struct ep_reg *reg)
-{
-	uint32_t flags = shadow_flags(reg->events);
-
-	return reg->in_rd && reg->rd_shadow == flags && !(flags & (EPOLLET | EPOLLONESHOT));
+	if (flags && *now == flags && !(flags & (EPOLLET | EPOLLONESHOT)))
+		return;
+	if (flags)
+		real.epoll_ctl(reg->ep->shadow_fd, *now ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, ind_fd, &ev);
+	else if (*now)
+		real.epoll_ctl(reg->ep->shadow_fd, EPOLL_CTL_DEL, ind_fd, NULL);
+	*now = flags;
 }
 
 /* Puts reg's indicators in the shadow set to match reg->events.  ep locked. */
 static void shadow_sync(struct ep_reg *reg)
 {
-	struct sdp_epoll *ep = reg->ep;
 	bool rd = !reg->disarmed && rdy_wants_rd(reg->events);
 	bool wr = !reg->disarmed && (reg->events & EPOLLOUT) != 0;
-	int rd_fd = conn_readable_eventfd(reg->conn), wr_fd = conn_writable_eventfd(reg->conn);
+	uint32_t flags = shadow_flags(reg->events);
 
-	if (ep->closed || ensure_shadow(ep) != 0)
+	if (reg->ep->closed || ensure_shadow(reg->ep) != 0)
 		return;
-	if (rd && !rd_shadow_current(reg))
-		ind_ctl(ep, reg->in_rd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, rd_fd, reg, IND_RD);
-	else if (!rd && reg->in_rd)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, rd_fd, NULL);
-	if (wr)
-		ind_ctl(ep, reg->in_wr ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, wr_fd, reg, IND_WR);
-	else if (reg->in_wr)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, wr_fd, NULL);
-	reg->in_rd = rd;
-	reg->in_wr = wr;
-	reg->rd_shadow = rd ? shadow_flags(reg->events) : 0;
+	ind_sync(reg, IND_RD, conn_readable_eventfd(reg->conn), rd ? flags : 0);
+	ind_sync(reg, IND_WR, conn_writable_eventfd(reg->conn), wr ? flags : 0);
 }
 
 /* The ready list (ep locked): oldest first, so a small maxevents still
@@ -361,7 +351,7 @@ static void shadow_add(struct ep_reg *reg, struct sdp_conn *c)
 	pthread_mutex_lock(&reg->ep->lock);
 	conn_get(c);
 	reg->conn = c;
-	reg->in_rd = reg->in_wr = false;
+	reg->in_shadow[IND_RD] = reg->in_shadow[IND_WR] = 0;
 	shadow_sync(reg);
 	pthread_mutex_unlock(&reg->ep->lock);
 }
@@ -379,11 +369,11 @@ static void shadow_del(struct ep_reg *reg)
 		pthread_mutex_unlock(&ep->lock);
 		return;
 	}
-	if (ep->shadow_fd >= 0 && reg->in_rd)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, conn_readable_eventfd(c), NULL);
-	if (ep->shadow_fd >= 0 && reg->in_wr)
-		real.epoll_ctl(ep->shadow_fd, EPOLL_CTL_DEL, conn_writable_eventfd(c), NULL);
-	reg->in_rd = reg->in_wr = false;
+	if (ep->shadow_fd >= 0) {
+		ind_sync(reg, IND_RD, conn_readable_eventfd(c), 0);
+		ind_sync(reg, IND_WR, conn_writable_eventfd(c), 0);
+	}
+	reg->in_shadow[IND_RD] = reg->in_shadow[IND_WR] = 0;
 	reg->conn = NULL;
 	pthread_mutex_unlock(&ep->lock);
 	conn_put(c);
