@@ -110,10 +110,16 @@ void conn_channels_unwatched(void)
  * polled for a lease (the progress thread then hears of the link's
  * messages again, for an app that went away). */
 #define ARM_LEASE_MS 10u
+/* While the polling goes on, the timer looks again after twice its last
+ * wait, up to this: a spinning app costs the progress thread a wake-up
+ * every 80 ms, not every 10.  An app that stops polling without sleeping
+ * in a hooked call has its arm made within ARM_LEASE_MAX_MS + ARM_LEASE_MS. */
+#define ARM_LEASE_MAX_MS 80u
 
 static _Atomic int spinners;
 static _Atomic uint64_t last_spin_ms; /* progress_coarse_ms() at the last spin's end */
 static _Atomic bool arm_timer_set;
+static _Atomic unsigned lease_recheck_ms = ARM_LEASE_MS; /* the timer's next wait */
 static struct progress_timer arm_timer;
 /* Bumped by every thread about to sleep on readiness: a non-blocking
  * poll stamped with an older epoch may be that thread's own. */
@@ -123,6 +129,18 @@ static _Atomic int asleep; /* threads asleep on readiness now */
 bool app_wake_spinning(void)
 {
 	return atomic_load(&spinners) > 0;
+}
+
+static bool spun_within_lease(void)
+{
+	uint64_t last = atomic_load(&last_spin_ms);
+
+	return last && progress_coarse_ms() - last < ARM_LEASE_MS;
+}
+
+bool app_wake_spun_lately(void)
+{
+	return spun_within_lease();
 }
 
 unsigned app_wake_sleep_epoch(void)
@@ -149,9 +167,12 @@ void conn_spin_end(void)
 static void arm_lease_over(void *arg)
 {
 	(void)arg;
-	if (atomic_load(&spinners) > 0 ||
-	    progress_coarse_ms() - atomic_load(&last_spin_ms) < ARM_LEASE_MS) {
-		progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
+	if (atomic_load(&spinners) > 0 || spun_within_lease()) {
+		unsigned wait_ms = atomic_load(&lease_recheck_ms);
+
+		if (wait_ms < ARM_LEASE_MAX_MS)
+			atomic_store(&lease_recheck_ms, wait_ms * 2);
+		progress_timer_arm(&arm_timer, progress_now_ms() + wait_ms);
 		return;
 	}
 	/* Cleared first: a link still polled puts its arm off again and
@@ -164,6 +185,7 @@ void app_wake_arm_owed(void)
 {
 	if (atomic_exchange(&arm_timer_set, true))
 		return;
+	atomic_store(&lease_recheck_ms, ARM_LEASE_MS);
 	arm_timer.fn = arm_lease_over;
 	progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);
 }
@@ -220,5 +242,7 @@ void app_wake_atfork_child(void)
 	atomic_store(&spinners, 0);
 	atomic_store(&asleep, 0); /* the parent's sleepers */
 	atomic_store(&arm_timer_set, false);
+	atomic_store(&lease_recheck_ms, ARM_LEASE_MS);
+	atomic_store(&last_spin_ms, 0); /* the parent's spins */
 	arm_timer.armed = false;
 }

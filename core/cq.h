@@ -26,6 +26,12 @@ void app_wake_sweep_start(void);
  * (conn_sleep_begin_any), or by a timer once no thread has spun for a
  * while. */
 bool app_wake_spinning(void);
+/* ... or did one stop spinning less than a lease ago?  It is between two
+ * spins (a server answering the request its spin found): a CQ event that
+ * arrives then, while no thread sleeps, leaves the CQ unarmed too, or each
+ * message armed for the next would wake the progress thread for as long as
+ * the app spins. */
+bool app_wake_spun_lately(void);
 void app_wake_arm_owed(void);
 /* app_wake.c: the count of waits that went to sleep on readiness so far,
  * and is a thread asleep on readiness now?  A link polled by non-blocking

@@ -476,7 +476,9 @@ static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd
 
 	if (!rdma && real.epoll_ctl(epfd, op, fd, ev) != 0)
 		return -errno;
-	if (rdma && real.fcntl(epfd, F_GETFD) < 0)
+	/* A set recorded at its birth is open until its close goes through
+	 * the hooks; only one met first here needs the kernel's word. */
+	if (rdma && !ep->born_here && real.fcntl(epfd, F_GETFD) < 0)
 		return -EBADF;
 	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
 		return -EFAULT;
