@@ -122,6 +122,9 @@ UNIT_EXTRA_test_tcp_diag := core/tcp_diag.c
 # the test itself.
 UNIT_EXTRA_test_mrcache := core/mrcache.c
 $(BUILD)/tests/unit/test_mrcache: core/mrcache.c
+# The Prometheus text format of `sdpshim stat --prom` (a tools/ module).
+UNIT_EXTRA_test_prom := tools/prom_text.c
+$(BUILD)/tests/unit/test_prom: tools/prom_text.c tools/prom_text.h
 # The phase table and setter (core/phase.c) need only base/log.c.
 UNIT_EXTRA_test_phase := core/phase.c
 $(BUILD)/tests/unit/test_phase: core/phase.c

@@ -11,6 +11,8 @@
 #                             connecting to it (a probe would eat one-shot servers)
 #   wait_for_line FILE REGEX [S]  wait until FILE has a line matching REGEX
 #   requires_rdma             skip without an RDMA device; fail instead if SDPSHIM_STRICT=1
+#   requires_tool CMD PKG     skip when CMD is not installed (Debian package PKG, listed in
+#                             tests/setup-debian.sh); fail instead if SDPSHIM_STRICT=1
 #   sha256_of FILE            print the SHA-256 hex digest of FILE
 #   show TEXT...              print lines into the TAP stream as "# ..." comments (visible
 #                             even when the test passes)
@@ -109,6 +111,16 @@ requires_rdma() {
   local why="no RDMA device (/sys/class/infiniband: '${devs% }'; /dev/infiniband/rdma_cm $( [ -e /dev/infiniband/rdma_cm ] && echo present || echo missing))"
   if [ "${SDPSHIM_STRICT:-0}" = 1 ]; then
     echo "requires_rdma: $why, and SDPSHIM_STRICT=1 forbids skipping: run this suite inside tests/vm/run-in-vm.sh" >&2
+    return 1
+  fi
+  skip "$why"
+}
+
+requires_tool() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  local why="$1 is not installed (Debian package $2; tests/setup-debian.sh installs it)"
+  if [ "${SDPSHIM_STRICT:-0}" = 1 ]; then
+    echo "requires_tool: $why, and SDPSHIM_STRICT=1 forbids skipping" >&2
     return 1
   fi
   skip "$why"

@@ -20,6 +20,7 @@ PKGS=(
   strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
   linux-perf                                               # bench/: syscalls per request
   gnuplot-nox                                              # bench/ plots (PNG)
+  prometheus                                               # promtool: checks `sdpshim stat --prom`
 )
 
 missing=()

@@ -13,7 +13,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: sdpshim run [-l LEVEL] [-s STATS_FILE] [-c CONFIG] [--] CMD [ARGS...]\n"
-		"       sdpshim stat [--json] [-p PID]\n"
+		"       sdpshim stat [--json | --totals | --prom] [-i SECS [-n N]] [filters] (stat --help)\n"
 		"       sdpshim doctor [ADDR]\n"
 		"       sdpshim version\n"
 		"\n"

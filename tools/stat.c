@@ -1,6 +1,7 @@
-/* `sdpshim stat`: reads the shared-memory stats segments of preloaded
- * processes and prints their connections (and their links, when they have
- * any) as tables or as one JSON document.
+/* `sdpshim stat`: the options, reading the shared-memory stats segments of
+ * preloaded processes, the filters and the sort order; the printers are in
+ * tools/stat_table.c (table, JSON), stat_totals.c, stat_prom.c and
+ * stat_live.c (tools/stat.h).
  * Each segment is read once into private copies (base/stats_read.c checks
  * the file's type and owner and every field); a file it refuses is named on
  * stderr and skipped, and the others are still shown. */
@@ -9,75 +10,48 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "base/stats_shm.h"
 #include "tools/cli.h"
+#include "tools/stat.h"
 
-#define CELL_MAX 64
-#define CONN_JSON_MAX 2048
+#define INTERVAL_MIN 0.01
+#define INTERVAL_MAX 86400.0
 
-struct stat_opts {
-	bool json, raw_bytes, listeners, all_users;
-	pid_t only_pid;        /* 0: every process */
-	unsigned watch_secs;   /* 0: print once */
-};
-
-/* One segment as read: private copies of its header and live slots (its
- * comm, snap.info.comm, checked printable, without '"' or '\\'). */
-struct proc_view {
-	struct stats_snapshot snap;
-	pid_t pid;
-};
-
-struct proc_list {
-	struct proc_view *proc;
-	size_t count, cap;
-};
-
-enum col { COL_PID, COL_COMM, COL_FD, COL_ROLE, COL_LOCAL, COL_REMOTE, COL_PATH, COL_REASON,
-	   COL_SENT, COL_RECV, COL_ZCOPY, COL_CREDITS, COL_SWITCHES, COL_COUNT };
-
-static const char *const col_title[COL_COUNT] = {
-	"PID", "COMM", "FD", "ROLE", "LOCAL", "REMOTE", "PATH", "REASON",
-	"SENT", "RECV", "ZCOPY%", "CREDITS", "SWITCHES",
-};
-
-/* Numeric columns are right-aligned. */
-static const bool col_right[COL_COUNT] = {
-	[COL_PID] = true, [COL_FD] = true, [COL_SENT] = true, [COL_RECV] = true,
-	[COL_ZCOPY] = true, [COL_CREDITS] = true, [COL_SWITCHES] = true,
-};
-
-struct table_row {
-	pid_t pid;
-	int fd;
-	char cell[COL_COUNT][CELL_MAX];
-};
-
-struct table {
-	struct table_row *row;
-	size_t count, cap;
-};
-
-static volatile sig_atomic_t stop_requested;
+volatile sig_atomic_t stat_stop_requested;
 
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: sdpshim stat [--json] [--bytes] [--listeners] [-p PID] [-w SECS] [--all-users]\n"
-		"  --json        one JSON document instead of the table\n"
-		"  --bytes       exact byte counts instead of 1.2M\n"
-		"  --listeners   also show listening sockets\n"
-		"  -p PID        only this process\n"
-		"  -w SECS       repeat every SECS seconds until interrupted\n"
-		"  --all-users   every user's processes (root only)\n"
+		"usage: sdpshim stat [--json | --totals | --prom] [-i SECS [-n COUNT]] [filters]\n"
+		"                    [--sort FIELD] [--bytes] [--listeners] [-w SECS] [--all-users]\n"
+		"  --json         one JSON document instead of the table\n"
+		"  --totals       connections and bytes per process and per path/reason\n"
+		"  --prom         Prometheus text format 0.0.4 (for node_exporter's textfile\n"
+		"                 collector: sdpshim stat --prom > DIR/sdpshim.prom)\n"
+		"  -i SECS        live view: every SECS seconds (0.5 works) each connection's\n"
+		"                 bytes/s each way and the bytes since the last refresh\n"
+		"  -n COUNT       with -i or -w: stop after COUNT refreshes\n"
+		"  -w SECS        repeat the table (or --json, --totals, --prom) every SECS seconds\n"
+		"  --bytes        exact byte counts instead of 1.2M\n"
+		"  --listeners    also show listening sockets\n"
+		"  --all-users    every user's processes (root only)\n"
+		"filters (every output):\n"
+		"  -p, --pid PID  only this process\n"
+		"  --comm NAME    only processes with this command name\n"
+		"  --path PATH    only connections on this path: rdma, tcp, undecided\n"
+		"  --reason R     only connections with this reason (loopback, no_device, ...)\n"
+		"  --sort FIELD   pid (default), comm, fd, path, reason; largest first:\n"
+		"                 sent, recv, bytes (sent + received), rate (with -i)\n"
 		"Segments are read from %s (SDPSHIM_RUN_DIR).\n", stats_dir());
 }
+
+/* ---- options ------------------------------------------------------------ */
 
 static int parse_number(const char *text, long max, long *out)
 {
@@ -92,64 +66,185 @@ static int parse_number(const char *text, long max, long *out)
 	return 0;
 }
 
-/* Returns 0 to go on, 1 after --help, -1 on bad usage. */
+static int parse_seconds(const char *text, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (errno || end == text || *end || !isfinite(v) || v < INTERVAL_MIN || v > INTERVAL_MAX)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_path(const char *text)
+{
+	for (int p = SDP_PATH_UNDECIDED; p <= SDP_PATH_RDMA; p++)
+		if (strcmp(text, sdp_path_name((enum sdp_path)p)) == 0)
+			return p;
+	return -1;
+}
+
+static int parse_sort(const char *text, enum stat_sort *out)
+{
+	static const char *const names[] = {
+		[SORT_PID] = "pid", [SORT_COMM] = "comm", [SORT_FD] = "fd", [SORT_PATH] = "path",
+		[SORT_REASON] = "reason", [SORT_SENT] = "sent", [SORT_RECV] = "recv",
+		[SORT_BYTES] = "bytes", [SORT_RATE] = "rate",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (strcmp(text, names[i]) == 0) {
+			*out = (enum stat_sort)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int bad_usage(const char *fmt, const char *what)
+{
+	fprintf(stderr, "sdpshim stat: ");
+	fprintf(stderr, fmt, what);
+	fprintf(stderr, "\n");
+	return -1;
+}
+
+/* The option's value into o; 0, or -1 after a one-line diagnostic. */
+static int take_value(int opt, const char *arg, struct stat_opts *o)
+{
+	long v;
+
+	switch (opt) {
+	case 'p':
+		if (parse_number(arg, INT32_MAX, &v) != 0)
+			return bad_usage("--pid needs a process id, not '%s'", arg);
+		o->only_pid = (pid_t)v;
+		return 0;
+	case 'w':
+		if (parse_number(arg, 86400, &v) != 0)
+			return bad_usage("-w needs seconds (1-86400), not '%s'", arg);
+		o->watch_secs = (unsigned)v;
+		return 0;
+	case 'i':
+		if (parse_seconds(arg, &o->interval) != 0)
+			return bad_usage("-i needs seconds (0.01-86400, 0.5 works), not '%s'", arg);
+		return 0;
+	case 'n':
+		if (parse_number(arg, INT32_MAX, &o->count) != 0)
+			return bad_usage("-n needs a positive count, not '%s'", arg);
+		return 0;
+	}
+	return bad_usage("bad option value '%s'", arg);
+}
+
+/* The filter or sort option's value into o; 0, or -1 after a diagnostic. */
+static int take_filter(int opt, const char *arg, struct stat_opts *o)
+{
+	switch (opt) {
+	case 'C':
+		if (!*arg || strlen(arg) > 64)
+			return bad_usage("--comm needs a command name (1-64 characters), not '%s'", arg);
+		o->only_comm = arg;
+		return 0;
+	case 'P':
+		o->only_path = parse_path(arg);
+		if (o->only_path < 0)
+			return bad_usage("--path needs rdma, tcp or undecided, not '%s'", arg);
+		return 0;
+	case 'R':
+		o->only_reason = sdp_reason_from_name(arg);
+		if (o->only_reason < 0)
+			return bad_usage("--reason needs a reason name (see README), not '%s'", arg);
+		return 0;
+	case 'S':
+		if (parse_sort(arg, &o->sort) != 0)
+			return bad_usage("--sort needs pid, comm, fd, path, reason, sent, recv, bytes "
+					 "or rate, not '%s'", arg);
+		return 0;
+	}
+	return bad_usage("bad option value '%s'", arg);
+}
+
+static int set_mode(struct stat_opts *o, enum stat_mode mode)
+{
+	if (o->mode != STAT_TABLE && o->mode != mode)
+		return bad_usage("%s", "--json, --totals and --prom are one each; give one");
+	o->mode = mode;
+	return 0;
+}
+
+/* The options that only go with others. */
+static int check_combination(const struct stat_opts *o)
+{
+	if (o->interval > 0 && o->watch_secs)
+		return bad_usage("%s", "-i and -w are two ways to repeat; give one");
+	if (o->interval > 0 && o->mode != STAT_TABLE)
+		return bad_usage("%s", "-i is the live table; it does not go with --json, --totals "
+				 "or --prom (use -w to repeat those)");
+	if (o->count && !o->interval && !o->watch_secs)
+		return bad_usage("%s", "-n counts the refreshes of -i or -w; give one of them");
+	if (o->sort == SORT_RATE && !o->interval)
+		return bad_usage("%s", "--sort rate needs -i (rates are measured between refreshes)");
+	if (o->all_users && geteuid() != 0)
+		return bad_usage("%s", "--all-users needs root");
+	return 0;
+}
+
+/* Returns 0 to go on, 1 after --help, -1 on bad usage (said on stderr). */
 static int parse_args(int argc, char **argv, struct stat_opts *o)
 {
-	enum { OPT_JSON = 256, OPT_BYTES, OPT_LISTENERS, OPT_ALL_USERS };
+	enum { OPT_JSON = 256, OPT_BYTES, OPT_LISTENERS, OPT_ALL_USERS, OPT_TOTALS, OPT_PROM };
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "totals", no_argument, NULL, OPT_TOTALS },
+		{ "prom", no_argument, NULL, OPT_PROM },
 		{ "bytes", no_argument, NULL, OPT_BYTES },
 		{ "listeners", no_argument, NULL, OPT_LISTENERS },
 		{ "all-users", no_argument, NULL, OPT_ALL_USERS },
 		{ "pid", required_argument, NULL, 'p' },
+		{ "comm", required_argument, NULL, 'C' },
+		{ "path", required_argument, NULL, 'P' },
+		{ "reason", required_argument, NULL, 'R' },
+		{ "sort", required_argument, NULL, 'S' },
 		{ "watch", required_argument, NULL, 'w' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "count", required_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	long v;
-	int opt;
+	int opt, err = 0;
 
 	memset(o, 0, sizeof(*o));
+	o->only_path = o->only_reason = -1;
 	optind = 1;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "p:w:h", longopts, NULL)) != -1) {
+	while (!err && (opt = getopt_long(argc, argv, ":p:w:i:n:h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case OPT_JSON: o->json = true; break;
+		case OPT_JSON: err = set_mode(o, STAT_JSON); break;
+		case OPT_TOTALS: err = set_mode(o, STAT_TOTALS); break;
+		case OPT_PROM: err = set_mode(o, STAT_PROM); break;
 		case OPT_BYTES: o->raw_bytes = true; break;
 		case OPT_LISTENERS: o->listeners = true; break;
 		case OPT_ALL_USERS: o->all_users = true; break;
 		case 'h': return 1;
-		case 'p':
-			if (parse_number(optarg, INT32_MAX, &v) != 0) {
-				fprintf(stderr, "sdpshim stat: -p needs a process id, not '%s'\n", optarg);
-				return -1;
-			}
-			o->only_pid = (pid_t)v;
-			break;
-		case 'w':
-			if (parse_number(optarg, 86400, &v) != 0) {
-				fprintf(stderr, "sdpshim stat: -w needs seconds (1-86400), not '%s'\n",
-					optarg);
-				return -1;
-			}
-			o->watch_secs = (unsigned)v;
-			break;
-		default:
-			fprintf(stderr, "sdpshim stat: bad or incomplete option '%s'\n",
-				argv[optind - 1]);
-			return -1;
+		case 'p': case 'w': case 'i': case 'n': err = take_value(opt, optarg, o); break;
+		case 'C': case 'P': case 'R': case 'S': err = take_filter(opt, optarg, o); break;
+		case ':': return bad_usage("option '%s' needs a value", argv[optind - 1]);
+		default: return bad_usage("unknown option '%s' (see sdpshim stat --help)",
+					  argv[optind - 1]);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "sdpshim stat: unexpected argument '%s'\n", argv[optind]);
+	if (err)
 		return -1;
-	}
-	if (o->all_users && geteuid() != 0) {
-		fprintf(stderr, "sdpshim stat: --all-users needs root\n");
-		return -1;
-	}
-	return 0;
+	if (optind < argc)
+		return bad_usage("unexpected argument '%s'", argv[optind]);
+	return check_combination(o);
 }
+
+/* ---- reading the segments ----------------------------------------------- */
 
 /* "sdpshim-<uid>-<pid>.stats", or the fallback name a writer takes when
  * that one is taken, "sdpshim-<uid>-<pid>-<16 hex digits>.stats"; numbers
@@ -191,7 +286,7 @@ static int proc_list_add(struct proc_list *list, const struct stats_snapshot *sn
 	return 0;
 }
 
-static void proc_list_free(struct proc_list *list)
+void stat_proc_list_free(struct proc_list *list)
 {
 	for (size_t i = 0; i < list->count; i++)
 		stats_snapshot_free(&list->proc[i].snap);
@@ -206,10 +301,40 @@ static bool wanted_segment(const struct stat_opts *o, unsigned uid, int pid)
 	return o->only_pid == 0 || o->only_pid == pid;
 }
 
+static bool wanted_conn(const struct sdp_conn_stats *s, const struct stat_opts *o)
+{
+	if (!o->listeners && s->role == STATS_ROLE_LISTENER)
+		return false;
+	if (o->only_path >= 0 && s->path != o->only_path)
+		return false;
+	return o->only_reason < 0 || s->reason == o->only_reason;
+}
+
+/* A link carries RDMA streams: it goes with a filter that keeps those. */
+static bool wanted_links(const struct stat_opts *o)
+{
+	return (o->only_path < 0 || o->only_path == SDP_PATH_RDMA) &&
+	       (o->only_reason < 0 || o->only_reason == SDP_REASON_NONE);
+}
+
+/* Keeps the wanted connections of snap, in place. */
+static void filter_snapshot(struct stats_snapshot *snap, const struct stat_opts *o)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < snap->count; i++)
+		if (wanted_conn(&snap->conn[i], o))
+			snap->conn[kept++] = snap->conn[i];
+	snap->count = kept;
+	if (!wanted_links(o))
+		snap->link_count = 0;
+}
+
 /* Reads one segment file; dead processes' files are removed silently, and
  * a file that is not a valid segment of uid's process pid is named and
  * skipped. */
-static void attach_segment(const char *path, unsigned uid, int pid, struct proc_list *list)
+static void attach_segment(const char *path, unsigned uid, int pid, const struct stat_opts *o,
+			   struct proc_list *list)
 {
 	struct stats_snapshot snap;
 	char why[160];
@@ -225,23 +350,131 @@ static void attach_segment(const char *path, unsigned uid, int pid, struct proc_
 		fprintf(stderr, "sdpshim stat: skipping %s: %s\n", path, why);
 		return;
 	}
+	if (o->only_comm && strcmp(snap.info.comm, o->only_comm) != 0) {
+		stats_snapshot_free(&snap);
+		return;
+	}
+	filter_snapshot(&snap, o);
 	if (proc_list_add(list, &snap) != 0)
 		stats_snapshot_free(&snap);
 }
 
-static int compare_proc(const void *a, const void *b)
-{
-	const struct proc_view *x = a, *y = b;
+/* ---- order -------------------------------------------------------------- */
 
-	return (x->pid > y->pid) - (x->pid < y->pid);
+static int cmp_int(long long x, long long y)
+{
+	return (x > y) - (x < y);
 }
 
-/* Returns 0, or -1 when the directory cannot be read at all. */
-static int collect_processes(const struct stat_opts *o, struct proc_list *list)
+static int cmp_desc(double x, double y)
+{
+	return (x < y) - (x > y);
+}
+
+static uint64_t conn_bytes(const struct sdp_conn_stats *s)
+{
+	return stat_u64(&s->bytes_sent) + stat_u64(&s->bytes_received);
+}
+
+static int compare_key(const struct conn_ref *x, const struct conn_ref *y, enum stat_sort sort)
+{
+	const struct sdp_conn_stats *a = x->conn, *b = y->conn;
+
+	switch (sort) {
+	case SORT_PID: return 0;
+	case SORT_COMM: return strcmp(x->proc->snap.info.comm, y->proc->snap.info.comm);
+	case SORT_FD: return cmp_int(a->fd, b->fd);
+	case SORT_PATH: return strcmp(sdp_path_name((enum sdp_path)a->path),
+				      sdp_path_name((enum sdp_path)b->path));
+	case SORT_REASON: return strcmp(sdp_reason_name((enum sdp_reason)a->reason),
+					sdp_reason_name((enum sdp_reason)b->reason));
+	case SORT_SENT: return cmp_desc((double)stat_u64(&a->bytes_sent),
+					(double)stat_u64(&b->bytes_sent));
+	case SORT_RECV: return cmp_desc((double)stat_u64(&a->bytes_received),
+					(double)stat_u64(&b->bytes_received));
+	case SORT_BYTES: return cmp_desc((double)conn_bytes(a), (double)conn_bytes(b));
+	case SORT_RATE: return cmp_desc(x->rate_sent + x->rate_recv, y->rate_sent + y->rate_recv);
+	}
+	return 0;
+}
+
+int stat_compare_refs(const struct conn_ref *x, const struct conn_ref *y, enum stat_sort sort)
+{
+	int c = compare_key(x, y, sort);
+
+	if (c)
+		return c;
+	c = cmp_int(x->proc->pid, y->proc->pid);
+	return c ? c : cmp_int(x->conn->fd, y->conn->fd);
+}
+
+static int compare_refs(const void *a, const void *b, void *arg)
+{
+	return stat_compare_refs(a, b, *(const enum stat_sort *)arg);
+}
+
+void stat_sort_refs(struct conn_ref *refs, size_t n, enum stat_sort sort)
+{
+	if (n > 1)
+		qsort_r(refs, n, sizeof(refs[0]), compare_refs, &sort);
+}
+
+struct conn_ref *stat_conn_refs(const struct proc_list *list, enum stat_sort sort, size_t *n)
+{
+	struct conn_ref *refs;
+	size_t total = 0, k = 0;
+
+	*n = 0;
+	for (size_t i = 0; i < list->count; i++)
+		total += list->proc[i].snap.count;
+	refs = total ? calloc(total, sizeof(*refs)) : NULL;
+	if (!refs)
+		return NULL;
+	for (size_t i = 0; i < list->count; i++)
+		for (size_t j = 0; j < list->proc[i].snap.count; j++)
+			refs[k++] = (struct conn_ref){ &list->proc[i], &list->proc[i].snap.conn[j], 0, 0 };
+	stat_sort_refs(refs, total, sort);
+	*n = total;
+	return refs;
+}
+
+/* Each process's own connections in --sort order too (the JSON's order). */
+static void sort_each_process(struct proc_list *list, enum stat_sort sort)
+{
+	for (size_t i = 0; i < list->count; i++) {
+		struct stats_snapshot *snap = &list->proc[i].snap;
+		struct conn_ref *refs = calloc(snap->count ? snap->count : 1, sizeof(*refs));
+		struct sdp_conn_stats *sorted = calloc(snap->count ? snap->count : 1, sizeof(*sorted));
+
+		if (refs && sorted) {
+			for (size_t j = 0; j < snap->count; j++)
+				refs[j] = (struct conn_ref){ &list->proc[i], &snap->conn[j], 0, 0 };
+			stat_sort_refs(refs, snap->count, sort);
+			for (size_t j = 0; j < snap->count; j++)
+				sorted[j] = *refs[j].conn;
+			memcpy(snap->conn, sorted, snap->count * sizeof(*sorted));
+		}
+		free(refs);
+		free(sorted);
+	}
+}
+
+static int compare_proc(const void *a, const void *b, void *arg)
+{
+	const struct proc_view *x = a, *y = b;
+	int c = 0;
+
+	if (*(const enum stat_sort *)arg == SORT_COMM)
+		c = strcmp(x->snap.info.comm, y->snap.info.comm);
+	return c ? c : cmp_int(x->pid, y->pid);
+}
+
+int stat_collect(const struct stat_opts *o, struct proc_list *list)
 {
 	const char *dir = stats_dir();
 	DIR *d = opendir(dir);
 	struct dirent *de;
+	enum stat_sort sort = o->sort;
 
 	memset(list, 0, sizeof(*list));
 	if (!d) {
@@ -259,17 +492,23 @@ static int collect_processes(const struct stat_opts *o, struct proc_list *list)
 			continue;
 		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
 			continue;
-		attach_segment(path, uid, pid, list);
+		attach_segment(path, uid, pid, o, list);
 	}
 	closedir(d);
 	if (list->count > 1)
-		qsort(list->proc, list->count, sizeof(list->proc[0]), compare_proc);
+		qsort_r(list->proc, list->count, sizeof(list->proc[0]), compare_proc, &sort);
+	sort_each_process(list, o->sort);
 	return 0;
 }
 
-/* ---- table -------------------------------------------------------------- */
+/* ---- shared helpers ----------------------------------------------------- */
 
-static void format_size(uint64_t v, bool raw, char *buf, size_t len)
+uint64_t stat_u64(const _Atomic uint64_t *counter)
+{
+	return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+void stat_format_size(uint64_t v, bool raw, char *buf, size_t len)
 {
 	static const char units[] = "KMGTPE";
 	double x = (double)v;
@@ -286,265 +525,13 @@ static void format_size(uint64_t v, bool raw, char *buf, size_t len)
 	snprintf(buf, len, "%.1f%c", x, units[unit]);
 }
 
-static void format_zcopy(const struct sdp_conn_stats *s, char *buf, size_t len)
-{
-	uint64_t sent = atomic_load_explicit(&s->bytes_sent, memory_order_relaxed);
-	uint64_t zc = atomic_load_explicit(&s->zcopy_bytes_sent, memory_order_relaxed);
-
-	if (sent == 0)
-		snprintf(buf, len, "-");
-	else
-		snprintf(buf, len, "%.0f%%", 100.0 * (double)zc / (double)sent);
-}
-
-static void format_credits(const struct sdp_conn_stats *s, char *buf, size_t len)
-{
-	if (s->path != SDP_PATH_RDMA)
-		snprintf(buf, len, "-");
-	else
-		snprintf(buf, len, "%u/%u", (unsigned)atomic_load(&s->tx_credits),
-			 (unsigned)atomic_load(&s->rx_posted));
-}
-
-static void fill_row(struct table_row *r, const struct proc_view *p,
-		     const struct sdp_conn_stats *s, bool raw)
-{
-	r->pid = p->pid;
-	r->fd = s->fd;
-	snprintf(r->cell[COL_PID], CELL_MAX, "%d", (int)p->pid);
-	snprintf(r->cell[COL_COMM], CELL_MAX, "%.*s", CELL_MAX - 1, p->snap.info.comm);
-	snprintf(r->cell[COL_FD], CELL_MAX, "%d", s->fd);
-	snprintf(r->cell[COL_ROLE], CELL_MAX, "%s", stats_role_name(s->role));
-	stats_addr_format(&s->local, r->cell[COL_LOCAL], CELL_MAX);
-	stats_addr_format(&s->remote, r->cell[COL_REMOTE], CELL_MAX);
-	snprintf(r->cell[COL_PATH], CELL_MAX, "%s", sdp_path_name((enum sdp_path)s->path));
-	snprintf(r->cell[COL_REASON], CELL_MAX, "%s%s",
-		 sdp_reason_name((enum sdp_reason)s->reason), s->negcached ? "*" : "");
-	format_size(atomic_load(&s->bytes_sent), raw, r->cell[COL_SENT], CELL_MAX);
-	format_size(atomic_load(&s->bytes_received), raw, r->cell[COL_RECV], CELL_MAX);
-	format_zcopy(s, r->cell[COL_ZCOPY], CELL_MAX);
-	format_credits(s, r->cell[COL_CREDITS], CELL_MAX);
-	snprintf(r->cell[COL_SWITCHES], CELL_MAX, "%u", (unsigned)atomic_load(&s->switches));
-}
-
-static struct table_row *table_add(struct table *t)
-{
-	if (t->count == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 64;
-		struct table_row *row = realloc(t->row, cap * sizeof(*row));
-		if (!row)
-			return NULL;
-		t->row = row;
-		t->cap = cap;
-	}
-	return &t->row[t->count++];
-}
-
-static bool row_visible(const struct sdp_conn_stats *s, const struct stat_opts *o)
-{
-	return o->listeners || s->role != STATS_ROLE_LISTENER;
-}
-
-static void collect_rows(const struct proc_view *p, const struct stat_opts *o, struct table *t)
-{
-	for (size_t i = 0; i < p->snap.count; i++) {
-		const struct sdp_conn_stats *s = &p->snap.conn[i];
-		struct table_row *r;
-
-		if (!row_visible(s, o))
-			continue;
-		r = table_add(t);
-		if (!r)
-			return;
-		fill_row(r, p, s, o->raw_bytes);
-	}
-}
-
-static int compare_row(const void *a, const void *b)
-{
-	const struct table_row *x = a, *y = b;
-
-	if (x->pid != y->pid)
-		return (x->pid > y->pid) - (x->pid < y->pid);
-	return (x->fd > y->fd) - (x->fd < y->fd);
-}
-
-static void print_cells(char cells[COL_COUNT][CELL_MAX], const int *width)
-{
-	for (int c = 0; c < COL_COUNT; c++) {
-		const char *sep = c + 1 < COL_COUNT ? "  " : "\n";
-		printf(col_right[c] ? "%*s%s" : "%-*s%s", width[c], cells[c], sep);
-	}
-}
-
-static void print_table(struct table *t)
-{
-	char title[COL_COUNT][CELL_MAX];
-	int width[COL_COUNT];
-
-	for (int c = 0; c < COL_COUNT; c++) {
-		snprintf(title[c], CELL_MAX, "%s", col_title[c]);
-		width[c] = (int)strlen(col_title[c]);
-		for (size_t i = 0; i < t->count; i++) {
-			int w = (int)strlen(t->row[i].cell[c]);
-			if (w > width[c])
-				width[c] = w;
-		}
-	}
-	qsort(t->row, t->count, sizeof(t->row[0]), compare_row);
-	print_cells(title, width);
-	for (size_t i = 0; i < t->count; i++)
-		print_cells(t->row[i].cell, width);
-}
-
-static size_t reason_slot_count(void)
-{
-	return SDP_REASON_COUNT < STATS_REASON_SLOTS ? SDP_REASON_COUNT : STATS_REASON_SLOTS;
-}
-
-/* "(loopback 2, no_device 1)" for the connections that stayed on TCP. */
-static void print_tcp_reasons(const struct stats_proc_info *h)
-{
-	const char *sep = " (";
-
-	for (size_t r = 0; r < reason_slot_count(); r++) {
-		uint64_t n = h->conns_by_reason[r];
-		if (n == 0 || r == SDP_REASON_NONE)
-			continue;
-		printf("%s%s %" PRIu64, sep, sdp_reason_name((enum sdp_reason)r), n);
-		sep = ", ";
-	}
-	if (sep[0] == ',')
-		printf(")");
-}
-
-static void print_summary(const struct proc_view *p, bool raw)
-{
-	const struct stats_proc_info *h = &p->snap.info;
-	char pinned[CELL_MAX], budget[CELL_MAX];
-
-	printf("pid %d %s: %" PRIu64 " rdma, %" PRIu64 " tcp", (int)p->pid, p->snap.info.comm,
-	       h->conns_by_path[SDP_PATH_RDMA], h->conns_by_path[SDP_PATH_TCP]);
-	print_tcp_reasons(h);
-	format_size(h->pinned_bytes, raw, pinned, sizeof(pinned));
-	format_size(h->pin_budget, raw, budget, sizeof(budget));
-	printf(", negcache hits %" PRIu64 ", pinned %s of %s, budget refusals %" PRIu64
-	       ", progress wakeups %" PRIu64 "\n",
-	       h->negcache_hits, pinned, budget, h->budget_refusals, h->progress_wakeups);
-}
-
-/* ---- links -------------------------------------------------------------- */
-
-enum link_col { LCOL_PID, LCOL_COMM, LCOL_PEER, LCOL_ROLE, LCOL_STATE, LCOL_STREAMS,
-		LCOL_PINNED, LCOL_CREDITS, LCOL_MSGS, LCOL_COUNT };
-
-static const char *const link_col_title[LCOL_COUNT] = {
-	"PID", "COMM", "PEER", "ROLE", "STATE", "STREAMS", "PINNED", "CREDITS", "MSGS",
-};
-
-static const bool link_col_right[LCOL_COUNT] = {
-	[LCOL_PID] = true, [LCOL_STREAMS] = true, [LCOL_PINNED] = true, [LCOL_CREDITS] = true,
-	[LCOL_MSGS] = true,
-};
-
-struct link_row {
-	char cell[LCOL_COUNT][CELL_MAX];
-};
-
-/* STREAMS is open/cap, CREDITS in use/total, MSGS sent/received. */
-static void fill_link_row(struct link_row *r, const struct proc_view *p,
-			  const struct sdp_link_stats *l, bool raw)
-{
-	char sent[24], received[24]; /* format_size: at most 20 digits */
-
-	snprintf(r->cell[LCOL_PID], CELL_MAX, "%d", (int)p->pid);
-	snprintf(r->cell[LCOL_COMM], CELL_MAX, "%.*s", CELL_MAX - 1, p->snap.info.comm);
-	stats_addr_format(&l->peer, r->cell[LCOL_PEER], CELL_MAX);
-	snprintf(r->cell[LCOL_ROLE], CELL_MAX, "%s", stats_link_role_name(l->role));
-	snprintf(r->cell[LCOL_STATE], CELL_MAX, "%s", stats_link_state_name(l->state));
-	snprintf(r->cell[LCOL_STREAMS], CELL_MAX, "%u/%u", (unsigned)atomic_load(&l->streams),
-		 (unsigned)atomic_load(&l->streams_max));
-	format_size(atomic_load(&l->pinned_bytes), raw, r->cell[LCOL_PINNED], CELL_MAX);
-	snprintf(r->cell[LCOL_CREDITS], CELL_MAX, "%u/%u", (unsigned)atomic_load(&l->credits_in_use),
-		 (unsigned)atomic_load(&l->credits_total));
-	format_size(atomic_load(&l->msgs_sent), raw, sent, sizeof(sent));
-	format_size(atomic_load(&l->msgs_received), raw, received, sizeof(received));
-	snprintf(r->cell[LCOL_MSGS], CELL_MAX, "%s/%s", sent, received);
-}
-
-static void print_link_cells(char cells[LCOL_COUNT][CELL_MAX], const int *width)
-{
-	for (int c = 0; c < LCOL_COUNT; c++) {
-		const char *sep = c + 1 < LCOL_COUNT ? "  " : "\n";
-		printf(link_col_right[c] ? "%*s%s" : "%-*s%s", width[c], cells[c], sep);
-	}
-}
-
-/* The live links of every process, in process order; nothing at all when
- * no process has one. */
-static void show_links(const struct proc_list *list, bool raw)
-{
-	struct link_row title, *rows;
-	size_t n = 0, total = 0;
-	int width[LCOL_COUNT];
-
-	for (size_t i = 0; i < list->count; i++)
-		total += list->proc[i].snap.link_count;
-	if (total == 0)
-		return;
-	rows = calloc(total, sizeof(*rows));
-	if (!rows)
-		return;
-	for (size_t i = 0; i < list->count; i++)
-		for (size_t j = 0; j < list->proc[i].snap.link_count; j++)
-			fill_link_row(&rows[n++], &list->proc[i], &list->proc[i].snap.link[j], raw);
-	for (int c = 0; c < LCOL_COUNT; c++) {
-		snprintf(title.cell[c], CELL_MAX, "%s", link_col_title[c]);
-		width[c] = (int)strlen(link_col_title[c]);
-		for (size_t i = 0; i < n; i++)
-			if ((int)strlen(rows[i].cell[c]) > width[c])
-				width[c] = (int)strlen(rows[i].cell[c]);
-	}
-	printf("\nlinks:\n");
-	print_link_cells(title.cell, width);
-	for (size_t i = 0; i < n; i++)
-		print_link_cells(rows[i].cell, width);
-	free(rows);
-}
-
-static void show_table(const struct proc_list *list, const struct stat_opts *o)
-{
-	struct table t = { 0 };
-
-	if (list->count == 0) {
-		printf("no sdpshim processes\n");
-		return;
-	}
-	for (size_t i = 0; i < list->count; i++)
-		collect_rows(&list->proc[i], o, &t);
-	print_table(&t);
-	show_links(list, o->raw_bytes);
-	printf("\n");
-	for (size_t i = 0; i < list->count; i++)
-		print_summary(&list->proc[i], o->raw_bytes);
-	free(t.row);
-}
-
-/* ---- JSON --------------------------------------------------------------- */
-
-struct byte_totals {
-	uint64_t sent, received;
-};
-
-/* The header's totals include closed connections; the live slots are a
- * lower bound that still holds if a writer does not maintain the totals. */
-static struct byte_totals process_bytes(const struct stats_snapshot *snap)
+struct byte_totals stat_process_bytes(const struct stats_snapshot *snap)
 {
 	struct byte_totals live = { 0, 0 }, total;
 
 	for (size_t i = 0; i < snap->count; i++) {
-		live.sent += atomic_load(&snap->conn[i].bytes_sent);
-		live.received += atomic_load(&snap->conn[i].bytes_received);
+		live.sent += stat_u64(&snap->conn[i].bytes_sent);
+		live.received += stat_u64(&snap->conn[i].bytes_received);
 	}
 	total.sent = snap->info.bytes_sent;
 	total.received = snap->info.bytes_received;
@@ -555,85 +542,9 @@ static struct byte_totals process_bytes(const struct stats_snapshot *snap)
 	return total;
 }
 
-static void json_print_reasons(const struct stats_proc_info *h)
+size_t stat_reason_slots(void)
 {
-	const char *sep = "";
-
-	printf("\"conns_by_reason\":{");
-	for (size_t r = 0; r < reason_slot_count(); r++) {
-		uint64_t n = h->conns_by_reason[r];
-		if (n == 0)
-			continue;
-		printf("%s\"%s\":%" PRIu64, sep, sdp_reason_name((enum sdp_reason)r), n);
-		sep = ",";
-	}
-	printf("}");
-}
-
-static void json_print_connections(const struct proc_view *p, const struct stat_opts *o)
-{
-	char buf[CONN_JSON_MAX];
-	const char *sep = "";
-
-	printf("\"connections\":[");
-	for (size_t i = 0; i < p->snap.count; i++) {
-		const struct sdp_conn_stats *s = &p->snap.conn[i];
-
-		if (!row_visible(s, o))
-			continue;
-		if (stats_conn_json(s, p->pid, p->snap.info.comm, 0, buf, sizeof(buf)) < 0)
-			continue;
-		printf("%s%s", sep, buf);
-		sep = ",";
-	}
-	printf("]");
-}
-
-static void json_print_links(const struct proc_view *p)
-{
-	char buf[CONN_JSON_MAX];
-	const char *sep = "";
-
-	printf("\"links\":[");
-	for (size_t i = 0; i < p->snap.link_count; i++) {
-		if (stats_link_json(&p->snap.link[i], buf, sizeof(buf)) < 0)
-			continue;
-		printf("%s%s", sep, buf);
-		sep = ",";
-	}
-	printf("]");
-}
-
-static void json_print_process(const struct proc_view *p, const struct stat_opts *o)
-{
-	const struct stats_proc_info *h = &p->snap.info;
-	struct byte_totals bytes = process_bytes(&p->snap);
-
-	printf("{\"pid\":%d,\"comm\":\"%s\",", (int)p->pid, p->snap.info.comm);
-	printf("\"conns_by_path\":{\"tcp\":%" PRIu64 ",\"rdma\":%" PRIu64 "},",
-	       h->conns_by_path[SDP_PATH_TCP], h->conns_by_path[SDP_PATH_RDMA]);
-	json_print_reasons(h);
-	printf(",\"negcache_hits\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
-	       ",\"bytes_received\":%" PRIu64 ",",
-	       h->negcache_hits, bytes.sent, bytes.received);
-	printf("\"pin_budget\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
-	       ",\"budget_refusals\":%" PRIu64 ",\"progress_wakeups\":%" PRIu64 ",",
-	       h->pin_budget, h->pinned_bytes, h->budget_refusals, h->progress_wakeups);
-	json_print_connections(p, o);
-	printf(",");
-	json_print_links(p);
-	printf("}");
-}
-
-static void show_json(const struct proc_list *list, const struct stat_opts *o)
-{
-	printf("{\"processes\":[");
-	for (size_t i = 0; i < list->count; i++) {
-		if (i)
-			printf(",");
-		json_print_process(&list->proc[i], o);
-	}
-	printf("]}\n");
+	return SDP_REASON_COUNT < STATS_REASON_SLOTS ? SDP_REASON_COUNT : STATS_REASON_SLOTS;
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -642,24 +553,26 @@ static int show_once(const struct stat_opts *o)
 {
 	struct proc_list list;
 
-	if (collect_processes(o, &list) != 0)
+	if (stat_collect(o, &list) != 0)
 		return 1;
-	if (o->json)
-		show_json(&list, o);
-	else
-		show_table(&list, o);
-	proc_list_free(&list);
+	switch (o->mode) {
+	case STAT_TABLE: stat_show_table(&list, o); break;
+	case STAT_JSON: stat_show_json(&list, o); break;
+	case STAT_TOTALS: stat_show_totals(&list, o); break;
+	case STAT_PROM: stat_show_prom(&list, o); break;
+	}
+	stat_proc_list_free(&list);
 	fflush(stdout);
-	return 0;
+	return ferror(stdout) ? 1 : 0;
 }
 
 static void on_interrupt(int sig)
 {
 	(void)sig;
-	stop_requested = 1;
+	stat_stop_requested = 1;
 }
 
-static void catch_interrupts(void)
+void stat_catch_interrupts(void)
 {
 	struct sigaction sa;
 
@@ -670,16 +583,32 @@ static void catch_interrupts(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
+void stat_sleep(double secs)
+{
+	struct timespec left = { (time_t)secs, 0 };
+
+	left.tv_nsec = (long)((secs - (double)left.tv_sec) * 1e9);
+
+	while (!stat_stop_requested && nanosleep(&left, &left) != 0 && errno == EINTR)
+		;
+}
+
+/* -w: the one-shot output again every watch_secs; a terminal is cleared
+ * first, anything else gets each repeat after the last. */
 static int watch(const struct stat_opts *o)
 {
-	catch_interrupts();
-	while (!stop_requested) {
-		if (!o->json)
+	bool tty = isatty(STDOUT_FILENO);
+
+	stat_catch_interrupts();
+	for (long n = 0; !stat_stop_requested && (!o->count || n < o->count); n++) {
+		if (n)
+			stat_sleep(o->watch_secs);
+		if (stat_stop_requested)
+			break;
+		if (tty && o->mode == STAT_TABLE)
 			printf("\033[H\033[2J"); /* home, clear screen */
 		if (show_once(o) != 0)
 			return 1;
-		for (unsigned s = 0; s < o->watch_secs && !stop_requested; s++)
-			sleep(1);
 	}
 	return 0;
 }
@@ -689,9 +618,13 @@ int stat_main(int argc, char **argv)
 	struct stat_opts o;
 	int rc = parse_args(argc, argv, &o);
 
-	if (rc != 0) {
-		usage(rc > 0 ? stdout : stderr);
-		return rc > 0 ? 0 : 2;
+	if (rc > 0) {
+		usage(stdout);
+		return 0;
 	}
+	if (rc < 0)
+		return 2;
+	if (o.interval > 0)
+		return stat_live(&o);
 	return o.watch_secs ? watch(&o) : show_once(&o);
 }

@@ -42,3 +42,33 @@ setup() {
     san_clean <<<"$output"
   done
 }
+
+# The launcher built with ASan+UBSan (build-san/sdpshim) reading a live
+# segment in every output of `sdpshim stat` (issue 18).
+@test "ASan+UBSan sdpshim stat: table, --json, --totals, --prom, -i -n, filters and --sort on a live process, no report" {
+  local san_bin=$REPO/build-san/sdpshim args out
+  [ -x "$san_bin" ] || { echo "missing $san_bin: run make SAN=1 first" >&2; return 1; }
+  export SDPSHIM_RUN_DIR=$T/run
+  mkdir -p "$SDPSHIM_RUN_DIR"
+  write_pair_py "$T/pair.py"
+  "$SDPSHIM_BIN" run -- python3 "$T/pair.py" "$T/ready" 3>&- &
+  echo $! >"$T/pair.pid"
+  disown
+  wait_for_line "$T/ready" '^[0-9]+$' 20
+  while IFS= read -r args; do
+    out=$(run_timeout 30 env ASAN_OPTIONS=detect_leaks=1:exitcode=99 \
+          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=98 \
+          "$san_bin" stat $args 2>&1) || { echo "stat $args: exit $?: $out" >&2; stop_recorded_pids; return 1; }
+    show "stat $args: $(wc -l <<<"$out") lines"
+    san_clean <<<"$out" || { stop_recorded_pids; return 1; }
+  done <<'EOF'
+--listeners --bytes
+--json --sort bytes
+--totals --sort sent
+--prom --path tcp --reason loopback
+--prom --comm python3 --listeners
+-i 0.2 -n 3 --sort rate
+-w 1 -n 2 --prom
+EOF
+  stop_recorded_pids
+}
