@@ -66,7 +66,7 @@ MAN1 := man/sdpshim.1
 MAN5 := man/sdpshim.conf.5
 MAN7 := man/libsdpshim.7
 
-.PHONY: all install uninstall test unit native vm check fuzz fuzz-run clean help progs san
+.PHONY: all install uninstall deb test unit native vm check fuzz fuzz-run clean help progs san
 
 all: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim progs
 
@@ -79,6 +79,7 @@ help:
 	@echo "make fuzz       build libFuzzer harnesses (clang)"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=$(DESTDIR): library, sdpshim, man pages"
 	@echo "make uninstall  the same PREFIX and DESTDIR: removes what install put there"
+	@echo "make deb        the Debian package (debian/) into $(BUILD)/deb/"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -204,7 +205,18 @@ uninstall:
 	      $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) \
 	      $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
 
+# The Debian package (debian/, built with PREFIX=/usr into build-deb/ so a
+# developer's build/ stays as it is).  dpkg-buildpackage writes its files to
+# the parent directory; they are moved into $(BUILD)/deb/.
+DEB_VERSION = $(shell dpkg-parsechangelog -S Version 2>/dev/null)
+deb:
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL dpkg-buildpackage -us -uc -b
+	mkdir -p $(BUILD)/deb
+	mv ../sdpshim*_$(DEB_VERSION)_*.deb ../sdpshim_$(DEB_VERSION)_*.buildinfo \
+	   ../sdpshim_$(DEB_VERSION)_*.changes $(BUILD)/deb/
+	@ls -1 $(BUILD)/deb/
+
 clean:
-	rm -rf build build-san build-dbg build-h*
+	rm -rf build build-san build-dbg build-h* build-deb
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

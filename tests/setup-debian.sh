@@ -20,6 +20,7 @@ PKGS=(
   strace procps psmisc clang python3 time                  # debugging, fuzzing, CPU time
   linux-perf                                               # bench/: syscalls per request
   gnuplot-nox                                              # bench/ plots (PNG)
+  debhelper man-db                                         # make deb; man pages (tests/native/50-package)
 )
 
 missing=()
