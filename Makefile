@@ -5,6 +5,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 LIBDIR  ?= $(PREFIX)/lib/sdpshim
 BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
 CC      ?= cc
 BUILD   ?= build
 SAN     ?= 0
@@ -60,7 +61,12 @@ PROG_BINS := $(PROG_SRCS:tests/progs/%.c=$(BUILD)/tests/progs/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-.PHONY: all install uninstall test unit native vm check fuzz fuzz-run clean help progs san
+# Man pages (man/): section 1 the launcher, 5 the config file, 7 the library.
+MAN1 := man/sdpshim.1
+MAN5 := man/sdpshim.conf.5
+MAN7 := man/libsdpshim.7
+
+.PHONY: all install uninstall deb test unit native vm check fuzz fuzz-run clean help progs san
 
 all: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim progs
 
@@ -71,7 +77,9 @@ help:
 	@echo "make SAN=1 ...  the same with ASan+UBSan into build-san/"
 	@echo "make DEBUG=1 ... the same with debug assertions into build-dbg/"
 	@echo "make fuzz       build libFuzzer harnesses (clang)"
-	@echo "make install    PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
+	@echo "make install    PREFIX=$(PREFIX) DESTDIR=$(DESTDIR): library, sdpshim, man pages"
+	@echo "make uninstall  the same PREFIX and DESTDIR: removes what install put there"
+	@echo "make deb        the Debian package (debian/) into $(BUILD)/deb/"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -83,10 +91,10 @@ $(BUILD)/pure/%.o: %.c
 
 $(BUILD)/libsdpshim.so: $(LIB_OBJS) preload/exports.map
 	$(CC) -shared -o $@ $(LIB_OBJS) -Wl,--version-script=preload/exports.map \
-	  -Wl,-z,defs -Wl,-z,now $(LDSAN) $(RDMA_LIBS) -ldl -lpthread
+	  -Wl,-z,defs -Wl,-z,now $(LDFLAGS) $(LDSAN) $(RDMA_LIBS) -ldl -lpthread
 
 $(BUILD)/sdpshim: $(CLI_OBJS) $(PURE_OBJS)
-	$(CC) -o $@ $^ $(LDSAN) -libverbs -lpthread
+	$(CC) -o $@ $^ $(LDFLAGS) $(LDSAN) -libverbs -lpthread
 
 progs: $(PROG_BINS)
 
@@ -189,11 +197,29 @@ install: $(BUILD)/libsdpshim.so $(BUILD)/sdpshim
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR)
 	install -m 0755 $(BUILD)/libsdpshim.so $(DESTDIR)$(LIBDIR)/libsdpshim.so
 	install -m 0755 $(BUILD)/sdpshim $(DESTDIR)$(BINDIR)/sdpshim
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	install -m 0644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
+	install -m 0644 $(MAN7) $(DESTDIR)$(MANDIR)/man7/
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libsdpshim.so $(DESTDIR)$(BINDIR)/sdpshim
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
+
+# The Debian package (debian/, built with PREFIX=/usr into build-deb/ so a
+# developer's build/ stays as it is).  dpkg-buildpackage writes its files to
+# the parent directory; they are moved into $(BUILD)/deb/.
+DEB_VERSION = $(shell dpkg-parsechangelog -S Version 2>/dev/null)
+deb:
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL dpkg-buildpackage -us -uc -b
+	mkdir -p $(BUILD)/deb
+	mv ../sdpshim*_$(DEB_VERSION)_*.deb ../sdpshim_$(DEB_VERSION)_*.buildinfo \
+	   ../sdpshim_$(DEB_VERSION)_*.changes $(BUILD)/deb/
+	@ls -1 $(BUILD)/deb/
 
 clean:
-	rm -rf build build-san build-dbg build-h*
+	rm -rf build build-san build-dbg build-h* build-deb
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -89,7 +89,8 @@ finish_part() {
 # The VM suite keeps both cores busy under emulation for most of the run; the
 # native suite mostly waits on timers and sockets.  So the native suite runs
 # while the VM suite does (SDPSHIM_SERIAL_PARTS=1: one after the other).  No
-# native test builds anything or times itself, and the VM only reads the build.
+# native test builds into the build tree or times itself (50-package builds
+# the .deb in a clone of its own), and the VM only reads the build.
 # The fuzz part (one core for about 10 s per harness; it builds only
 # $BUILD/fuzz/) runs beside the native suite too.
 FUZZ_SECONDS=${SDPSHIM_FUZZ_SECONDS:-10}

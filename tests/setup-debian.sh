@@ -21,6 +21,7 @@ PKGS=(
   linux-perf                                               # bench/: syscalls per request
   gnuplot-nox                                              # bench/ plots (PNG)
   prometheus                                               # promtool: checks `sdpshim stat --prom`
+  debhelper man-db                                         # make deb; man pages (tests/native/50-package)
 )
 
 missing=()

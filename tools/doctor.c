@@ -1,5 +1,6 @@
-/* `sdpshim doctor [ADDR]`: a readable report on RDMA devices, RLIMIT_MEMLOCK,
- * the config file, and which path a connection to ADDR would take and why. */
+/* `sdpshim doctor [ADDR]`: a readable report on the library `run` preloads,
+ * RDMA devices, RLIMIT_MEMLOCK, the config file, and which path a connection
+ * to ADDR would take and why. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -93,6 +94,24 @@ static const char *human_bytes(uint64_t v, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%.1f %s", x, units[u]);
 	return buf;
+}
+
+/* ---- the library ---------------------------------------------------------- */
+
+/* The libsdpshim.so that `sdpshim run` would preload, resolved (no "..",
+ * no symbolic link) when it exists. */
+static void report_library(void)
+{
+	char lib[PATH_MAX], real[PATH_MAX];
+	const char *how;
+
+	printf("Library:\n");
+	if (find_library(lib, sizeof(lib), &how) != 0)
+		printf("  libsdpshim.so: not found (tried %s; set SDPSHIM_LIB): "
+		       "sdpshim run cannot start a program\n", lib);
+	else
+		printf("  libsdpshim.so: %s (%s)\n", realpath(lib, real) ? real : lib, how);
+	printf("\n");
 }
 
 /* ---- RDMA devices --------------------------------------------------------- */
@@ -781,6 +800,7 @@ int doctor_main(int argc, char **argv)
 		return 2;
 	}
 	tunables_load_env();
+	report_library();
 	report_devices();
 	report_memlock();
 	report_config();

@@ -23,8 +23,11 @@ static void usage(FILE *out)
 		"doctor  checks RDMA devices, ports, RLIMIT_MEMLOCK, config, and the route to ADDR.\n");
 }
 
-/* The library next to this binary (build tree), else the install location. */
-static int find_library(char *out, size_t len)
+/* The library: $SDPSHIM_LIB, else next to this binary (build tree), else
+ * ../lib/sdpshim/ from it (an install under any prefix, or a package
+ * unpacked anywhere), else the install location built in (SDPSHIM_LIBDIR).
+ * *how says which; on failure out holds the last path tried. */
+int find_library(char *out, size_t len, const char **how)
 {
 	const char *env = getenv("SDPSHIM_LIB");
 	char self[PATH_MAX];
@@ -32,6 +35,7 @@ static int find_library(char *out, size_t len)
 
 	if (env && *env) {
 		snprintf(out, len, "%s", env);
+		*how = "from SDPSHIM_LIB";
 		return access(out, R_OK) == 0 ? 0 : -1;
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -40,15 +44,18 @@ static int find_library(char *out, size_t len)
 		char *slash = strrchr(self, '/');
 		if (slash) {
 			*slash = '\0';
+			*how = "next to this sdpshim";
 			if (snprintf(out, len, "%s/libsdpshim.so", self) < (int)len &&
 			    access(out, R_OK) == 0)
 				return 0;
+			*how = "in ../lib/sdpshim of this sdpshim";
 			if (snprintf(out, len, "%s/../lib/sdpshim/libsdpshim.so", self) < (int)len &&
 			    access(out, R_OK) == 0)
 				return 0;
 		}
 	}
 	snprintf(out, len, "%s/libsdpshim.so", SDPSHIM_LIBDIR);
+	*how = "the install location built in";
 	return access(out, R_OK) == 0 ? 0 : -1;
 }
 
@@ -72,6 +79,7 @@ static int prepend_preload(const char *lib)
 int run_main(int argc, char **argv)
 {
 	char lib[PATH_MAX];
+	const char *how;
 	int opt;
 
 	optind = 1;
@@ -89,7 +97,7 @@ int run_main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (find_library(lib, sizeof(lib)) != 0) {
+	if (find_library(lib, sizeof(lib), &how) != 0) {
 		fprintf(stderr, "sdpshim run: cannot find libsdpshim.so (tried %s; set SDPSHIM_LIB)\n",
 			lib);
 		return 127;
