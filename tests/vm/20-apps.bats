@@ -105,6 +105,57 @@ assert all(c["path"] == "rdma" for c in srv["connections"]), srv["connections"]'
   redis_stats 2 redis-benchmark
 }
 
+# Issue 18: `sdpshim stat -i 1` on a live redis-server agrees with
+# redis-benchmark's own rate.  A SET of -d 1000 under redis-benchmark's fixed
+# key is 1,045 bytes on the wire (checked below against the server's final
+# byte count), so the server's received bytes/s over 1,045 is its SETs/s.
+# The refreshes are taken in the middle of the run; the first and last are
+# dropped, the median of the rest is compared with the benchmark's overall
+# figure.
+@test "sdpshim stat -i 1 on a running redis-server: bytes/s agree with redis-benchmark's requests/s within 10 %" {
+  need redis-server redis-benchmark
+  local port n=${SDPSHIM_STAT_RATE_N:-24000} i doc live rps flowing=""
+  port=$(free_port)
+  redis_start "$RXE_IP" "$port"
+  start_bg bench timeout -k 5 300 "${PRE[@]}" redis-benchmark -h "$RXE_IP" -p "$port" -n "$n" -c 1 \
+    -t set -d 1000 -q
+  for i in $(seq 100); do   # until the benchmark's connection carries bytes
+    doc=$("$SDPSHIM_BIN" stat --json --comm redis-server 2>/dev/null) || doc=""
+    if "$PY" -S -c '
+import json, sys
+c = [c for p in json.loads(sys.argv[1])["processes"] for c in p["connections"] if c["bytes_received"] > 100000]
+sys.exit(0 if c else 1)' "$doc" 2>/dev/null; then
+      flowing=1
+      break
+    fi
+    sleep 0.2
+  done
+  [ -n "$flowing" ] || { echo "no redis-server connection carried 100 KB: $doc" >&2; return 1; }
+  live=$("$SDPSHIM_BIN" stat -i 1 -n 7 --bytes --comm redis-server) || { echo "$live" >&2; return 1; }
+  wait_bg bench
+  redis_stop
+  rps=$(tr '\r' '\n' <"$BATS_TEST_TMPDIR/bench.log" | sed -nE 's/^SET: ([0-9.]+) requests per second.*/\1/p')
+  [ -n "$rps" ] || { bg_log bench >&2; return 1; }
+  ! grep -qi 'error' "$BATS_TEST_TMPDIR/bench.log"
+  local verdict rc=0
+  verdict=$("$PY" -S -c '
+import json, re, sys
+live, rps, n, lines = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rates = [float(m) for m in re.findall(r"^all: .* received ([0-9.]+) B/s$", live, re.M)]
+assert len(rates) == 7, live
+srv = [c for c in map(json.loads, open(lines)) if c["comm"].startswith("redis-server")]
+bench = [c for c in srv if c["bytes_received"] >= n * 1045]
+assert len(bench) == 1 and bench[0]["bytes_received"] == n * 1045, [c["bytes_received"] for c in srv]
+assert bench[0]["path"] == "rdma", bench[0]
+mid = sorted(rates[1:-1])
+live_rps = mid[len(mid) // 2] / 1045
+print("stat -i 1, received B/s by refresh: %s; median %.0f SET/s; redis-benchmark %.0f SET/s (ratio %.3f)"
+      % (", ".join("%.0f" % r for r in rates), live_rps, rps, live_rps / rps))
+assert 0.9 <= live_rps / rps <= 1.1, (live_rps, rps)' "$live" "$rps" "$n" "$STATS" 2>&1) || rc=$?
+  show "$verdict"
+  [ "$rc" -eq 0 ]
+}
+
 @test "redis over RDMA: 40 keys SET and GET back by redis-cli, and a 4 MiB random value, sha256-equal" {
   need redis-server redis-cli
   local port
