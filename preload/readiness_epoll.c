@@ -476,8 +476,11 @@ static int epoll_ctl_recorded(struct sdp_sock *s, struct sdp_epoll *ep, int epfd
 
 	if (!rdma && real.epoll_ctl(epfd, op, fd, ev) != 0)
 		return -errno;
-	/* A set recorded at its birth is open until its close goes through
-	 * the hooks; only one met first here needs the kernel's word. */
+	/* A set recorded at its birth is taken as open: its close through
+	 * the hooks drops the record.  One closed behind them (a raw close
+	 * syscall, glibc's closefrom) is not noticed here, as the shadow set
+	 * does not notice it either: the call succeeds where the kernel would
+	 * say EBADF.  Only a set met first here asks the kernel. */
 	if (rdma && !ep->born_here && real.fcntl(epfd, F_GETFD) < 0)
 		return -EBADF;
 	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
