@@ -131,16 +131,11 @@ bool app_wake_spinning(void)
 	return atomic_load(&spinners) > 0;
 }
 
-static bool spun_within_lease(void)
+bool app_wake_spun_lately(void)
 {
 	uint64_t last = atomic_load(&last_spin_ms);
 
 	return last && progress_coarse_ms() - last < ARM_LEASE_MS;
-}
-
-bool app_wake_spun_lately(void)
-{
-	return spun_within_lease();
 }
 
 unsigned app_wake_sleep_epoch(void)
@@ -167,7 +162,7 @@ void conn_spin_end(void)
 static void arm_lease_over(void *arg)
 {
 	(void)arg;
-	if (atomic_load(&spinners) > 0 || spun_within_lease()) {
+	if (atomic_load(&spinners) > 0 || app_wake_spun_lately()) {
 		unsigned wait_ms = atomic_load(&lease_recheck_ms);
 
 		if (wait_ms < ARM_LEASE_MAX_MS)

@@ -361,7 +361,7 @@ static void attach_segment(const char *path, unsigned uid, int pid, const struct
 
 /* ---- order -------------------------------------------------------------- */
 
-static int cmp_int(long long x, long long y)
+int stat_cmp_int(long long x, long long y)
 {
 	return (x > y) - (x < y);
 }
@@ -383,7 +383,7 @@ static int compare_key(const struct conn_ref *x, const struct conn_ref *y, enum 
 	switch (sort) {
 	case SORT_PID: return 0;
 	case SORT_COMM: return strcmp(x->proc->snap.info.comm, y->proc->snap.info.comm);
-	case SORT_FD: return cmp_int(a->fd, b->fd);
+	case SORT_FD: return stat_cmp_int(a->fd, b->fd);
 	case SORT_PATH: return strcmp(sdp_path_name((enum sdp_path)a->path),
 				      sdp_path_name((enum sdp_path)b->path));
 	case SORT_REASON: return strcmp(sdp_reason_name((enum sdp_reason)a->reason),
@@ -404,8 +404,8 @@ int stat_compare_refs(const struct conn_ref *x, const struct conn_ref *y, enum s
 
 	if (c)
 		return c;
-	c = cmp_int(x->proc->pid, y->proc->pid);
-	return c ? c : cmp_int(x->conn->fd, y->conn->fd);
+	c = stat_cmp_int(x->proc->pid, y->proc->pid);
+	return c ? c : stat_cmp_int(x->conn->fd, y->conn->fd);
 }
 
 static int compare_refs(const void *a, const void *b, void *arg)
@@ -417,6 +417,14 @@ void stat_sort_refs(struct conn_ref *refs, size_t n, enum stat_sort sort)
 {
 	if (n > 1)
 		qsort_r(refs, n, sizeof(refs[0]), compare_refs, &sort);
+}
+
+/* p's connections as references into out; how many. */
+static size_t refs_of_process(const struct proc_view *p, struct conn_ref *out)
+{
+	for (size_t j = 0; j < p->snap.count; j++)
+		out[j] = (struct conn_ref){ p, &p->snap.conn[j], 0, 0 };
+	return p->snap.count;
 }
 
 struct conn_ref *stat_conn_refs(const struct proc_list *list, enum stat_sort sort, size_t *n)
@@ -431,8 +439,7 @@ struct conn_ref *stat_conn_refs(const struct proc_list *list, enum stat_sort sor
 	if (!refs)
 		return NULL;
 	for (size_t i = 0; i < list->count; i++)
-		for (size_t j = 0; j < list->proc[i].snap.count; j++)
-			refs[k++] = (struct conn_ref){ &list->proc[i], &list->proc[i].snap.conn[j], 0, 0 };
+		k += refs_of_process(&list->proc[i], refs + k);
 	stat_sort_refs(refs, total, sort);
 	*n = total;
 	return refs;
@@ -447,9 +454,7 @@ static void sort_each_process(struct proc_list *list, enum stat_sort sort)
 		struct sdp_conn_stats *sorted = calloc(snap->count ? snap->count : 1, sizeof(*sorted));
 
 		if (refs && sorted) {
-			for (size_t j = 0; j < snap->count; j++)
-				refs[j] = (struct conn_ref){ &list->proc[i], &snap->conn[j], 0, 0 };
-			stat_sort_refs(refs, snap->count, sort);
+			stat_sort_refs(refs, refs_of_process(&list->proc[i], refs), sort);
 			for (size_t j = 0; j < snap->count; j++)
 				sorted[j] = *refs[j].conn;
 			memcpy(snap->conn, sorted, snap->count * sizeof(*sorted));
@@ -466,7 +471,7 @@ static int compare_proc(const void *a, const void *b, void *arg)
 
 	if (*(const enum stat_sort *)arg == SORT_COMM)
 		c = strcmp(x->snap.info.comm, y->snap.info.comm);
-	return c ? c : cmp_int(x->pid, y->pid);
+	return c ? c : stat_cmp_int(x->pid, y->pid);
 }
 
 int stat_collect(const struct stat_opts *o, struct proc_list *list)
@@ -583,6 +588,11 @@ void stat_catch_interrupts(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
+void stat_clear_screen(void)
+{
+	printf("\033[H\033[2J");
+}
+
 void stat_sleep(double secs)
 {
 	struct timespec left = { (time_t)secs, 0 };
@@ -606,7 +616,7 @@ static int watch(const struct stat_opts *o)
 		if (stat_stop_requested)
 			break;
 		if (tty && o->mode == STAT_TABLE)
-			printf("\033[H\033[2J"); /* home, clear screen */
+			stat_clear_screen();
 		if (show_once(o) != 0)
 			return 1;
 	}

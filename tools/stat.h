@@ -16,6 +16,7 @@
 #include "base/stats_shm.h"
 
 #define CELL_MAX 64
+#define STAT_PATHS (SDP_PATH_RDMA + 1) /* enum sdp_path values */
 
 enum stat_mode { STAT_TABLE, STAT_JSON, STAT_TOTALS, STAT_PROM };
 
@@ -69,6 +70,7 @@ struct conn_ref *stat_conn_refs(const struct proc_list *list, enum stat_sort sor
 void stat_sort_refs(struct conn_ref *refs, size_t n, enum stat_sort sort);
 /* The --sort order: the key, then pid, then fd. */
 int stat_compare_refs(const struct conn_ref *x, const struct conn_ref *y, enum stat_sort sort);
+int stat_cmp_int(long long x, long long y); /* -1, 0, 1 for a qsort */
 void stat_format_size(uint64_t v, bool raw, char *buf, size_t len);
 uint64_t stat_u64(const _Atomic uint64_t *counter); /* a relaxed load */
 /* The header's byte totals include closed connections; the live slots are
@@ -80,6 +82,7 @@ struct byte_totals stat_process_bytes(const struct stats_snapshot *snap);
 /* The reasons with a slot in the header: min(SDP_REASON_COUNT, STATS_REASON_SLOTS). */
 size_t stat_reason_slots(void);
 void stat_catch_interrupts(void);
+void stat_clear_screen(void); /* a terminal's: home, then clear */
 /* Sleeps secs seconds, less when interrupted (stat_stop_requested). */
 void stat_sleep(double secs);
 

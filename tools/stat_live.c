@@ -232,7 +232,7 @@ int stat_live(const struct stat_opts *o)
 			return 1;
 		}
 		if (tty)
-			printf("\033[H\033[2J"); /* home, clear screen */
+			stat_clear_screen();
 		else if (k > 1)
 			printf("\n");
 		print_header(k, o->count, seconds_between(&prev.at, &now.at));

@@ -13,7 +13,6 @@
 #include "tools/stat.h"
 
 #define LINE_MAX_PROM 1024
-#define PATHS (SDP_PATH_RDMA + 1)
 
 /* A family whose samples are one per process (labels pid, comm). */
 struct proc_family {
@@ -157,7 +156,7 @@ static void put_decisions(const struct proc_list *list, const struct stat_opts *
 static void put_open_connections(const struct proc_list *list)
 {
 	static const char name[] = "sdpshim_connections";
-	static uint64_t count[PATHS][SDP_REASON_COUNT];
+	static uint64_t count[STAT_PATHS][SDP_REASON_COUNT];
 	struct proc_labels pl = { .pid = "" };
 
 	put_family(name, "gauge", "Live connections the filters kept, by path and reason.");
@@ -166,10 +165,10 @@ static void put_open_connections(const struct proc_list *list)
 
 		memset(count, 0, sizeof(count));
 		for (size_t j = 0; j < snap->count; j++)
-			if (snap->conn[j].path < PATHS && snap->conn[j].reason < SDP_REASON_COUNT)
+			if (snap->conn[j].path < STAT_PATHS && snap->conn[j].reason < SDP_REASON_COUNT)
 				count[snap->conn[j].path][snap->conn[j].reason]++;
 		proc_labels(&pl, &list->proc[i]);
-		for (int p = 0; p < PATHS; p++)
+		for (int p = 0; p < STAT_PATHS; p++)
 			for (int r = 0; r < SDP_REASON_COUNT; r++) {
 				if (!count[p][r])
 					continue;

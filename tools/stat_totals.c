@@ -8,14 +8,12 @@
 
 #include "tools/stat.h"
 
-#define PATHS (SDP_PATH_RDMA + 1)
-
 /* What one group of connections adds up to. */
 struct tally {
 	const struct proc_view *proc; /* per process: the process; per path: the last counted */
 	int path, reason;             /* per path/reason */
 	uint64_t conns, procs, sent, received;
-	uint64_t on_path[PATHS]; /* of conns */
+	uint64_t on_path[STAT_PATHS]; /* of conns */
 };
 
 static void tally_add(struct tally *t, const struct proc_view *p, const struct sdp_conn_stats *s)
@@ -24,7 +22,7 @@ static void tally_add(struct tally *t, const struct proc_view *p, const struct s
 		t->procs++;
 	t->proc = p;
 	t->conns++;
-	t->on_path[s->path < PATHS ? s->path : SDP_PATH_UNDECIDED]++;
+	t->on_path[s->path < STAT_PATHS ? s->path : SDP_PATH_UNDECIDED]++;
 	t->sent += stat_u64(&s->bytes_sent);
 	t->received += stat_u64(&s->bytes_received);
 }
@@ -32,11 +30,6 @@ static void tally_add(struct tally *t, const struct proc_view *p, const struct s
 static int cmp_u64_desc(uint64_t x, uint64_t y)
 {
 	return (x < y) - (x > y);
-}
-
-static int cmp_int(long long x, long long y)
-{
-	return (x > y) - (x < y);
 }
 
 /* By the amount --sort names, largest first; then rdma before tcp, by
@@ -53,10 +46,10 @@ static int compare_tally(const void *a, const void *b, void *arg)
 	default: break;
 	}
 	if (!c)
-		c = cmp_int(y->path, x->path);
+		c = stat_cmp_int(y->path, x->path);
 	if (!c)
-		c = cmp_int(x->reason, y->reason);
-	return c ? c : cmp_int(x->proc->pid, y->proc->pid);
+		c = stat_cmp_int(x->reason, y->reason);
+	return c ? c : stat_cmp_int(x->proc->pid, y->proc->pid);
 }
 
 static void sort_tallies(struct tally *t, size_t n, enum stat_sort sort)
@@ -105,7 +98,7 @@ static void print_per_process(const struct proc_list *list, const struct stat_op
 /* Every (path, reason) that has a connection, in path then reason order. */
 static size_t tally_paths(const struct proc_list *list, struct tally *out)
 {
-	static struct tally cell[PATHS][SDP_REASON_COUNT];
+	static struct tally cell[STAT_PATHS][SDP_REASON_COUNT];
 	size_t n = 0;
 
 	memset(cell, 0, sizeof(cell));
@@ -113,10 +106,10 @@ static size_t tally_paths(const struct proc_list *list, struct tally *out)
 		for (size_t j = 0; j < list->proc[i].snap.count; j++) {
 			const struct sdp_conn_stats *s = &list->proc[i].snap.conn[j];
 
-			if (s->path < PATHS && s->reason < SDP_REASON_COUNT)
+			if (s->path < STAT_PATHS && s->reason < SDP_REASON_COUNT)
 				tally_add(&cell[s->path][s->reason], &list->proc[i], s);
 		}
-	for (int p = PATHS - 1; p >= 0; p--) /* rdma first */
+	for (int p = STAT_PATHS - 1; p >= 0; p--) /* rdma first */
 		for (int r = 0; r < SDP_REASON_COUNT; r++)
 			if (cell[p][r].conns) {
 				out[n] = cell[p][r];
@@ -131,7 +124,7 @@ static void print_per_path(const struct proc_list *list, const struct stat_opts 
 {
 	static const char *const title[] = { "PATH", "REASON", "CONNS", "SENT", "RECV", "PROCS" };
 	static const bool right[] = { false, false, true, true, true, true };
-	struct tally t[PATHS * SDP_REASON_COUNT];
+	struct tally t[STAT_PATHS * SDP_REASON_COUNT];
 	size_t n = tally_paths(list, t);
 	struct grid g;
 	char *row;
