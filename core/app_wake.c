@@ -54,6 +54,30 @@ int conn_take_completions(void)
 	return taken;
 }
 
+/* Set while a thread woken in a blocked call takes completions in: it
+ * goes back to sleep in a hooked call, which makes the arm (link.c). */
+static __thread bool taker_sleeps_again;
+/* Such take-ins so far, and the count at the lease timer's last look: a
+ * count that moved means the takers are still at it (no clock is read). */
+static _Atomic unsigned woken_takes;
+static unsigned woken_takes_seen;
+
+int conn_take_completions_then_sleep(void)
+{
+	int taken;
+
+	atomic_fetch_add_explicit(&woken_takes, 1, memory_order_relaxed);
+	taker_sleeps_again = true;
+	taken = conn_take_completions();
+	taker_sleeps_again = false;
+	return taken;
+}
+
+bool app_wake_taker_sleeps_again(void)
+{
+	return taker_sleeps_again;
+}
+
 unsigned conn_spin_us(void)
 {
 	return sdp_tun.spin_us;
@@ -112,8 +136,10 @@ void conn_channels_unwatched(void)
 #define ARM_LEASE_MS 10u
 /* While the polling goes on, the timer looks again after twice its last
  * wait, up to this: a spinning app costs the progress thread a wake-up
- * every 80 ms, not every 10.  An app that stops polling without sleeping
- * in a hooked call has its arm made within ARM_LEASE_MAX_MS + ARM_LEASE_MS. */
+ * every 80 ms, not every 10; so does one whose threads, woken in blocked
+ * calls, take completions in and leave the arm to their next sleep.  An
+ * app that stops polling without sleeping in a hooked call has its arm
+ * made within ARM_LEASE_MAX_MS + ARM_LEASE_MS. */
 #define ARM_LEASE_MAX_MS 80u
 
 static _Atomic int spinners;
@@ -159,10 +185,23 @@ void conn_spin_end(void)
 	atomic_fetch_sub(&spinners, 1);
 }
 
+/* Has a thread woken in a blocked call taken completions in since the
+ * lease timer last looked?  Progress thread only. */
+static bool woken_takes_moved(void)
+{
+	unsigned now = atomic_load_explicit(&woken_takes, memory_order_relaxed);
+	bool moved = now != woken_takes_seen;
+
+	woken_takes_seen = now;
+	return moved;
+}
+
 static void arm_lease_over(void *arg)
 {
+	bool takers_at_it = woken_takes_moved(); /* the mark moves on every look */
+
 	(void)arg;
-	if (atomic_load(&spinners) > 0 || app_wake_spun_lately()) {
+	if (atomic_load(&spinners) > 0 || app_wake_spun_lately() || takers_at_it) {
 		unsigned wait_ms = atomic_load(&lease_recheck_ms);
 
 		if (wait_ms < ARM_LEASE_MAX_MS)

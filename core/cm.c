@@ -16,6 +16,7 @@
 #include "core/listener.h"
 #include "core/mrcache.h"
 #include "core/progress.h"
+#include "core/wait_set.h"
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *cm_channel;
@@ -121,4 +122,5 @@ void conn_layer_atfork_child(void)
 	mrcache_atfork_child();
 	progress_atfork_child();
 	app_wake_atfork_child();
+	wait_set_atfork_child();
 }

@@ -117,6 +117,12 @@ unsigned conn_channels_generation(void);
 int conn_channel_fds(int *fds, int max);
 /* Returns the events taken in (non-blocking). */
 int conn_take_completions(void);
+/* The same, by a thread woken in a blocked call that sleeps again in a
+ * hooked call when it finds nothing: while no other thread sleeps on
+ * readiness, the links' CQs are left unarmed until that sleep arms them
+ * (or the lease timer does), so a message that lands meanwhile wakes no
+ * other thread: the sleeper's look before it sleeps finds it. */
+int conn_take_completions_then_sleep(void);
 /* Channels were added to an app set (new_set: its first; the progress
  * thread's watch goes last again), or a set that held them is gone. */
 void conn_channels_watched(bool new_set);

@@ -16,6 +16,7 @@
 #include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/link.h"
+#include "core/wait_set.h"
 #include "core/zcopy.h"
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
@@ -123,23 +124,36 @@ static bool spin_until_ready(struct sdp_conn *c, bool for_write)
 }
 
 /* The sleeper's kernel wait (a cancellation point): its count drops after
- * it, however it ends. */
-static int counted_poll(struct pollfd *pfd, int timeout_ms)
+ * it, however it ends.  A linked stream's sleeper also watches the links'
+ * completion channels, ahead of the progress thread (core/wait_set.c). */
+static int counted_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms)
 {
 	int rc;
 
 	pthread_cleanup_push(conn_sleep_end_cleanup, NULL);
-	rc = real.poll(pfd, 1, timeout_ms);
+	rc = wait_set_sleep(ind_fd, serial, linked, timeout_ms);
 	pthread_cleanup_pop(1);
 	return rc;
+}
+
+/* The wake-up of a link's completions came to this thread: it takes them
+ * in, as the progress thread would have (c locked; unlocked meanwhile). */
+static void take_channel_events(struct sdp_conn *c)
+{
+	conn_unlock(c);
+	conn_take_completions_then_sleep(); /* not cancelled halfway: it disables cancellation */
+	conn_lock(c);
+	if (c->link && has_qp_phase(c->phase))
+		cq_poll_if_due(c);
 }
 
 /* Called locked; sleeps unlocked.  0 when something changed, -EAGAIN on
  * timeout (as SO_RCVTIMEO/SO_SNDTIMEO do), -EINTR on a signal. */
 int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start_us)
 {
-	struct pollfd pfd = { .fd = for_write ? c->wr_fd : c->rd_fd, .events = POLLIN };
+	int ind_fd = for_write ? c->wr_fd : c->rd_fd;
 	int remaining = -1, rc;
+	bool linked;
 
 	if (spin_until_ready(c, for_write))
 		return 0;
@@ -151,7 +165,8 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 			return -EAGAIN;
 		remaining = (int)left;
 	}
-	if (c->link && has_qp_phase(c->phase)) {
+	linked = c->link && has_qp_phase(c->phase);
+	if (linked) {
 		/* A message the progress thread has not taken in yet wakes
 		 * nobody if it is taken in here. */
 		app_poll(c);
@@ -167,11 +182,13 @@ int conn_wait(struct sdp_conn *c, bool for_write, int timeout_ms, uint64_t start
 	conn_unlock(c);
 	conn_sleep_begin_any(); /* no stream locked: it may take completions in */
 	conn_prepare_wait(c);
-	rc = counted_poll(&pfd, remaining);
+	rc = counted_sleep(ind_fd, c->serial, linked, remaining);
 	conn_lock(c);
 	conn_sleeper_drop_locked(c);
 	if (rc < 0)
 		return errno == EINTR ? -EINTR : -errno;
+	if (rc & WAIT_SET_CHANNEL)
+		take_channel_events(c);
 	return rc == 0 ? -EAGAIN : 0;
 }
 

@@ -299,6 +299,7 @@ struct sdp_conn {
 
 	/* ---- Readiness indicators (notify.c): level-triggered eventfds. */
 	int rd_fd, wr_fd;
+	uint64_t serial;           /* unique in the process: tells its eventfds from later ones */
 	bool rd_set, wr_set;
 	bool wr_blocked;           /* a send left it unwritable: next writability forces an edge */
 	/* Deferred indicators: an app thread that answers readiness itself

@@ -32,6 +32,9 @@ bool app_wake_spinning(void);
  * message armed for the next would wake the progress thread for as long as
  * the app spins. */
 bool app_wake_spun_lately(void);
+/* ... or is the taker a thread woken in a blocked call, which arms the
+ * CQ when it sleeps again (conn_take_completions_then_sleep)? */
+bool app_wake_taker_sleeps_again(void);
 void app_wake_arm_owed(void);
 /* app_wake.c: the count of waits that went to sleep on readiness so far,
  * and is a thread asleep on readiness now?  A link polled by non-blocking

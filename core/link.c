@@ -2016,8 +2016,10 @@ static bool nb_polled_since_mark(struct sdp_link *link)
 enum arm_occasion { ARM_ON_EVENT, ARM_BEFORE_SLEEP, ARM_LEASE_OVER };
 
 /* Is the arm put off?  While an app thread busy-polls every link
- * (epoll_wait's spin), between two such spins while no thread sleeps, or
- * while one loops on non-blocking calls that take this link's CQ in, each
+ * (epoll_wait's spin), between two such spins while no thread sleeps,
+ * while a thread woken in a blocked call takes the event in (it arms the
+ * CQ when it sleeps again) and no other thread sleeps, or while one loops
+ * on non-blocking calls that take this link's CQ in, each
  * completion is found without an event; an armed CQ would wake another
  * thread for every message.  Never for a thread about to sleep, unless a
  * spinner polls every link.  Poll lock held. */
@@ -2027,9 +2029,14 @@ static bool arm_put_off(struct sdp_link *link, enum arm_occasion why)
 	 * links: past that, no put-off. */
 	if (__atomic_load_n(&links_count, __ATOMIC_RELAXED) > LINK_POLL_MAX)
 		return false;
+	/* A link not up has no spinner to find its completions (a failing
+	 * link's flushes must reach the progress thread). */
+	if (__atomic_load_n(&link->state, __ATOMIC_RELAXED) != LINK_UP)
+		return false;
 	if (app_wake_spinning())
 		return true;
-	if (why == ARM_ON_EVENT && app_wake_spun_lately() && !app_wake_anyone_asleep())
+	if (why == ARM_ON_EVENT && (app_wake_spun_lately() || app_wake_taker_sleeps_again()) &&
+	    !app_wake_anyone_asleep())
 		return true;
 	return why != ARM_BEFORE_SLEEP && nb_polled_since_mark(link);
 }

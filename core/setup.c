@@ -21,6 +21,8 @@
 
 static void conn_timer_fired(void *arg);
 
+static _Atomic uint64_t conn_serials;
+
 struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 {
 	struct sdp_conn *c = calloc(1, sizeof(*c));
@@ -44,6 +46,7 @@ struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 	c->stall_timer.arg = c;
 	c->rd_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	c->wr_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	c->serial = atomic_fetch_add(&conn_serials, 1) + 1;
 	if (c->rd_fd < 0 || c->wr_fd < 0) {
 		progress_close_hidden(c->rd_fd);
 		progress_close_hidden(c->wr_fd);

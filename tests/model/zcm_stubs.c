@@ -415,6 +415,17 @@ WEAK void conn_sleep_begin_any(void) {}
 WEAK void conn_sleep_end_any(void) {}
 void conn_sleep_end_cleanup(void *unused);
 WEAK void conn_sleep_end_cleanup(void *unused) {}
+WEAK int conn_take_completions(void) { return 0; }
+WEAK int conn_take_completions_then_sleep(void) { return 0; }
+/* core/wait_set.c: no links in the model, so a sleep is the indicator's poll. */
+int wait_set_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms);
+WEAK int wait_set_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = ind_fd, .events = POLLIN };
+	int rc = real.poll(&pfd, 1, timeout_ms);
+
+	return rc > 0 ? 1 : rc;
+}
 /* The same wait without the sleeper count (core/app_wake.c). */
 WEAK void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
 {

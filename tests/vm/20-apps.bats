@@ -345,15 +345,42 @@ for p in json.loads(sys.argv[1])["processes"]:
   return 1
 }
 
-@test "rstream 64 B ping-pong verified: a recv(MSG_DONTWAIT) loop takes its messages in itself, with no progress-thread wake-up and no eventfd write per message" {
-  need rstream
-  local port n=400000 a b rc=0
+# pp_samples_check A B MIN_MSGS APP_SHARE WAKE_DIV WAKE_PER_MS WRITES: between
+# two rstream_client_sample lines, at least MIN_MSGS messages, of which at
+# least APP_SHARE were taken in by the app's thread; progress-thread
+# wake-ups at most messages/WAKE_DIV + WAKE_PER_MS a millisecond; write
+# calls at most WRITES a message.
+pp_samples_check() {
+  "$PY" -S -c '
+import sys
+a = [int(x) for x in sys.argv[1].split()]
+b = [int(x) for x in sys.argv[2].split()]
+min_msgs, share, wake_div = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+wake_ms, writes_max = float(sys.argv[6]), float(sys.argv[7])
+msgs, by_app, wakes, writes, ms = (b[i] - a[i] for i in range(5))
+print("between the samples: %d messages, %d taken in by the app, %d progress wake-ups, %d write calls, %d ms"
+      % (msgs, by_app, wakes, writes, ms))
+assert msgs >= min_msgs, msgs
+assert by_app >= share * msgs, (by_app, msgs)
+assert wakes <= msgs // wake_div + wake_ms * ms, (wakes, msgs, ms)
+assert writes <= writes_max * msgs, (writes, msgs)' "$@"
+}
+
+# rstream_pp_sampled N FIRST MORE FLAG...: an rstream 64 B ping-pong of N
+# round trips, verified (-T v), both ends preloaded, with the extra -T
+# FLAGs; the client sampled (rstream_client_sample) once its link has FIRST
+# messages and again MORE later, into $a and $b; the run must end well.
+rstream_pp_sampled() {
+  local n=$1 first=$2 more=$3 port rc=0 f topts=()
+  shift 3
+  for f in "$@"; do topts+=(-T "$f"); done
   port=$(free_port)
-  start_bg rs-server timeout -k 5 300 "${PRE[@]}" rstream -T s -T v -b "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
+  start_bg rs-server timeout -k 5 300 "${PRE[@]}" rstream -T s "${topts[@]}" -T v -b "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
   wait_port "$RXE_IP" "$port"
-  start_bg rs-client timeout -k 5 300 "${PRE[@]}" rstream -T s -T v -s "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
-  a=$(rstream_client_sample 3000) || a=""
-  [ -n "$a" ] && { b=$(rstream_client_sample $(( ${a%% *} + 30000 ))) || b=""; }
+  start_bg rs-client timeout -k 5 300 "${PRE[@]}" rstream -T s "${topts[@]}" -T v -s "$RXE_IP" -p "$port" -S 64 -C 1 -I "$n"
+  a=$(rstream_client_sample "$first") || a=""
+  b=""
+  [ -n "$a" ] && { b=$(rstream_client_sample $(( ${a%% *} + more ))) || b=""; }
   wait_bg rs-client || rc=$?
   wait_bg rs-server || rc=$(( rc ? rc : 1 ))
   show "client: $(bg_log rs-client)" "server: $(bg_log rs-server)" \
@@ -362,23 +389,58 @@ for p in json.loads(sys.argv[1])["processes"]:
   run grep -i 'mismatch\|error' "$T/rs-client.log" "$T/rs-server.log"
   [ "$status" -eq 1 ]
   [ -n "$a" ] && [ -n "$b" ]
-  "$PY" -S -c '
-import sys
-a = [int(x) for x in sys.argv[1].split()]
-b = [int(x) for x in sys.argv[2].split()]
-msgs, by_app, wakes, writes, ms = (b[i] - a[i] for i in range(5))
-print("between the samples: %d messages, %d taken in by the app, %d progress wake-ups, %d write calls, %d ms"
-      % (msgs, by_app, wakes, writes, ms))
-assert msgs >= 30000, msgs
-assert by_app >= 0.9 * msgs, (by_app, msgs)
-# Not one per message (as when each completion raised an event): the
-# progress thread wakes for its timers alone (the put-off arm lease, 10 ms,
-# and the sweep), however slow the emulated run.
-assert wakes <= msgs // 20 + 0.12 * ms, (wakes, msgs, ms)
-# One doorbell per message sent (as many as received); an indicator write
-# per message would double it.
-assert writes <= 1.3 * msgs, (writes, msgs)' "$a" "$b"
+}
+
+@test "rstream 64 B ping-pong verified: a recv(MSG_DONTWAIT) loop takes its messages in itself, with no progress-thread wake-up and no eventfd write per message" {
+  need rstream
+  local a b
+  rstream_pp_sampled 400000 3000 30000
+  # Not one wake-up per message (as when each completion raised an event):
+  # the progress thread wakes for its timers alone (the put-off arm lease,
+  # 10 ms, and the sweep), however slow the emulated run.  One doorbell per
+  # message sent (as many as received); an indicator write per message
+  # would double the writes.
+  pp_samples_check "$a" "$b" 30000 0.9 20 0.12 1.3
   assert_all_rdma "$STATS" rstream
+}
+
+# A thread blocked in recv or send on a linked stream sleeps in an epoll set
+# of its own that holds the links' completion channels ahead of the progress
+# thread (core/wait_set.c): the answer wakes it alone, and it takes the
+# message in itself.  Before, the progress thread took every answer in and
+# wrote the stream's eventfd (a write per message, and that thread's
+# wake-up), and the app's thread woke after it.
+@test "rstream 64 B ping-pong with blocking calls (-T b), verified: the thread blocked in recv takes its messages in itself, with no progress-thread wake-up and no eventfd write per message" {
+  need rstream
+  local a b
+  rstream_pp_sampled 8000 500 2000 b
+  # A message that lands before the thread is asleep is taken in by the
+  # thread before it sleeps; one that lands while it sleeps wakes it alone.
+  # The progress thread wakes for its timers and the sweep, not per message.
+  pp_samples_check "$a" "$b" 2000 0.8 10 0.05 1.3
+  assert_all_rdma "$STATS" rstream
+}
+
+# Each thread that blocks on a linked stream gets its own wait set; the set
+# is closed when the thread exits.  A server with a thread per connection
+# (tests/progs/connects) keeps no fd of its 200 finished threads.
+@test "a thread per connection, 200 connections: every thread's wait set is closed when it exits (the server's fds stay few), every echo checked, all on RDMA" {
+  local port n=200 fds rc=0 pid
+  port=$(free_port)
+  start_bg cx-server timeout -k 5 300 "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n $(( n + 1 ))
+  wait_port "$RXE_IP" "$port"
+  run_timeout 240 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n "$n" -b 4096 >"$T/cx.out" 2>&1 || rc=$?
+  pid=$(pgrep -f "connects -s $port" | head -1)
+  sleep 1 # the last echo thread exits after its close
+  fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+  run_timeout 60 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 -b 64 >>"$T/cx.out" 2>&1 || rc=$?
+  wait_bg cx-server || rc=$(( rc ? rc : 1 ))
+  show "client: $(grep -E '^(ok|rate|FAIL)' "$T/cx.out")" "server pid $pid: $fds fds after $n connections"
+  [ "$rc" -eq 0 ]
+  grep -qx "ok $n" "$T/cx.out"
+  [ "$(grep -c ' ok$' "$T/cx.out")" -eq $(( n + 1 )) ]
+  [ -n "$pid" ] && [ "$fds" -gt 0 ] && [ "$fds" -lt 60 ]
+  assert_all_rdma "$STATS" connects
 }
 
 # --- sockperf ------------------------------------------------------------------
