@@ -60,12 +60,13 @@ static __thread bool taker_sleeps_again;
 /* Such take-ins so far, and the count at the lease timer's last look: a
  * count that moved means the takers are still at it (no clock is read). */
 static _Atomic unsigned woken_takes;
-static unsigned woken_takes_seen;
+static _Atomic unsigned woken_takes_seen;
 
 int conn_take_completions_then_sleep(void)
 {
 	int taken;
 
+	/* Counted first: the arm this take-in puts off snapshots the count. */
 	atomic_fetch_add_explicit(&woken_takes, 1, memory_order_relaxed);
 	taker_sleeps_again = true;
 	taken = conn_take_completions();
@@ -186,14 +187,12 @@ void conn_spin_end(void)
 }
 
 /* Has a thread woken in a blocked call taken completions in since the
- * lease timer last looked?  Progress thread only. */
+ * lease timer was set or last looked? */
 static bool woken_takes_moved(void)
 {
 	unsigned now = atomic_load_explicit(&woken_takes, memory_order_relaxed);
-	bool moved = now != woken_takes_seen;
 
-	woken_takes_seen = now;
-	return moved;
+	return atomic_exchange(&woken_takes_seen, now) != now;
 }
 
 static void arm_lease_over(void *arg)
@@ -219,6 +218,8 @@ void app_wake_arm_owed(void)
 {
 	if (atomic_exchange(&arm_timer_set, true))
 		return;
+	/* The take-in that put this arm off is not "still at it". */
+	atomic_store(&woken_takes_seen, atomic_load(&woken_takes));
 	atomic_store(&lease_recheck_ms, ARM_LEASE_MS);
 	arm_timer.fn = arm_lease_over;
 	progress_timer_arm(&arm_timer, progress_now_ms() + ARM_LEASE_MS);

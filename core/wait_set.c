@@ -6,6 +6,7 @@
  * thread to take them and write its eventfd. */
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,20 +27,54 @@ struct wait_set {
 	pid_t pid;           /* the process that made epfd (a forked child's copy is the parent's) */
 	unsigned chan_gen;   /* conn_channels_generation() when the channels were added */
 	bool counted;        /* counted in conn_channels_watched */
+	bool slotted;        /* listed in set_slots */
 	int ind_fd;          /* the indicator registered now, -1 if none */
 	uint64_t ind_serial; /* the stream it belongs to (its eventfd lives as long as the stream) */
 };
 
 static __thread struct wait_set ws = { .epfd = -1, .ind_fd = -1 };
+
+/* Every thread's set, for a forked child to close the ones of the threads
+ * that did not come with it (their fds are hidden from the app, so it
+ * could not).  Lock-free, so a fork can come at any point: a slot holds
+ * fd + 1, or 0.  A set that finds no slot works as well; a child keeps its
+ * fd until exec. */
+#define WAIT_SET_SLOTS 4096
+static _Atomic int set_slots[WAIT_SET_SLOTS];
+
+static bool slot_take(int fd)
+{
+	for (unsigned i = 0; i < WAIT_SET_SLOTS; i++) {
+		int empty = 0;
+
+		if (atomic_compare_exchange_strong(&set_slots[i], &empty, fd + 1))
+			return true;
+	}
+	return false;
+}
+
+static void slot_release(int fd)
+{
+	for (unsigned i = 0; i < WAIT_SET_SLOTS; i++) {
+		int mine = fd + 1;
+
+		if (atomic_compare_exchange_strong(&set_slots[i], &mine, 0))
+			return;
+	}
+}
 static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
 
 static void ws_forget(struct wait_set *w)
 {
 	if (w->epfd >= 0) {
+		if (w->pid == self_pid()) {
+			if (w->slotted)
+				slot_release(w->epfd);
+			if (w->counted)
+				conn_channels_unwatched();
+		}
 		progress_close_hidden(w->epfd); /* a parent's set: only this copy of the fd goes */
-		if (w->counted && w->pid == self_pid())
-			conn_channels_unwatched();
 	}
 	*w = (struct wait_set){ .epfd = -1, .ind_fd = -1 };
 }
@@ -87,6 +122,7 @@ static bool ws_ready(struct wait_set *w)
 		if (w->epfd < 0)
 			return false;
 		w->pid = self_pid();
+		w->slotted = slot_take(w->epfd);
 		pthread_setspecific(ws_key, w);
 	}
 	ws_sync_channels(w);
@@ -100,6 +136,16 @@ static uint64_t indicator_tag(uint64_t serial)
 	return serial << 2 | TAG_INDICATOR;
 }
 
+static bool is_channel_fd(int fd)
+{
+	int fds[WAIT_SET_CHANNELS], n = conn_channel_fds(fds, WAIT_SET_CHANNELS);
+
+	for (int i = 0; i < n; i++)
+		if (fds[i] == fd)
+			return true;
+	return false;
+}
+
 /* The stream's indicator in place of the last one.  An eventfd lives as
  * long as its stream, and epoll forgets a registration when its file
  * closes: the serial tells a registration still in place from a number
@@ -110,8 +156,9 @@ static bool ws_set_indicator(struct wait_set *w, int fd, uint64_t serial)
 
 	if (w->ind_fd == fd && w->ind_serial == serial)
 		return true;
-	if (w->ind_fd >= 0)
-		real.epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->ind_fd, NULL); /* ENOENT if it closed */
+	/* ENOENT if it closed; not if its number is a channel's now. */
+	if (w->ind_fd >= 0 && !is_channel_fd(w->ind_fd))
+		real.epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->ind_fd, NULL);
 	w->ind_fd = -1;
 	if (real.epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
 	    (errno != EEXIST || real.epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0))
@@ -160,9 +207,15 @@ int wait_set_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms)
 
 void wait_set_atfork_child(void)
 {
-	/* Only the forking thread goes on: its set is the parent's; the
-	 * channels it held are gone with the parent's devices. */
-	if (ws.epfd >= 0)
+	/* Every set is the parent's (the forking thread's too), and the
+	 * channels they held are gone with the parent's devices. */
+	for (unsigned i = 0; i < WAIT_SET_SLOTS; i++) {
+		int fd = atomic_exchange(&set_slots[i], 0) - 1;
+
+		if (fd >= 0)
+			progress_close_hidden(fd);
+	}
+	if (ws.epfd >= 0 && !ws.slotted)
 		progress_close_hidden(ws.epfd);
 	ws = (struct wait_set){ .epfd = -1, .ind_fd = -1 };
 }

@@ -692,7 +692,7 @@ static bool take_library_events(struct sdp_epoll *ep, struct epoll_event *events
 	*n = kept;
 	if (chan && ep->pid == self_pid()) {
 		unsigned before = conn_indicators_set_by_thread();
-		conn_take_completions_then_sleep();
+		conn_take_completions();
 		shadow |= conn_indicators_set_by_thread() != before;
 	}
 	return shadow;
