@@ -227,8 +227,17 @@ cancel_case() {
       "$SDPSHIM_BIN" stat --json 2>/dev/null | grep -q '"role":"server","local":"[0-9.]*:'"$port"'".*"path":"rdma"' && break
       sleep 0.1
     done
+    # The receiving stream's own count (a link's record counts its control
+    # messages too, from the start).
     for i in $(seq 1 200); do
-      "$SDPSHIM_BIN" stat --json 2>/dev/null | grep -q '"bytes_received":[1-9]' && break
+      "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
+import json, sys
+port = sys.argv[1]
+for p in json.load(sys.stdin)["processes"]:
+    for c in p["connections"]:
+        if c.get("role") == "server" and c.get("local", "").endswith(":" + port) and c["bytes_received"] > 0:
+            sys.exit(0)
+sys.exit(1)' "$port" 2>/dev/null && break
       sleep 0.05
     done
     show "live before kill: $("$SDPSHIM_BIN" stat --json 2>/dev/null)"
