@@ -9,9 +9,11 @@
  * (SOLICITED) and does not. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/real.h"
 #include "core/conn.h"
 #include "core/conn_internal.h"
 #include "core/cq.h"
@@ -39,6 +41,29 @@ int conn_channel_fds(int *fds, int max)
 	for (int i = 0; i < n; i++)
 		fds[i] = devs[i]->link_cc->fd;
 	return n;
+}
+
+/* Channels went into a set (new_set: its first): the progress thread's
+ * watch goes last again, and the sweep runs. */
+static void channels_watched(bool new_set)
+{
+	dev_progress_watch_last();
+	if (new_set)
+		atomic_fetch_add(&app_sets, 1);
+	app_wake_sweep_start();
+}
+
+bool conn_channels_add(int epfd, uint64_t tag, int max, bool first)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data.u64 = tag };
+	int fds[APP_WAKE_MAX_DEVS], n = conn_channel_fds(fds, max), added = 0;
+
+	for (int i = 0; i < n; i++)
+		added += real.epoll_ctl(epfd, EPOLL_CTL_ADD, fds[i], &ev) == 0;
+	if (!added)
+		return false;
+	channels_watched(first);
+	return true;
 }
 
 int conn_take_completions(void)
@@ -114,13 +139,6 @@ void app_wake_sweep_start(void)
 	progress_timer_arm(&sweep, progress_now_ms() + APP_WAKE_SWEEP_MS);
 }
 
-void conn_channels_watched(bool new_set)
-{
-	dev_progress_watch_last();
-	if (new_set)
-		atomic_fetch_add(&app_sets, 1);
-	app_wake_sweep_start();
-}
 
 void conn_channels_unwatched(void)
 {

@@ -123,9 +123,14 @@ int conn_take_completions(void);
  * (or the lease timer does), so a message that lands meanwhile wakes no
  * other thread: the sleeper's look before it sleeps finds it. */
 int conn_take_completions_then_sleep(void);
-/* Channels were added to an app set (new_set: its first; the progress
- * thread's watch goes last again), or a set that held them is gone. */
-void conn_channels_watched(bool new_set);
+/* Puts the channels (at most max) that epfd lacks into it, edge-triggered
+ * (the waker reads every event) and exclusive (one sleeper wakes, and the
+ * progress thread only when none does), with data tag.  If any went in,
+ * the progress thread's watch goes last again (first: the set's first
+ * channels; it is counted until conn_channels_unwatched).  True if any
+ * went in. */
+bool conn_channels_add(int epfd, uint64_t tag, int max, bool first);
+/* A set that held the channels is gone. */
 void conn_channels_unwatched(void);
 /* Busy-poll (SDPSHIM_SPIN_US; 0: off).  conn_app_poll takes in c's
  * completions from the caller's thread (its link's, if no other thread is

@@ -6,8 +6,8 @@
  * thread to take them and write its eventfd. */
 #include <errno.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -26,7 +26,7 @@ struct wait_set {
 	int epfd;
 	pid_t pid;           /* the process that made epfd (a forked child's copy is the parent's) */
 	unsigned chan_gen;   /* conn_channels_generation() when the channels were added */
-	bool counted;        /* counted in conn_channels_watched */
+	bool counted;        /* counted by conn_channels_add */
 	bool slotted;        /* listed in set_slots */
 	int ind_fd;          /* the indicator registered now, -1 if none */
 	uint64_t ind_serial; /* the stream it belongs to (its eventfd lives as long as the stream) */
@@ -62,6 +62,7 @@ static void slot_release(int fd)
 			return;
 	}
 }
+
 static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
 
@@ -90,24 +91,17 @@ static void ws_key_create(void)
 		ws_key = (pthread_key_t)-1;
 }
 
-/* The channels that appeared since the last look go in, edge-triggered
- * and exclusive; the progress thread's watch goes behind them. */
+/* The channels that appeared since the last look go in; the progress
+ * thread's watch goes behind them. */
 static void ws_sync_channels(struct wait_set *w)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data.u64 = TAG_CHANNEL };
 	unsigned gen = conn_channels_generation();
-	int fds[WAIT_SET_CHANNELS], n, added = 0;
 
 	if (w->chan_gen == gen)
 		return;
 	w->chan_gen = gen;
-	n = conn_channel_fds(fds, WAIT_SET_CHANNELS);
-	for (int i = 0; i < n; i++)
-		added += real.epoll_ctl(w->epfd, EPOLL_CTL_ADD, fds[i], &ev) == 0;
-	if (!added)
-		return;
-	conn_channels_watched(!w->counted);
-	w->counted = true;
+	if (conn_channels_add(w->epfd, TAG_CHANNEL, WAIT_SET_CHANNELS, !w->counted))
+		w->counted = true;
 }
 
 static bool ws_ready(struct wait_set *w)

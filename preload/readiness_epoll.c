@@ -29,7 +29,7 @@ struct sdp_epoll {
 	pid_t pid;            /* the process that made it: a set inherited across fork
 			       * is shared with the parent, and gets no channels */
 	unsigned chan_gen;    /* the device generation whose channels it holds */
-	bool chan_counted;    /* counted in conn_channels_watched */
+	bool chan_counted;    /* counted by conn_channels_add */
 	/* Readiness a deferral told this set's thread instead of the kernel
 	 * (core's conn_defer_*): registrations to report from user space. */
 	struct ep_reg *ready_head, *ready_tail;
@@ -160,26 +160,16 @@ static uint64_t chan_tag(const struct sdp_epoll *ep)
 	return (uint64_t)((uintptr_t)ep | CHAN_TAG);
 }
 
-/* Puts the devices' completion channels in the app's set: edge-triggered
- * (the waker reads every event), exclusive (one sleeper wakes, and the
- * progress thread only when none does).  ep locked. */
+/* Puts the devices' completion channels in the app's set.  ep locked. */
 static void channels_sync(struct sdp_epoll *ep)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
-				  .data.u64 = chan_tag(ep) };
 	unsigned gen = conn_channels_generation();
-	int fds[CHAN_MAX], n, added = 0;
 
 	if (ep->chan_gen == gen || ep->closed || ep->shadow_fd < 0 || ep->pid != self_pid())
 		return;
 	ep->chan_gen = gen;
-	n = conn_channel_fds(fds, CHAN_MAX);
-	for (int i = 0; i < n; i++)
-		added += real.epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fds[i], &ev) == 0;
-	if (!added)
-		return;
-	conn_channels_watched(!ep->chan_counted);
-	ep->chan_counted = true;
+	if (conn_channels_add(ep->epfd, chan_tag(ep), CHAN_MAX, !ep->chan_counted))
+		ep->chan_counted = true;
 }
 
 static uint32_t shadow_flags(uint32_t events)

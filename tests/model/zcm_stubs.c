@@ -14,6 +14,7 @@
 
 #include "base/config.h"
 #include "base/real.h"
+#include "core/wait_set.h"
 #include "zcm_internal.h"
 
 #define WEAK __attribute__((weak))
@@ -418,13 +419,12 @@ WEAK void conn_sleep_end_cleanup(void *unused) {}
 WEAK int conn_take_completions(void) { return 0; }
 WEAK int conn_take_completions_then_sleep(void) { return 0; }
 /* core/wait_set.c: no links in the model, so a sleep is the indicator's poll. */
-int wait_set_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms);
 WEAK int wait_set_sleep(int ind_fd, uint64_t serial, bool linked, int timeout_ms)
 {
 	struct pollfd pfd = { .fd = ind_fd, .events = POLLIN };
 	int rc = real.poll(&pfd, 1, timeout_ms);
 
-	return rc > 0 ? 1 : rc;
+	return rc > 0 ? WAIT_SET_INDICATOR : rc;
 }
 /* The same wait without the sleeper count (core/app_wake.c). */
 WEAK void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
