@@ -19,7 +19,9 @@
 # reused.  Inside the guest (bench/connect_bind_inside.sh) each run is a preloaded
 # `connects` echo server and a preloaded `connects` client, both under the same
 # build; connect_ms is the connect() call, first_ms the time from the start of
-# connect() to the first echoed byte (the channel usable).  Every connection of
+# connect() to the first echoed byte (the channel usable); the rate is connects'
+# own cycles/s after the first cycle, beside the client's voluntary context
+# switches per cycle (/usr/bin/time) and the ratios to TCP.  Every connection of
 # both builds must report path=rdma in the stats files, else the bench exits 1.
 # Under TCG, compare the two builds with each other, never with hardware.
 set -euo pipefail
@@ -133,6 +135,25 @@ gap() {   # build -> median of first_ms - connect_ms
 			       k, n[k], med(c[k]), med(f[k]), c1[k], f1[k]
 		}
 	}' "$TSV"
+	echo
+	echo "rate: cycles/s after the first (connects' own line), per run in the order run, and the median;"
+	echo "client voluntary context switches per cycle (/usr/bin/time, all threads, cycle 1 included)"
+	for b in before after tcp; do
+		rates= vcs=
+		for r in $(seq 1 "$CB_ROUNDS"); do
+			f=$OUTDIR/$b.r$r.client.out
+			rates="$rates $(sed -n 's/.*after_first_per_s=\([0-9.]*\).*/\1/p' "$f" 2>/dev/null | grep . || echo -)"
+			vcs="$vcs $(awk -v n="$N" 'NR == 1 && $1 ~ /^[0-9]+$/ { printf "%.1f", $1 / n; f = 1 } END { if (!f) print "-" }' \
+				"$OUTDIR/$b.r$r.client.vcs" 2>/dev/null || echo -)"
+		done
+		med=$(echo "$rates" | tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g |
+			awk '{ v[++n] = $1 } END { if (!n) { print "-"; exit } printf "%.1f\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }')
+		eval "${b}_rate=$med"
+		printf '  %-8s p50 %8s   runs:%s   vcs/cycle:%s\n' "$b" "$med" "$rates" "$vcs"
+	done
+	awk -v a="$after_rate" -v b="$before_rate" -v t="$tcp_rate" 'BEGIN {
+		if (a == "-" || b == "-" || t == "-" || t == 0 || b == 0) { print "  ratios: NA"; exit }
+		printf "  after/before %.3f   before/tcp %.3f   after/tcp %.3f (issue 15: at least 0.5)\n", a / b, b / t, a / t }'
 	[ -s "$OUTDIR/lat.txt" ] && { echo; cat "$OUTDIR/lat.txt"; }
 	[ -s "$OUTDIR/notes.txt" ] && { echo; echo "notes:"; sed 's/^/  /' "$OUTDIR/notes.txt"; }
 	echo

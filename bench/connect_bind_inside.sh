@@ -69,7 +69,9 @@ one_run() {
 		note "$tag: the server does not map $lib"
 		status=FAIL
 	fi
-	SDPSHIM_STATS_FILE=$OUT/$tag.client.stats timeout -k 5 300 "${pre[@]}" "$W/connects" -c "$IP" \
+	# /usr/bin/time: the client's voluntary context switches, all its threads.
+	SDPSHIM_STATS_FILE=$OUT/$tag.client.stats timeout -k 5 300 /usr/bin/time -f %w -o "$OUT/$tag.client.vcs" \
+		"${pre[@]}" "$W/connects" -c "$IP" \
 		-p "$port" -n "$N" -b "$BYTES" >"$OUT/$tag.client.out" 2>"$OUT/$tag.client.log" || crc=$?
 	# The server ends once N connections ended; a client that gave up leaves it waiting.
 	for i in $(seq 1 300); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done

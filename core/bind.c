@@ -138,7 +138,8 @@ static void on_opened(struct sdp_conn *c)
 
 /* ------------------------------------------------------------- server */
 
-static void server_signal(struct sdp_conn *c)
+/* Writes the urgent byte; SIGNALLED if it went.  False leaves the state. */
+static bool server_try_signal(struct sdp_conn *c)
 {
 	uint8_t byte = SDP_BIND_SIGNAL;
 	ssize_t n;
@@ -146,14 +147,20 @@ static void server_signal(struct sdp_conn *c)
 	do
 		n = real.send(c->tcp_fd, &byte, 1, MSG_OOB | MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != 1) {
-		sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
-		bind_fallback(c, SDP_REASON_UNPROVEN);
-		return;
-	}
+	if (n != 1)
+		return false;
 	c->bind = BIND_SIGNALLED;
 	bind_arm(c, progress_now_ms() + bind_step_ms());
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
+	return true;
+}
+
+static void server_signal(struct sdp_conn *c)
+{
+	if (!server_try_signal(c)) {
+		sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
+		bind_fallback(c, SDP_REASON_UNPROVEN);
+	}
 }
 
 /* On the progress thread: accept() has returned (it never waits on a
@@ -182,6 +189,12 @@ void bind_server_begin(struct sdp_conn *c)
 {
 	c->bind = BIND_IDLE;
 	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
+	/* A client that committed before its SYN (the usual order) is asked
+	 * for its proof from accept() itself, a hop of the progress thread
+	 * sooner.  Only the byte goes from here: a failure, which must tell
+	 * the owner, is left to the progress thread's server_signal(). */
+	if (c->committed && !c->carrier_dead)
+		(void)server_try_signal(c);
 	conn_get(c);
 	if (progress_defer(server_start_on_progress, c) != 0) {
 		sdp_error("cannot queue a channel binding: out of memory (it times out to TCP)");

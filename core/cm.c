@@ -9,6 +9,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/self.h"
 #include "core/conn_internal.h"
 #include "core/cq.h" /* app_wake_atfork_child() */
 #include "core/dev.h"
@@ -92,7 +93,7 @@ int cm_channel_ensure(struct rdma_event_channel **out)
 	int err = 0;
 
 	pthread_mutex_lock(&cm_lock);
-	if (!cm_channel || cm_channel_pid != getpid()) {
+	if (!cm_channel || cm_channel_pid != self_pid()) {
 		SDP_GUARD_ENTER();
 		cm_channel = rdma_create_event_channel();
 		SDP_GUARD_LEAVE();
@@ -105,7 +106,7 @@ int cm_channel_ensure(struct rdma_event_channel **out)
 			cm_src.on_ready = on_cm_ready;
 			err = progress_watch(cm_channel->fd, EPOLLIN, &cm_src);
 			if (!err)
-				cm_channel_pid = getpid();
+				cm_channel_pid = self_pid();
 		}
 	}
 	*out = cm_channel;

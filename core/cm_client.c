@@ -100,7 +100,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	c->connect_deadline_ms = progress_now_ms() + p->policy->connect_timeout_ms; /* binding included */
 	sockaddr_to_tuple_addr(p->dst, c->tuple.dst_addr, &c->tuple.dst_port);
 	*err = ensure_bound(p->app_fd, p->dst->sa_family, &c->tuple.src_port);
-	c->tcp_fd = *err ? -1 : progress_hide_fd(real.dup(p->app_fd));
+	c->tcp_fd = *err ? -1 : progress_dup_hidden(p->app_fd);
 	if (!*err && c->tcp_fd < 0)
 		*err = -EMFILE;
 	conn_get(c); /* the caller's, before the progress thread can end the attempt */

@@ -569,7 +569,7 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->lsn = NULL;
 	listener_put(l);
 	progress_timer_cancel(&c->timer);
-	c->tcp_fd = progress_hide_fd(real.dup(fd));
+	c->tcp_fd = progress_dup_hidden(fd);
 	if (c->carrier_dead || c->peer_gave_up || c->tcp_fd < 0 || !setup_send_side(c)) {
 		conn_set_phase(c, CONN_DEAD);
 		c->detach_reason = SDP_REASON_RESOURCES;

@@ -193,7 +193,7 @@ static void stats_close(struct sdp_link *link)
 {
 	struct stats_seg *seg = stats_seg_current();
 
-	if (link->st && seg && link->pid == getpid())
+	if (link->st && seg && link->pid == self_pid())
 		stats_link_release(seg, link->st);
 	link->st = NULL;
 }
@@ -233,7 +233,7 @@ static struct sdp_link *link_alloc(bool is_server)
 	pthread_mutex_init(&link->poll_lock, NULL);
 	atomic_init(&link->refs, 1); /* the process's list */
 	link->is_server = is_server;
-	link->pid = getpid();
+	link->pid = self_pid();
 	link->state = LINK_CONNECTING;
 	/* A server takes whatever index a client picks (the wire's bound); a
 	 * client uses what its own tunable allows. */
@@ -1106,7 +1106,7 @@ void link_stream_detach(struct sdp_conn *c)
 		link->sink_owner = NULL;
 	/* RELEASED is queued before the index can be taken again: it reaches
 	 * the peer ahead of the next OPEN naming it. */
-	if (released && link->state == LINK_UP && link->pid == getpid())
+	if (released && link->state == LINK_UP && link->pid == self_pid())
 		released = submit_locked(link, released, &rc, false);
 	if (!link->nstreams && link->state == LINK_UP)
 		arm_idle_timer(link);
@@ -1167,7 +1167,7 @@ static int start_connect(struct sdp_link *link, const struct sockaddr *dst)
 
 static bool usable_for(const struct sdp_link *link, const struct sockaddr *dst, socklen_t len)
 {
-	return !link->is_server && link->pid == getpid() && same_peer(link, dst, len) &&
+	return !link->is_server && link->pid == self_pid() && same_peer(link, dst, len) &&
 	       (link->state == LINK_UP || link->state == LINK_CONNECTING);
 }
 

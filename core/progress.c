@@ -17,6 +17,7 @@
 #include "base/guard.h"    /* SDP_GUARD_*: our own libc calls bypass the hooks */
 #include "base/log.h"
 #include "base/real.h"
+#include "base/self.h"
 #include "base/stats_shm.h" /* progress_wakeups */
 #include "core/progress.h"
 
@@ -85,7 +86,7 @@ uint64_t progress_coarse_slack_ms(void)
 	return ms;
 }
 
-static int hidden_fd_floor(void)
+static int hidden_fd_floor_now(void)
 {
 	struct rlimit rl;
 
@@ -94,6 +95,22 @@ static int hidden_fd_floor(void)
 	if (rl.rlim_cur > 65536)
 		return 49152;
 	return (int)(rl.rlim_cur * 3 / 4);
+}
+
+/* The floor is read again every HIDDEN_FLOOR_REREAD hides (an app may
+ * raise RLIMIT_NOFILE once it runs), not on each: a connection hides three
+ * descriptors, and getrlimit is a system call. */
+#define HIDDEN_FLOOR_REREAD 32
+
+static int hidden_fd_floor(void)
+{
+	static _Atomic unsigned uses;
+	static _Atomic int floor_cached;
+
+	if (atomic_fetch_add_explicit(&uses, 1, memory_order_relaxed) % HIDDEN_FLOOR_REREAD == 0 ||
+	    !atomic_load_explicit(&floor_cached, memory_order_relaxed))
+		atomic_store_explicit(&floor_cached, hidden_fd_floor_now(), memory_order_relaxed);
+	return atomic_load_explicit(&floor_cached, memory_order_relaxed);
 }
 
 int progress_hide_fd(int fd)
@@ -111,6 +128,19 @@ int progress_hide_fd(int fd)
 	}
 	fdt_set(fd, FDT_HIDDEN, NULL);
 	return fd;
+}
+
+int progress_dup_hidden(int fd)
+{
+	int high;
+
+	if (fd < 0)
+		return -1;
+	high = real.fcntl(fd, F_DUPFD_CLOEXEC, hidden_fd_floor());
+	if (high < 0)
+		return progress_hide_fd(real.dup(fd)); /* no number above the floor: any */
+	fdt_set(high, FDT_HIDDEN, NULL);
+	return high;
 }
 
 void progress_close_hidden(int fd)
@@ -354,7 +384,7 @@ int progress_start(void)
 	int err = 0;
 
 	pthread_mutex_lock(&prog.lock);
-	if (prog.pid == getpid()) {
+	if (prog.pid == self_pid()) { /* no system call on every connect */
 		pthread_mutex_unlock(&prog.lock);
 		return 0;
 	}
@@ -373,7 +403,7 @@ int progress_start(void)
 		pthread_attr_destroy(&attr);
 	}
 	if (!err)
-		prog.pid = getpid();
+		prog.pid = self_pid();
 	else
 		sdp_error("cannot start the progress thread: %s", strerror(-err));
 	pthread_mutex_unlock(&prog.lock);

@@ -128,11 +128,10 @@ static bool sysfs_has_rdma_device(void)
 	return found;
 }
 
-bool path_rdma_device_present(void)
+static bool device_present_at(uint64_t now)
 {
 	static _Atomic uint64_t checked_at;
 	static _Atomic int present;
-	uint64_t now = mono_ms();
 	uint64_t last = checked_at;
 
 	if (last && now - last < DEVICE_RECHECK_MS)
@@ -142,12 +141,27 @@ bool path_rdma_device_present(void)
 	return present;
 }
 
-bool path_memlock_allows(uint64_t bytes)
+bool path_rdma_device_present(void)
 {
-	uint64_t soft;
-
-	return !pin_memlock_binds(&soft) || soft >= bytes;
+	return device_present_at(mono_ms());
 }
+
+/* The memlock limit as of DEVICE_RECHECK_MS ago at most: two system calls
+ * (getrlimit, capget) per connection otherwise.  A limit lowered since then
+ * shows as the registration's own failure (reason memlock). */
+static bool memlock_allows_at(uint64_t now, uint64_t bytes)
+{
+	static _Atomic uint64_t checked_at;
+	static _Atomic uint64_t soft_limit; /* UINT64_MAX: the limit does not bind */
+	uint64_t last = checked_at, soft;
+
+	if (!last || now - last >= DEVICE_RECHECK_MS) {
+		soft_limit = pin_memlock_binds(&soft) ? soft : UINT64_MAX;
+		checked_at = now ? now : 1;
+	}
+	return soft_limit >= bytes;
+}
+
 
 static void decision_init(struct path_decision *out)
 {
@@ -186,17 +200,17 @@ static uint64_t pinned_bytes_per_conn(void)
 	return 2ull * sdp_tun.buf_size * sdp_tun.buf_count;
 }
 
-static bool decide_by_host(const struct sockaddr *sa, struct path_decision *out)
+static bool decide_by_host(const struct sockaddr *sa, uint64_t now, struct path_decision *out)
 {
 	if (sockaddr_is_loopback(sa)) {
 		out->reason = SDP_REASON_LOOPBACK;
 		return false;
 	}
-	if (!path_rdma_device_present()) {
+	if (!device_present_at(now)) {
 		out->reason = SDP_REASON_NO_DEVICE;
 		return false;
 	}
-	if (!path_memlock_allows(pinned_bytes_per_conn())) {
+	if (!memlock_allows_at(now, pinned_bytes_per_conn())) {
 		static _Atomic int warned;
 		if (!warned++)
 			sdp_warn("RLIMIT_MEMLOCK is below the %llu bytes one connection pins; "
@@ -211,11 +225,12 @@ static bool decide_by_host(const struct sockaddr *sa, struct path_decision *out)
 void path_decide_client(const struct sockaddr *dst, struct path_decision *out)
 {
 	enum sdp_reason cached;
+	uint64_t now = mono_ms();
 
 	decision_init(out);
-	if (!decide_by_rules(RULE_ROLE_CLIENT, dst, out) || !decide_by_host(dst, out))
+	if (!decide_by_rules(RULE_ROLE_CLIENT, dst, out) || !decide_by_host(dst, now, out))
 		return;
-	if (path_negcache && negcache_lookup(path_negcache, dst, mono_ms(), &cached)) {
+	if (path_negcache && negcache_lookup(path_negcache, dst, now, &cached)) {
 		out->reason = cached;
 		out->negcached = true;
 		return;
@@ -226,7 +241,7 @@ void path_decide_client(const struct sockaddr *dst, struct path_decision *out)
 void path_decide_server(const struct sockaddr *local, struct path_decision *out)
 {
 	decision_init(out);
-	if (!decide_by_rules(RULE_ROLE_SERVER, local, out) || !decide_by_host(local, out))
+	if (!decide_by_rules(RULE_ROLE_SERVER, local, out) || !decide_by_host(local, mono_ms(), out))
 		return;
 	out->try_rdma = true;
 }

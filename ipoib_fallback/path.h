@@ -37,8 +37,6 @@ void path_remember_failure(const struct sockaddr *dst, enum sdp_reason reason);
 
 /* True if an RDMA device and the rdma_cm node exist (cached for 2 s). */
 bool path_rdma_device_present(void);
-/* True if RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows pinning `bytes` more. */
-bool path_memlock_allows(uint64_t bytes);
 
 bool sockaddr_is_loopback(const struct sockaddr *sa);
 bool sockaddr_is_inet(const struct sockaddr *sa, socklen_t len);

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/real.h"
+#include "base/self.h"
 #include "core/conn.h"
 #include "core/listener.h"
 #include "ipoib_fallback/path.h"
@@ -172,7 +173,7 @@ int sock_listen(struct sdp_sock *s, int fd, int backlog)
 	s->st->reason = (uint16_t)reason;
 	stats_slot_end(s->st);
 	s->require_rdma = d.require_rdma;
-	s->owner_pid = getpid();
+	s->owner_pid = self_pid();
 	sock_set_mode(s, SOCK_MODE_LISTEN);
 	pthread_mutex_unlock(&s->lock);
 	errno = saved;
@@ -196,26 +197,22 @@ static enum sdp_reason accepted_tcp_reason(const struct sdp_sock *ls, const stru
 		return SDP_REASON_LOOPBACK;
 	if (!ls->lsn)
 		return (enum sdp_reason)ls->st->reason;
-	if (ls->owner_pid != getpid())
+	if (ls->owner_pid != self_pid())
 		return SDP_REASON_ACCEPTED_ELSEWHERE;
 	return SDP_REASON_PEER_NO_SDPSHIM;
 }
 
 /* Attaches the pending channel of this connection, if its client sent one. */
-static bool attach_channel(struct sdp_sock *ls, struct sdp_sock *ns, int nfd)
+static bool attach_channel(struct sdp_sock *ls, struct sdp_sock *ns, int nfd,
+			   const struct sock_addresses *a)
 {
-	struct sockaddr_storage local, peer;
-	socklen_t llen = sizeof(local), plen = sizeof(peer);
 	struct sdp_conn *c;
 
-	if (!ls->lsn || ls->owner_pid != getpid())
-		return false;
-	if (real.getsockname(nfd, (struct sockaddr *)&local, &llen) != 0 ||
-	    real.getpeername(nfd, (struct sockaddr *)&peer, &plen) != 0)
+	if (!ls->lsn || ls->owner_pid != self_pid() || !a->have_local || !a->have_remote)
 		return false;
 	pthread_mutex_lock(&ns->lock);
-	c = conn_attach_accepted(ls->lsn, nfd, (struct sockaddr *)&local, (struct sockaddr *)&peer,
-				 ns, &sock_conn_ops, ns->st);
+	c = conn_attach_accepted(ls->lsn, nfd, (const struct sockaddr *)&a->local,
+				 (const struct sockaddr *)&a->remote, ns, &sock_conn_ops, ns->st);
 	if (c)
 		sock_adopt_conn(ns, c);
 	pthread_mutex_unlock(&ns->lock);
@@ -228,6 +225,7 @@ static bool attach_channel(struct sdp_sock *ls, struct sdp_sock *ns, int nfd)
 
 int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
+	struct sock_addresses a;
 	struct sdp_sock *ns;
 	int nfd, saved;
 
@@ -240,8 +238,9 @@ int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *l
 		if (!ns)
 			break;
 		sock_set_role(ns, STATS_ROLE_SERVER);
-		sock_note_addresses(ns, nfd);
-		if (attach_channel(ls, ns, nfd))
+		sock_read_addresses(nfd, &a);
+		sock_note_read_addresses(ns, &a);
+		if (attach_channel(ls, ns, nfd, &a))
 			break;
 		sock_set_tcp(ns, accepted_tcp_reason(ls, ns), false);
 		if (!ls->require_rdma)

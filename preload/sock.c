@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/pin_budget.h"
 #include "base/real.h"
+#include "base/self.h"
 #include "core/conn.h" /* conn_forked_with_channels() */
 #include "preload/gate.h"
 #include "preload/sock.h"
@@ -41,7 +42,7 @@ void sock_table_unlock(void)
  * name (base/stats_shm.h). */
 static struct stats_seg *seg_locked(void)
 {
-	pid_t pid = getpid();
+	pid_t pid = self_pid();
 	int err;
 
 	if (proc_seg.hdr && proc_seg_pid == pid)
@@ -275,7 +276,7 @@ void sock_release(struct sdp_sock *s)
 static void sock_free(struct sdp_sock *s)
 {
 	if (owes_stats_line(s))
-		append_stats_line(s->st, getpid(), stats_now_ms());
+		append_stats_line(s->st, self_pid(), stats_now_ms());
 	sock_release(s);
 }
 
@@ -314,7 +315,7 @@ static void flush_cloexec(int fd, void *obj, void *ctx)
 	(void)ctx;
 	if (flags >= 0 && (flags & FD_CLOEXEC) && atomic_load(&s->fd_refs) == 1 &&
 	    owes_stats_line(s))
-		append_stats_line(s->st, getpid(), stats_now_ms());
+		append_stats_line(s->st, self_pid(), stats_now_ms());
 }
 
 void sock_prepare_exec(void)
@@ -413,19 +414,31 @@ void sock_set_role(struct sdp_sock *s, enum stats_role role)
 	stats_slot_end(s->st);
 }
 
+bool sock_read_addresses(int fd, struct sock_addresses *a)
+{
+	socklen_t llen = sizeof(a->local), rlen = sizeof(a->remote);
+
+	a->have_local = real.getsockname(fd, (struct sockaddr *)&a->local, &llen) == 0;
+	a->have_remote = real.getpeername(fd, (struct sockaddr *)&a->remote, &rlen) == 0;
+	return a->have_local && a->have_remote;
+}
+
+void sock_note_read_addresses(struct sdp_sock *s, const struct sock_addresses *a)
+{
+	stats_slot_begin(s->st);
+	if (a->have_local)
+		stats_addr_set(&s->st->local, (const struct sockaddr *)&a->local);
+	if (a->have_remote)
+		stats_addr_set(&s->st->remote, (const struct sockaddr *)&a->remote);
+	stats_slot_end(s->st);
+}
+
 void sock_note_addresses(struct sdp_sock *s, int fd)
 {
-	struct sockaddr_storage local, remote;
-	socklen_t llen = sizeof(local), rlen = sizeof(remote);
-	bool have_local = real.getsockname(fd, (struct sockaddr *)&local, &llen) == 0;
-	bool have_remote = real.getpeername(fd, (struct sockaddr *)&remote, &rlen) == 0;
+	struct sock_addresses a;
 
-	stats_slot_begin(s->st);
-	if (have_local)
-		stats_addr_set(&s->st->local, (struct sockaddr *)&local);
-	if (have_remote)
-		stats_addr_set(&s->st->remote, (struct sockaddr *)&remote);
-	stats_slot_end(s->st);
+	sock_read_addresses(fd, &a);
+	sock_note_read_addresses(s, &a);
 }
 
 static bool addr_unspecified(const struct stats_addr *a)
@@ -460,7 +473,7 @@ static void flush_one(int fd, void *obj, void *ctx)
 		return;
 	s->exit_flushed = true;
 	if (owes_stats_line(s))
-		append_stats_line(s->st, getpid(), now);
+		append_stats_line(s->st, self_pid(), now);
 }
 
 void sock_flush_all_stats(void)
@@ -472,7 +485,7 @@ void sock_flush_all_stats(void)
 	/* Unlink only: the progress thread may still count into (and release)
 	 * slots of this segment while the process exits; unmapping it here
 	 * made those writes, and the release, touch freed memory. */
-	if (proc_seg.hdr && proc_seg_pid == getpid())
+	if (proc_seg.hdr && proc_seg_pid == self_pid())
 		stats_seg_unlink(&proc_seg);
 	sock_table_unlock();
 }
@@ -483,7 +496,7 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 
 	(void)ctx;
 	(void)fd;
-	if (sock_is_rdma(s) && s->owner_pid == getpid())
+	if (sock_is_rdma(s) && s->owner_pid == self_pid())
 		sock_close_transport(s, fd); /* the fd stays open; the kernel closes it at exit */
 }
 

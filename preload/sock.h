@@ -109,6 +109,17 @@ void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);
 /* The channel is attached: path rdma, counted and logged once. */
 void sock_set_rdma(struct sdp_sock *s);
 void sock_set_role(struct sdp_sock *s, enum stats_role role);
+/* A socket's two addresses, read once (getsockname, getpeername). */
+struct sock_addresses {
+	struct sockaddr_storage local, remote;
+	bool have_local, have_remote;
+};
+
+/* True if both were read. */
+bool sock_read_addresses(int fd, struct sock_addresses *a);
+/* Copies what was read into the socket's stats slot. */
+void sock_note_read_addresses(struct sdp_sock *s, const struct sock_addresses *a);
+/* Both of the above. */
 void sock_note_addresses(struct sdp_sock *s, int fd);
 
 /* Writes every open connection to SDPSHIM_STATS_FILE (at exit). */

@@ -11,6 +11,7 @@
 #include "base/fdtable.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/self.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
@@ -20,7 +21,7 @@
 void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c)
 {
 	s->conn = c;
-	s->owner_pid = getpid();
+	s->owner_pid = self_pid();
 	sock_set_mode(s, SOCK_MODE_RDMA);
 	rdy_sock_to_rdma(s);
 }
@@ -133,7 +134,7 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	struct sdp_sock *s = obj;
 	struct sdp_conn *c;
 
-	if (s->owner_pid != getpid())
+	if (s->owner_pid != self_pid())
 		return;
 	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */
 	if (!c)
