@@ -191,10 +191,14 @@ void bind_server_begin(struct sdp_conn *c)
 	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
 	/* A client that committed before its SYN (the usual order) is asked
 	 * for its proof from accept() itself, a hop of the progress thread
-	 * sooner.  Only the byte goes from here: a failure, which must tell
-	 * the owner, is left to the progress thread's server_signal(). */
-	if (c->committed && !c->carrier_dead)
-		(void)server_try_signal(c);
+	 * sooner, and the TCP watch starts here: what came before it, the
+	 * watch reports to the progress thread as it starts.  Only that goes
+	 * from here: a failure, which must tell the owner (whose lock the
+	 * caller holds), is left to the progress thread's server_signal(). */
+	if (c->committed && !c->carrier_dead && !c->peer_gave_up && server_try_signal(c)) {
+		tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+		return;
+	}
 	conn_get(c);
 	if (progress_defer(server_start_on_progress, c) != 0) {
 		sdp_error("cannot queue a channel binding: out of memory (it times out to TCP)");
@@ -304,18 +308,27 @@ static void server_on_timer(struct sdp_conn *c)
 
 void bind_client_begin(struct sdp_conn *c)
 {
+	const uint32_t events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
 	uint64_t now = progress_now_ms();
+	/* A blocking connect's thread (no watch yet) looks first and starts
+	 * the watch after: the server's signal is usually here already
+	 * (accept() writes it), and answered now it wakes no other thread;
+	 * whatever came since, the watch reports as it starts.  A watch that
+	 * exists (a non-blocking connect's) is replaced at once, as before. */
+	bool watch_after = !c->tcp_watched;
 
 	conn_set_phase(c, CONN_AWAIT_ATTACH);
 	c->bind = BIND_IDLE;
-	tcp_watch_start(c, EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET);
+	if (!watch_after)
+		tcp_watch_start(c, events);
 	conn_update_readiness(c, false);
 	bind_arm(c, c->connect_deadline_ms);
-	if (now >= c->connect_deadline_ms) {
+	if (now >= c->connect_deadline_ms)
 		bind_on_timer(c);
-		return;
-	}
-	bind_on_tcp_ready(c);
+	else
+		bind_on_tcp_ready(c);
+	if (watch_after && c->phase == CONN_AWAIT_ATTACH)
+		tcp_watch_start(c, events);
 }
 
 /* An app that set SO_OOBINLINE reads urgent bytes in-band, at the mark. */

@@ -473,7 +473,7 @@ static void flush_one(int fd, void *obj, void *ctx)
 		return;
 	s->exit_flushed = true;
 	if (owes_stats_line(s))
-		append_stats_line(s->st, self_pid(), now);
+		append_stats_line(s->st, getpid(), now);
 }
 
 void sock_flush_all_stats(void)
@@ -485,7 +485,7 @@ void sock_flush_all_stats(void)
 	/* Unlink only: the progress thread may still count into (and release)
 	 * slots of this segment while the process exits; unmapping it here
 	 * made those writes, and the release, touch freed memory. */
-	if (proc_seg.hdr && proc_seg_pid == self_pid())
+	if (proc_seg.hdr && proc_seg_pid == getpid()) /* at exit: a CLONE_VM child reads our cached id */
 		stats_seg_unlink(&proc_seg);
 	sock_table_unlock();
 }
@@ -496,7 +496,7 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 
 	(void)ctx;
 	(void)fd;
-	if (sock_is_rdma(s) && s->owner_pid == self_pid())
+	if (sock_is_rdma(s) && s->owner_pid == getpid()) /* not cached: as in sock_flush_all_stats */
 		sock_close_transport(s, fd); /* the fd stays open; the kernel closes it at exit */
 }
 

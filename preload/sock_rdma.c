@@ -134,7 +134,9 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	struct sdp_sock *s = obj;
 	struct sdp_conn *c;
 
-	if (s->owner_pid != self_pid())
+	/* getpid(), not the cached id: a child sharing our memory (a raw
+	 * clone(CLONE_VM) or vfork) that execs reads the parent's there. */
+	if (s->owner_pid != getpid())
 		return;
 	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */
 	if (!c)

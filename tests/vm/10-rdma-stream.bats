@@ -12,7 +12,7 @@ load vm_helpers
 # Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
   requires_rdma
-  ref_digests_start "1 1G" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"
+  ref_digests_start "1 $BIG_STREAM" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"
 }
 
 teardown_file() { ref_digests_stop; }
@@ -53,43 +53,38 @@ received_digest() {
   grep -E "^stream: $1 received $3 bytes sha256=[0-9a-f]{64} OK$" "$2" | sed -E 's/.*sha256=([0-9a-f]{64}).*/\1/'
 }
 
-bytes_of() {   # 1G -> 1073741824 (k, M, G suffixes)
-  local n=${1%[kKmMgG]}
-  case $1 in *[kK]) echo $((n << 10)) ;; *[mM]) echo $((n << 20)) ;; *[gG]) echo $((n << 30)) ;; *) echo "$n" ;; esac
-}
-
 # The sender's line in the stats file: what it sent, header (32 bytes) included.
 sent_by() {   # sent_by ROLE
   stats_lines "$STATS" role="$1" | awk '{ print $8 }'
 }
 
-@test "stream: 1 GiB client -> server, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
-  stream_case up 1G 1M block 600
+@test "stream: $(size_name "$BIG_STREAM") client -> server, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
+  stream_case up "$BIG_STREAM" 1M block 600
   local got want
-  got=$(received_digest server "$T/server.log" "$(bytes_of 1G)")
-  want=$(ref_digest 1 1G)
+  got=$(received_digest server "$T/server.log" "$(size_bytes "$BIG_STREAM")")
+  want=$(ref_digest 1 "$BIG_STREAM")
   show "server received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
-  [ "$(sent_by client)" -eq $(( $(bytes_of 1G) + 32 )) ]
+  [ "$(sent_by client)" -eq $(( $(size_bytes "$BIG_STREAM") + 32 )) ]
 }
 
-@test "stream: 1 GiB server -> client, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
-  stream_case down 1G 1M block 600
+@test "stream: $(size_name "$BIG_STREAM") server -> client, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
+  stream_case down "$BIG_STREAM" 1M block 600
   local got want
-  got=$(received_digest client "$T/client.out" "$(bytes_of 1G)")
-  want=$(ref_digest 1 1G)
+  got=$(received_digest client "$T/client.out" "$(size_bytes "$BIG_STREAM")")
+  want=$(ref_digest 1 "$BIG_STREAM")
   show "client received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
-  [ "$(sent_by server)" -eq "$(bytes_of 1G)" ]
+  [ "$(sent_by server)" -eq "$(size_bytes "$BIG_STREAM")" ]
 }
 
 # -d both: the client sends the stream of seed 1^1 = 0, the server that of 1^2 = 3.
 both_case() {   # both_case BYTES MAXMSG MODE SECS
   stream_case both "$1" "$2" "$3" "$4"
   local to_server to_client n
-  n=$(bytes_of "$1")
+  n=$(size_bytes "$1")
   to_server=$(received_digest server "$T/server.log" "$n")
   to_client=$(received_digest client "$T/client.out" "$n")
   show "server received $to_server (reference $(ref_digest 0 "$1"))" \

@@ -394,7 +394,7 @@ rstream_pp_sampled() {
 @test "rstream 64 B ping-pong verified: a recv(MSG_DONTWAIT) loop takes its messages in itself, with no progress-thread wake-up and no eventfd write per message" {
   need rstream
   local a b
-  rstream_pp_sampled 400000 3000 30000
+  rstream_pp_sampled 150000 3000 30000
   # Not one wake-up per message (as when each completion raised an event):
   # the progress thread wakes for its timers alone (the put-off arm lease,
   # 10 ms, and the sweep), however slow the emulated run.  One doorbell per

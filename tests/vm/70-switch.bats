@@ -12,7 +12,7 @@
 #    inherited socket (fd 3) so an exec'd image does the echo.
 #  - failover: SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
 #    its RDMA connections into the error state once it has sent N bytes over
-#    RDMA; a 1 GiB stream (tests/progs/stream) with the failure on the sending
+#    RDMA; a $BIG_STREAM stream (tests/progs/stream) with the failure on the sending
 #    end, up and down, must finish byte-exact on TCP (SHA-256 = tests/progs/
 #    streamref), both stats lines reason=failover, switches >= 1, with the
 #    sender's RDMA byte counters between N and the stream's length.
@@ -27,7 +27,7 @@
 #    than after the first batch once idle, and after the programs exit the RC
 #    QP and MR counts (`rdma resource show`) are back to their baseline.
 #  - link delete (last, as it removes rxe0): `rdma link delete` of the device
-#    under a running 1 GiB stream, up and down; it must finish on TCP with the
+#    under a running $BIG_STREAM stream, up and down; it must finish on TCP with the
 #    reference SHA-256 and reason=failover on both ends.  The delete's exit code,
 #    output and duration are printed (rxe cannot disassociate user contexts, so
 #    the delete may block until the processes close them).  Teardown re-adds
@@ -36,13 +36,13 @@
 load ../helpers
 load vm_helpers
 
-FAIL_AFTER=$((128 << 20))   # forced QP error after 128 MiB of a 1 GiB stream
-FAIL_STREAM=1G
+FAIL_STREAM=$BIG_STREAM                       # 256M in the suite (vm_helpers.bash)
+FAIL_AFTER=$(( $(size_bytes "$FAIL_STREAM") / 8 ))   # the forced QP error comes an eighth of the way in
 
 # Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
   requires_rdma
-  ref_digests_start "1 8M" "1 1G"
+  ref_digests_start "1 8M" "1 $BIG_STREAM"
 }
 
 teardown_file() { ref_digests_stop; }
@@ -170,7 +170,8 @@ forkecho_case() {
 # over RDMA.
 failover_stream() {
   local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
-  local total=$((1 << 30)) rdma_sent
+  local total rdma_sent
+  total=$(size_bytes "$FAIL_STREAM")
   if [ "$dir" = up ]; then
     cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER"); sender=client; receiver=server; out=$T/server.log
   else
@@ -210,14 +211,14 @@ failover_stream() {
   [ "$rdma_sent" -lt "$total" ]
 }
 
-@test "switch: forced QP error during 1 GiB upload, stream continues on TCP byte-exact" {
+@test "switch: forced QP error during $(size_name "$BIG_STREAM") upload, stream continues on TCP byte-exact" {
   failover_stream up
-  [ "$(stats_field client bytes_sent)" -eq $(( (1 << 30) + 32 )) ]
+  [ "$(stats_field client bytes_sent)" -eq $(( $(size_bytes "$FAIL_STREAM") + 32 )) ]
 }
 
-@test "switch: forced QP error during 1 GiB download, stream continues on TCP byte-exact" {
+@test "switch: forced QP error during $(size_name "$BIG_STREAM") download, stream continues on TCP byte-exact" {
   failover_stream down
-  [ "$(stats_field server bytes_sent)" -eq $((1 << 30)) ]
+  [ "$(stats_field server bytes_sent)" -eq "$(size_bytes "$FAIL_STREAM")" ]
 }
 
 @test "switch: the QP fails with the server's ATTACH in flight: a clean reset on both ends, no byte guessed" {
@@ -376,7 +377,7 @@ wait_le() {
 # --- device removal (last: it deletes and re-adds the rxe link) -------------------
 
 # link_delete_case up|down: `rdma link delete` of the device under a running
-# 1 GiB stream (up: client -> server, down: server -> client); the receiver's
+# $BIG_STREAM stream (up: client -> server, down: server -> client); the receiver's
 # digest must match the reference and both ends must have moved to TCP.
 link_delete_case() {
   local dir=$1 field receiver link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
@@ -391,7 +392,7 @@ link_delete_case() {
   stream_listening server "$port"
   qp_watch_start
   pkts0=$(rxe_counter "$link" sent_pkts)
-  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b 1G -d "$dir" -m 1M
+  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d "$dir" -m 1M
   # Data is flowing over RDMA: the server's live counters show 16 MiB moved.
   until=$(( $(date +%s) + 90 ))
   while :; do
@@ -419,8 +420,8 @@ link_delete_case() {
     sleep 0.1
   done
   del=$(cat "$T/linkdel.res" 2>/dev/null)
-  got=$(stream_digest "$receiver" "$T/$receiver.log" $((1 << 30)))
-  want=$(ref_digest 1 1G)
+  got=$(stream_digest "$receiver" "$T/$receiver.log" "$(size_bytes "$BIG_STREAM")")
+  want=$(ref_digest 1 "$BIG_STREAM")
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
        "  output: $(cat "$T/linkdel.res.out" 2>/dev/null)" \
        "  the stream ended $(( t_end - t_del )) ms after the delete began" \
@@ -439,10 +440,10 @@ link_delete_case() {
   assert_exact_bytes "$STATS"
 }
 
-@test "switch: rdma link delete during a 1 GiB upload: the stream finishes on TCP" {
+@test "switch: rdma link delete during a $(size_name "$BIG_STREAM") upload: the stream finishes on TCP" {
   link_delete_case up
 }
 
-@test "switch: rdma link delete during a 1 GiB download: the stream finishes on TCP" {
+@test "switch: rdma link delete during a $(size_name "$BIG_STREAM") download: the stream finishes on TCP" {
   link_delete_case down
 }

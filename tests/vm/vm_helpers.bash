@@ -36,6 +36,28 @@
 #   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
 #   assert_switched REASON COUNT [K=V...]   stats lines that moved to TCP (issue 6)
 #   live_server PORT [FIELD]  "PATH BYTES_RECEIVED" (or FIELD) of the live server connection on PORT
+#   BIG_STREAM                the size of the long streams (10-rdma-stream, 50-zcopy,
+#                             70-switch, pair): 256M in the suite, SDPSHIM_BIG_STREAM=1G
+#                             (any N with a k, M or G suffix) for the full run
+#   size_bytes SIZE / size_name SIZE   256M -> 268435456 / "256 MiB"
+
+# The long streams: a quarter of a GiB keeps the suite under 45 minutes on two
+# cores; their bytes are checked the same way at any size.
+BIG_STREAM=${SDPSHIM_BIG_STREAM:-256M}
+case $BIG_STREAM in
+  [1-9]*[kMG]) [[ ${BIG_STREAM%?} =~ ^[0-9]+$ ]] || BIG_STREAM=bad ;;
+  *) BIG_STREAM=bad ;;
+esac
+[ "$BIG_STREAM" != bad ] || echo "vm_helpers: SDPSHIM_BIG_STREAM='${SDPSHIM_BIG_STREAM:-}' is not N[kMG], e.g. 1G" >&2
+
+size_bytes() {   # 1G -> 1073741824 (k, M, G suffixes)
+  local n=${1%[kKmMgG]}
+  case $1 in *[kK]) echo $((n << 10)) ;; *[mM]) echo $((n << 20)) ;; *[gG]) echo $((n << 30)) ;; *) echo "$n" ;; esac
+}
+
+size_name() {   # 1G -> "1 GiB"
+  case $1 in *k) echo "${1%?} KiB" ;; *M) echo "${1%?} MiB" ;; *G) echo "${1%?} GiB" ;; *) echo "$1 bytes" ;; esac
+}
 
 vm_setup() {
   requires_rdma

@@ -2,7 +2,7 @@
 # VM suite, pair layout (run-in-vm.sh -n pair): rxe0 on rxenet0 = $RXE_IP and
 # rxe1 on rxenet1 = $RXE_IP2, the two ends of a veth pair, with policy routing so
 # that traffic between the two addresses crosses the veth: two RDMA "hosts".
-#  - redis and a 1 GiB stream from $RXE_IP to a server on $RXE_IP2 run over RDMA,
+#  - redis and a $BIG_STREAM stream from $RXE_IP to a server on $RXE_IP2 run over RDMA,
 #    and the rxe0/rxe1 packet counters and the veth byte counters prove that the
 #    traffic really crossed the wire (with the policy routes missing, rxe would
 #    short-circuit it inside one device and these tests fail);
@@ -95,7 +95,7 @@ show_deltas() {
   [ -n "$(counter rxe0 sent_pkts)" ]
 }
 
-# pair_stream: one 1 GiB upload to a server on $RXE_IP2; sets crc, src, ms and
+# pair_stream: one $BIG_STREAM upload to a server on $RXE_IP2; sets crc, src, ms and
 # the before/after counter snapshots.
 pair_stream() {
   local port t0
@@ -106,7 +106,7 @@ pair_stream() {
   snapshot "$T/before"
   qp_watch_start
   t0=$(now_ms)
-  run_timeout 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 1G -d up -m 1M \
+  run_timeout 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b "$BIG_STREAM" -d up -m 1M \
     >"$T/client.out" 2>&1 || crc=$?
   wait_bg server || src=$?
   qp_watch_stop
@@ -114,8 +114,9 @@ pair_stream() {
   ms=$(( $(now_ms) - t0 ))
 }
 
-@test "pair: 1 GiB stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
-  local crc src ms bytes=$((1 << 30)) got want run=1
+@test "pair: $(size_name "$BIG_STREAM") stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
+  local crc src ms bytes got want run=1
+  bytes=$(size_bytes "$BIG_STREAM")
   pair_stream
   while [ -n "$(stats_lines "$STATS" reason=failover)" ] && [ "$run" -lt 3 ]; do
     # rxe of Linux 6.1 under emulation can exhaust its retries on the veth (an
@@ -132,14 +133,14 @@ pair_stream() {
     run=$((run + 1))
     pair_stream
   done
-  show "1 GiB in $ms ms; client (rc=$crc): $(cat "$T/client.out")" \
+  show "$(size_name "$BIG_STREAM") in $ms ms; client (rc=$crc): $(cat "$T/client.out")" \
        "server (rc=$src): $(bg_log server)" "RC QPs seen: stream $(qp_seen stream)" \
        "$(stats_lines "$STATS")"
   show_deltas
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
   got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
-  want=$(ref_digest 1 1G)
+  want=$(ref_digest 1 "$BIG_STREAM")
   show "server received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
@@ -150,7 +151,7 @@ pair_stream() {
   [ "$(stats_lines "$STATS" role=client | awk '{ sub(/:[0-9]+$/, "", $3); sub(/:[0-9]+$/, "", $4); print $3, $4 }')" = "$RXE_IP $RXE_IP2" ]
   [ "$(stats_lines "$STATS" role=server | awk '{ sub(/:[0-9]+$/, "", $3); print $3 }')" = "$RXE_IP2" ]
   # At least one RoCE packet per 4096-byte MTU left rxe0 and arrived at rxe1, and
-  # the veth carried at least the 1 GiB (rxe0 -> rxenet0 -> rxenet1 -> rxe1).
+  # the veth carried at least the stream (rxe0 -> rxenet0 -> rxenet1 -> rxe1).
   local pkts=$(( bytes / 4096 ))
   [ "$(delta rxe0_sent)" -ge "$pkts" ]
   [ "$(delta rxe1_rcvd)" -ge "$pkts" ]
