@@ -315,7 +315,7 @@ static void flush_cloexec(int fd, void *obj, void *ctx)
 	(void)ctx;
 	if (flags >= 0 && (flags & FD_CLOEXEC) && atomic_load(&s->fd_refs) == 1 &&
 	    owes_stats_line(s))
-		append_stats_line(s->st, self_pid(), stats_now_ms());
+		append_stats_line(s->st, getpid(), stats_now_ms()); /* exec: as collect_channel */
 }
 
 void sock_prepare_exec(void)
