@@ -61,23 +61,23 @@ sent_by() {   # sent_by ROLE
 @test "stream: $(size_name "$BIG_STREAM") client -> server, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
   stream_case up "$BIG_STREAM" 1M block 600
   local got want
-  got=$(received_digest server "$T/server.log" "$(size_bytes "$BIG_STREAM")")
+  got=$(received_digest server "$T/server.log" "$BIG_BYTES")
   want=$(ref_digest 1 "$BIG_STREAM")
   show "server received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
-  [ "$(sent_by client)" -eq $(( $(size_bytes "$BIG_STREAM") + 32 )) ]
+  [ "$(sent_by client)" -eq $(( BIG_BYTES + 32 )) ]
 }
 
 @test "stream: $(size_name "$BIG_STREAM") server -> client, messages 1 B..1 MiB, sha256 = reference, path=rdma" {
   stream_case down "$BIG_STREAM" 1M block 600
   local got want
-  got=$(received_digest client "$T/client.out" "$(size_bytes "$BIG_STREAM")")
+  got=$(received_digest client "$T/client.out" "$BIG_BYTES")
   want=$(ref_digest 1 "$BIG_STREAM")
   show "client received sha256 $got, reference $want"
   [ -n "$got" ]
   [ "$got" = "$want" ]
-  [ "$(sent_by server)" -eq "$(size_bytes "$BIG_STREAM")" ]
+  [ "$(sent_by server)" -eq "$BIG_BYTES" ]
 }
 
 # -d both: the client sends the stream of seed 1^1 = 0, the server that of 1^2 = 3.

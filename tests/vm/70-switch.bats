@@ -36,8 +36,7 @@
 load ../helpers
 load vm_helpers
 
-FAIL_STREAM=$BIG_STREAM                       # 256M in the suite (vm_helpers.bash)
-FAIL_AFTER=$(( $(size_bytes "$FAIL_STREAM") / 8 ))   # the forced QP error comes an eighth of the way in
+FAIL_AFTER=$(( BIG_BYTES / 8 ))   # the forced QP error comes an eighth of the way into a $BIG_STREAM stream
 
 # Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
@@ -165,13 +164,12 @@ forkecho_case() {
 
 # --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
 
-# failover_stream up|down: a $FAIL_STREAM stream whose SENDING end (client for up,
+# failover_stream up|down: a $BIG_STREAM stream whose SENDING end (client for up,
 # server for down) forces its QP into the error state after $FAIL_AFTER bytes sent
 # over RDMA.
 failover_stream() {
   local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
-  local total rdma_sent
-  total=$(size_bytes "$FAIL_STREAM")
+  local total=$BIG_BYTES rdma_sent
   if [ "$dir" = up ]; then
     cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER"); sender=client; receiver=server; out=$T/server.log
   else
@@ -182,15 +180,15 @@ failover_stream() {
   stream_listening server "$port"
   qp_watch_start
   t0=$(now_ms)
-  run_timeout 600 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$FAIL_STREAM" \
+  run_timeout 600 env "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" \
     -d "$dir" -m 1M >"$T/client.out" 2>&1 || crc=$?
   wait_bg server || src=$?
   ms=$(( $(now_ms) - t0 ))
   qp_watch_stop
   got=$(stream_digest "$receiver" "$out" "$total")
-  want=$(ref_digest 1 "$FAIL_STREAM")
+  want=$(ref_digest 1 "$BIG_STREAM")
   rdma_sent=$(( $(stats_field "$sender" copy_bytes_sent) + $(stats_field "$sender" zcopy_bytes_sent) ))
-  show "stream -d $dir -b $FAIL_STREAM, SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER on the $sender: $ms ms" \
+  show "stream -d $dir -b $BIG_STREAM, SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER on the $sender: $ms ms" \
        "client (rc=$crc): $(cat "$T/client.out")" "server (rc=$src): $(bg_log server)" \
        "$receiver received sha256 ${got:-none}, reference $want" \
        "RC QPs of stream seen while it ran: $(qp_seen stream)" \
@@ -213,12 +211,12 @@ failover_stream() {
 
 @test "switch: forced QP error during $(size_name "$BIG_STREAM") upload, stream continues on TCP byte-exact" {
   failover_stream up
-  [ "$(stats_field client bytes_sent)" -eq $(( $(size_bytes "$FAIL_STREAM") + 32 )) ]
+  [ "$(stats_field client bytes_sent)" -eq $(( BIG_BYTES + 32 )) ]
 }
 
 @test "switch: forced QP error during $(size_name "$BIG_STREAM") download, stream continues on TCP byte-exact" {
   failover_stream down
-  [ "$(stats_field server bytes_sent)" -eq "$(size_bytes "$FAIL_STREAM")" ]
+  [ "$(stats_field server bytes_sent)" -eq "$BIG_BYTES" ]
 }
 
 @test "switch: the QP fails with the server's ATTACH in flight: a clean reset on both ends, no byte guessed" {
@@ -420,7 +418,7 @@ link_delete_case() {
     sleep 0.1
   done
   del=$(cat "$T/linkdel.res" 2>/dev/null)
-  got=$(stream_digest "$receiver" "$T/$receiver.log" "$(size_bytes "$BIG_STREAM")")
+  got=$(stream_digest "$receiver" "$T/$receiver.log" "$BIG_BYTES")
   want=$(ref_digest 1 "$BIG_STREAM")
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
        "  output: $(cat "$T/linkdel.res.out" 2>/dev/null)" \

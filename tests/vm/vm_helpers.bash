@@ -36,9 +36,10 @@
 #   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
 #   assert_switched REASON COUNT [K=V...]   stats lines that moved to TCP (issue 6)
 #   live_server PORT [FIELD]  "PATH BYTES_RECEIVED" (or FIELD) of the live server connection on PORT
-#   BIG_STREAM                the size of the long streams (10-rdma-stream, 50-zcopy,
-#                             70-switch, pair): 256M in the suite, SDPSHIM_BIG_STREAM=1G
-#                             for the full run (NM or NG, at least 32M; else 256M, with a warning)
+#   BIG_STREAM, BIG_BYTES     the size of the long streams (10-rdma-stream, 50-zcopy,
+#                             70-switch, pair), as given to stream -b and in bytes: 256M in
+#                             the suite, SDPSHIM_BIG_STREAM=1G for the full run (NM or NG,
+#                             at least 32M; else 256M, with a warning)
 #   size_bytes SIZE / size_name SIZE   256M -> 268435456 / "256 MiB"
 
 # The long streams: a quarter of a GiB keeps the suite under 45 minutes on two
@@ -58,6 +59,8 @@ size_bytes() {   # 1G -> 1073741824 (k, M, G suffixes)
 size_name() {   # 1G -> "1 GiB"
   case $1 in *k) echo "${1%?} KiB" ;; *M) echo "${1%?} MiB" ;; *G) echo "${1%?} GiB" ;; *) echo "$1 bytes" ;; esac
 }
+
+BIG_BYTES=$(size_bytes "$BIG_STREAM")
 
 vm_setup() {
   requires_rdma

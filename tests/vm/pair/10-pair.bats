@@ -115,8 +115,7 @@ pair_stream() {
 }
 
 @test "pair: $(size_name "$BIG_STREAM") stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
-  local crc src ms bytes got want run=1
-  bytes=$(size_bytes "$BIG_STREAM")
+  local crc src ms bytes=$BIG_BYTES got want run=1
   pair_stream
   while [ -n "$(stats_lines "$STATS" reason=failover)" ] && [ "$run" -lt 3 ]; do
     # rxe of Linux 6.1 under emulation can exhaust its retries on the veth (an
