@@ -133,6 +133,9 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len);
 void rx_on_link_message(struct sdp_conn *c, const uint8_t *msg, uint32_t len);
 /* A linked stream's sink took the peer's WRITE (immediate: mseq's low 16 bits). */
 void rx_on_link_write(struct sdp_conn *c, uint32_t byte_len, uint16_t mseq16);
+/* Did DATA arrive since the last call?  Each receive's caller runs
+ * cq.c's after_completions, which asks once and forces the readable edge. */
+bool rx_take_new_data(struct sdp_conn *c);
 /* A receive taken by the peer's RDMA WRITE with immediate (imm = mseq). */
 void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint32_t mseq);
 void rx_maybe_update_credits(struct sdp_conn *c);

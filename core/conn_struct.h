@@ -241,6 +241,7 @@ struct sdp_conn {
 	uint32_t rx_ack;          /* last sequence consumed in order */
 	uint32_t rx_ack_sent;     /* last ack we advertised */
 	uint64_t rx_bytes_ready;
+	bool rx_new_data;         /* DATA arrived since the indicators last heard (rx_take_new_data) */
 	bool rx_eof;
 	bool peer_starving;
 
@@ -311,7 +312,6 @@ struct sdp_conn {
 	const void *watch_set;     /* the set that watches the channel alone, none, or NULL */
 	void *watch_cookie;        /* the owner's record of that watch */
 	unsigned completions_seen; /* completions and link messages handled (after_completions) */
-	unsigned completions_polled; /* completions_seen at the last cq_poll of a linked stream */
 
 	/* ---- Timers (timers.c). */
 	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*; set by conn_io.c). */

@@ -76,9 +76,11 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 }
 
 /* What follows completions: sends they allow, the orphan check, the
- * readiness the app sees. */
-static void after_completions(struct sdp_conn *c, int total, int sends)
+ * readiness the app sees (unless !readiness_moved: see send_leaves_readiness). */
+static void after_completions(struct sdp_conn *c, int total, int sends, bool readiness_moved)
 {
+	bool fresh;
+
 	c->completions_seen++;
 	if (sends)
 		c->sq_progress_ms = progress_coarse_ms(); /* the watchdog's clock (timers.c) */
@@ -86,13 +88,29 @@ static void after_completions(struct sdp_conn *c, int total, int sends)
 		close_check_orphan(c); /* a send it waited for may have completed */
 	tx_kick(c);
 	switch_debug_maybe_fail(c);
-	conn_update_readiness(c, false);
+	fresh = rx_take_new_data(c);
+	if (readiness_moved || fresh)
+		conn_update_readiness(c, fresh);
+}
+
+/* A data or control send that completed on an open channel moves no
+ * readiness: its slot is freed by the peer's acknowledgement (a receive),
+ * and what the completion may set off (a close step, a switch, an error)
+ * updates readiness itself (close.c, switch.c). */
+static bool send_leaves_readiness(const struct sdp_conn *c, const struct ibv_wc *wc)
+{
+	enum wr_kind kind = WR_KIND(wc->wr_id);
+
+	return wc->status == IBV_WC_SUCCESS && c->phase == CONN_OPEN && !c->sw.started &&
+	       (kind == WR_SEND_DATA || kind == WR_SEND_CTRL);
 }
 
 void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc)
 {
+	bool moved = !send_leaves_readiness(c, wc);
+
 	on_completion(c, wc);
-	after_completions(c, 1, WR_KIND(wc->wr_id) != WR_RECV);
+	after_completions(c, 1, WR_KIND(wc->wr_id) != WR_RECV, moved);
 	pthread_cond_broadcast(&c->cond);
 }
 
@@ -105,7 +123,7 @@ void cq_on_stream_flushed(struct sdp_conn *c, uint64_t wr_id)
 
 void cq_stream_progress(struct sdp_conn *c)
 {
-	after_completions(c, 1, 0);
+	after_completions(c, 1, 0, true);
 	pthread_cond_broadcast(&c->cond);
 }
 
@@ -115,8 +133,7 @@ int cq_poll(struct sdp_conn *c)
 	int n, total = 0, sends = 0;
 
 	if (c->link) {
-		/* The progress thread takes in the link's completions. */
-		c->completions_polled = c->completions_seen;
+		/* The link's completions are taken in by link.c (drain_cq). */
 		tx_kick(c);
 		conn_update_readiness(c, false);
 		return 0;
@@ -133,16 +150,17 @@ int cq_poll(struct sdp_conn *c)
 		}
 		total += n > 0 ? n : 0;
 	} while (n == 16 && c->cq);
-	after_completions(c, total, sends);
+	after_completions(c, total, sends, true);
 	return total;
 }
 
 int cq_poll_if_due(struct sdp_conn *c)
 {
 	/* A linked stream: each message and completion the link handed it
-	 * ran cq_poll's work already (after_completions); what is left is a
-	 * control message a read queued (a credit update). */
-	if (c->link && !c->ctrl_pending && c->completions_seen == c->completions_polled)
+	 * ran cq_poll's work already (after_completions, on whichever thread
+	 * took it in); what is left is a control message a read queued (a
+	 * credit update). */
+	if (c->link && !c->ctrl_pending)
 		return 0;
 	return cq_poll(c);
 }

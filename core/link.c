@@ -71,7 +71,7 @@ struct sdp_link {
 	_Atomic int refs;
 	enum link_state state;
 	bool is_server;
-	bool destroying;
+	_Atomic bool destroying; /* set under lock; read without it by a poller (cq_pollable) */
 	pid_t pid;
 	struct sdp_link *next; /* the process's list */
 	const char *why;       /* why it failed (static text) */
@@ -1630,13 +1630,10 @@ static void on_released(struct sdp_link *link, uint16_t idx)
 	conn_put(c);
 }
 
-static void on_stream_message(struct sdp_link *link, uint16_t idx, const uint8_t *msg, uint32_t len)
+/* c: the stream's reference, taken with the header (on_recv), or NULL. */
+static void on_stream_message(struct sdp_link *link, struct sdp_conn *c, const uint8_t *msg,
+			      uint32_t len)
 {
-	struct sdp_conn *c;
-
-	pthread_mutex_lock(&link->lock);
-	c = stream_ref(link, idx);
-	pthread_mutex_unlock(&link->lock);
 	if (!c)
 		return;
 	conn_lock(c);
@@ -1720,6 +1717,7 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 	const uint8_t *msg;
 	struct sdp_lh lh;
 	enum sdp_wire_error werr;
+	struct sdp_conn *stream = NULL;
 	bool ok;
 
 	if (idx >= link->buf_count) {
@@ -1742,6 +1740,8 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 		}
 		pthread_mutex_lock(&link->lock);
 		ok = take_header(link, &lh) && kind_allowed(link, lh.kind);
+		if (ok && lh.kind == SDP_LINK_STREAM)
+			stream = stream_ref(link, lh.stream); /* one lock pair a message */
 		pthread_mutex_unlock(&link->lock);
 		if (!ok) {
 			protocol_violation(link, "sequence, acknowledgement or message kind");
@@ -1749,7 +1749,7 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 		}
 		switch ((enum sdp_link_kind)lh.kind) {
 		case SDP_LINK_STREAM:
-			on_stream_message(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+			on_stream_message(link, stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
 			break;
 		case SDP_LINK_CREDIT:
 			break;
@@ -1819,15 +1819,12 @@ static void on_wc(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 	on_recv(link, wc, by_app);
 }
 
-/* The CQ is still there to poll (poll lock held: teardown takes it). */
+/* The CQ is still there to poll.  Poll lock held: the CQ goes only under
+ * it (teardown), so its pointer reads true; a teardown that starts after
+ * the look finds this poll done when it takes the poll lock. */
 static bool cq_pollable(struct sdp_link *link)
 {
-	bool ok;
-
-	pthread_mutex_lock(&link->lock);
-	ok = link->cq && !link->destroying;
-	pthread_mutex_unlock(&link->lock);
-	return ok;
+	return link->cq && !atomic_load(&link->destroying);
 }
 
 /* Set while this thread takes in a link's completions: a handler that

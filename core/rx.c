@@ -272,6 +272,14 @@ void rx_on_link_message(struct sdp_conn *c, const uint8_t *msg, uint32_t len)
 	rx_on_message(c, slot, msg, len);
 }
 
+bool rx_take_new_data(struct sdp_conn *c)
+{
+	bool fresh = c->rx_new_data;
+
+	c->rx_new_data = false;
+	return fresh;
+}
+
 void rx_on_link_write(struct sdp_conn *c, uint32_t byte_len, uint16_t mseq16)
 {
 	uint32_t slot;
@@ -322,7 +330,7 @@ static void rx_on_message(struct sdp_conn *c, uint32_t slot, const uint8_t *msg,
 	}
 	if (e->is_data) {
 		c->rx_bytes_ready += e->len;
-		conn_update_readiness(c, true);
+		c->rx_new_data = true; /* the completion's caller updates readiness once */
 		return;
 	}
 	conn_repost_recv(c, slot);

@@ -3,6 +3,7 @@
  * last; without credits they coalesce in the last unposted slot.  A slot
  * is kept until the peer acknowledges it consumed it. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,66 @@ static uint8_t *slot_mem(const struct sdp_conn *c, uint32_t pos)
 	return c->tx_mem + (size_t)ring_index(pos, c->tx_nslots) * c->tx_slot_size;
 }
 
+/* A thread's spare slot memory.  A linked stream's slot is allocated as it
+ * starts to fill and freed once acknowledged, so a request/response stream
+ * would malloc and free a slot (32 KiB, above glibc's per-thread cache) per
+ * message.  Freed slots wait here instead, SPARE_SLOTS at most per thread,
+ * and are freed when the thread exits (the key's destructor). */
+#define SPARE_SLOTS 2
+static __thread struct spare {
+	uint8_t *mem;
+	uint32_t size;
+} spares[SPARE_SLOTS];
+static __thread unsigned spare_count;
+static __thread bool spare_registered;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_key_ok;
+
+static void spares_free(void *unused)
+{
+	(void)unused;
+	while (spare_count)
+		free(spares[--spare_count].mem);
+}
+
+static void spare_key_create(void)
+{
+	spare_key_ok = pthread_key_create(&spare_key, spares_free) == 0;
+}
+
+/* The thread's exit must free what it keeps: without the key, nothing is kept. */
+static bool spare_may_keep(void)
+{
+	if (spare_registered)
+		return true;
+	pthread_once(&spare_once, spare_key_create);
+	spare_registered = spare_key_ok && pthread_setspecific(spare_key, &spare_registered) == 0;
+	return spare_registered;
+}
+
+static uint8_t *spare_take(uint32_t size)
+{
+	for (unsigned i = spare_count; i-- > 0;) {
+		if (spares[i].size == size) {
+			uint8_t *mem = spares[i].mem;
+
+			spares[i] = spares[--spare_count];
+			return mem;
+		}
+	}
+	return malloc(size);
+}
+
+static void spare_give(uint8_t *mem, uint32_t size)
+{
+	if (mem && spare_count < SPARE_SLOTS && spare_may_keep()) {
+		spares[spare_count++] = (struct spare){ mem, size };
+		return;
+	}
+	free(mem);
+}
+
 /* A linked stream's slot gets its memory as it starts to fill, and gives
  * it back once acknowledged: what waits is what the stream holds. */
 static bool slot_mem_ensure(struct sdp_conn *c, uint32_t pos)
@@ -50,14 +111,14 @@ static bool slot_mem_ensure(struct sdp_conn *c, uint32_t pos)
 		return true;
 	mem = &c->tx_heap[ring_index(pos, c->tx_nslots)];
 	if (!*mem)
-		*mem = malloc(c->tx_slot_size);
+		*mem = spare_take(c->tx_slot_size);
 	return *mem != NULL;
 }
 
 static void slot_mem_release(struct sdp_conn *c, uint32_t pos)
 {
 	if (c->tx_heap) {
-		free(c->tx_heap[ring_index(pos, c->tx_nslots)]);
+		spare_give(c->tx_heap[ring_index(pos, c->tx_nslots)], c->tx_slot_size);
 		c->tx_heap[ring_index(pos, c->tx_nslots)] = NULL;
 	}
 }
@@ -338,6 +399,8 @@ static void tx_kick_posts(struct sdp_conn *c)
 	if (!c->qp || !c->ctrl_mem || c->carrier_dead || c->link_stopped ||
 	    !phase_sends_ctrl(c->phase))
 		return;
+	if (!c->ctrl_pending && !tx_has_unposted(c))
+		goto note_credits; /* nothing waits (most kicks after a completion) */
 	if (!update_goes_first(may_send_data(c) && tx_has_unposted(c), tx_credits(c)))
 		first &= ~CTRL_BIT(SDP_MID_CREDIT_UPDATE); /* the data carries the ack */
 	send_ctrls(c, first);
@@ -362,6 +425,7 @@ static void tx_kick_posts(struct sdp_conn *c)
 		send_ctrls(c, ~0u);
 	else
 		send_ctrls(c, CTRL_BIT(SDP_MID_CREDIT_UPDATE)); /* unless the data carried it */
+note_credits:
 	if (c->st)
 		atomic_store_explicit(&c->st->tx_credits, tx_credits(c), memory_order_relaxed);
 }
