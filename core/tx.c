@@ -53,6 +53,7 @@ static __thread struct spare {
 } spares[SPARE_SLOTS];
 static __thread unsigned spare_count;
 static __thread bool spare_registered;
+static __thread bool spare_exiting;	/* the destructor ran: keep nothing more */
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 static bool spare_key_ok;
@@ -60,6 +61,7 @@ static bool spare_key_ok;
 static void spares_free(void *unused)
 {
 	(void)unused;
+	spare_exiting = true;
 	while (spare_count)
 		free(spares[--spare_count].mem);
 }
@@ -72,6 +74,8 @@ static void spare_key_create(void)
 /* The thread's exit must free what it keeps: without the key, nothing is kept. */
 static bool spare_may_keep(void)
 {
+	if (spare_exiting)
+		return false;
 	if (spare_registered)
 		return true;
 	pthread_once(&spare_once, spare_key_create);
