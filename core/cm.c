@@ -31,6 +31,8 @@ static void dispatch(struct rdma_cm_event *ev)
 	int kind = ctx ? *(int *)ctx : 0;
 
 	sdp_debug("rdma_cm event %s (status %d)", rdma_event_str(ev->event), ev->status);
+	if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL && ev->id->verbs)
+		dev_removed(ev->id->verbs);
 	if (kind == CM_KIND_LISTENER)
 		cm_listener_event(ctx, ev);
 	else if (kind == CM_KIND_LINK)

@@ -37,6 +37,29 @@ void listener_release(struct sdp_listener *l)
 	listener_put(l);
 }
 
+#define RELISTEN_FIRST_MS 250u
+#define RELISTEN_MAX_MS   8000u
+
+/* rdma_cm listens on l's address; 0 or an errno. */
+static int listen_on(struct sdp_listener *l, struct rdma_event_channel *ch)
+{
+	int rc, err;
+
+	SDP_GUARD_ENTER();
+	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
+	if (rc == 0)
+		rc = rdma_bind_addr(l->id, (struct sockaddr *)&l->local);
+	if (rc == 0)
+		rc = rdma_listen(l->id, l->backlog > 0 ? l->backlog : 128);
+	err = rc ? errno : 0;
+	if (rc && l->id)
+		rdma_destroy_id(l->id);
+	if (rc)
+		l->id = NULL;
+	SDP_GUARD_LEAVE();
+	return err;
+}
+
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason)
@@ -44,7 +67,7 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	struct rdma_event_channel *ch;
 	struct sdp_listener *l;
 	uint8_t addr[16];
-	int rc;
+	int err;
 
 	if (progress_start() != 0 || cm_channel_ensure(&ch) != 0) {
 		*reason = SDP_REASON_RDMA_CM_ERROR;
@@ -59,33 +82,77 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	pthread_mutex_init(&l->lock, NULL);
 	atomic_init(&l->refs, 1);
 	sockaddr_to_tuple_addr(local, addr, &l->port);
+	memcpy(&l->local, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							      : sizeof(struct sockaddr_in));
+	l->backlog = backlog;
 	l->pending_max = backlog > 0 ? (unsigned)backlog * 2 + 16 : 144;
 	l->policy = *policy;
 	if (l->policy.client_net_count > SDP_CLIENT_NETS_MAX)
 		l->policy.client_net_count = SDP_CLIENT_NETS_MAX;
-	SDP_GUARD_ENTER();
-	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
-	if (rc == 0)
-		rc = rdma_bind_addr(l->id, (struct sockaddr *)local);
-	if (rc == 0)
-		rc = rdma_listen(l->id, backlog > 0 ? backlog : 128);
-	int err = rc ? errno : 0;
-	if (rc && l->id)
-		rdma_destroy_id(l->id);
-	SDP_GUARD_LEAVE();
-	if (rc && err == EADDRINUSE) {
+	err = listen_on(l, ch);
+	if (err == EADDRINUSE) {
 		sdp_warn("no RDMA listener on port %u: another process holds that port in the RDMA "
 			 "port space; this listener serves TCP only", l->port);
-	} else if (rc) {
+	} else if (err) {
 		sdp_info("no RDMA listener on port %u: %s; this listener serves TCP only", l->port,
 			 strerror(err));
 	}
-	if (rc) {
+	if (err) {
 		*reason = err == EADDRINUSE ? SDP_REASON_RESOURCES : SDP_REASON_LISTENER_TCP;
 		listener_put(l);
 		return NULL;
 	}
 	return l;
+}
+
+/* Its device went: the id goes (it holds the device), and rdma_cm listens
+ * again, with a backoff, until the address is on an RDMA device again.
+ * Meanwhile clients' channels are refused and they use TCP.  Progress
+ * thread, like the listener's teardown. */
+static void relisten_fired(void *arg)
+{
+	struct sdp_listener *l = arg;
+	struct rdma_event_channel *ch;
+	int err;
+
+	if (l->closing || l->id)
+		return;
+	err = cm_channel_ensure(&ch) != 0 ? EIO : listen_on(l, ch);
+	if (!err) {
+		sdp_info("port %u listens for RDMA channels again", l->port);
+		return;
+	}
+	sdp_debug("port %u: no RDMA listener yet: %s", l->port, strerror(err));
+	l->relisten_ms = l->relisten_ms * 2 < RELISTEN_MAX_MS ? l->relisten_ms * 2 : RELISTEN_MAX_MS;
+	progress_timer_arm(&l->relisten, progress_now_ms() + l->relisten_ms);
+}
+
+static void drop_id_on_progress(void *arg)
+{
+	struct sdp_listener *l = arg;
+
+	if (!l->closing && l->id) {
+		SDP_GUARD_ENTER();
+		rdma_destroy_id(l->id);
+		SDP_GUARD_LEAVE();
+		l->id = NULL;
+		sdp_warn("port %u: the RDMA device went; new connections use TCP until it is back", l->port);
+		l->relisten.fn = relisten_fired;
+		l->relisten.arg = l;
+		l->relisten_ms = RELISTEN_FIRST_MS;
+		progress_timer_arm(&l->relisten, progress_now_ms() + l->relisten_ms);
+	}
+	listener_put(l);
+}
+
+/* The event is acked before the id can be destroyed: later, on the queue. */
+static void listener_lost_device(struct sdp_listener *l)
+{
+	listener_hold(l);
+	if (progress_defer(drop_id_on_progress, l) != 0) {
+		sdp_error("port %u: cannot queue the release of a removed device's listener", l->port);
+		listener_put(l);
+	}
 }
 
 static void pending_unlink_locked(struct sdp_listener *l, struct sdp_conn *c)
@@ -118,8 +185,11 @@ static void destroy_listener_on_progress(void *arg)
 		pthread_mutex_lock(&l->lock);
 	}
 	pthread_mutex_unlock(&l->lock);
+	progress_timer_cancel(&l->relisten);
 	SDP_GUARD_ENTER();
-	rdma_destroy_id(l->id);
+	if (l->id)
+		rdma_destroy_id(l->id);
+	l->id = NULL;
 	SDP_GUARD_LEAVE();
 	listener_put(l);
 }
@@ -296,6 +366,8 @@ void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
 	struct sdp_hello h;
 	uint8_t code;
 
+	if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL && ev->id == l->id)
+		listener_lost_device(l);
 	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		return;
 	if (listener_full(l)) {

@@ -1,9 +1,10 @@
-/* Per-device protection domains and completion channels, and registration
- * of the channel buffers. */
+/* Per-device protection domains and completion channels, registration of
+ * the channel buffers, and the release of a removed device's resources. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -18,9 +19,17 @@
 #include "core/dev.h"
 #include "core/mrcache.h"
 
+#include <rdma/rdma_cma.h>
+
+#define RELEASE_LOOK_MS 50u
+#define RELEASE_LOOKS 100u /* 5 s: librdmacm closes a context once the kernel unlisted it */
+
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sdp_dev *dev_list;
 static _Atomic unsigned dev_gen;
+static int placeholder_fd = -1; /* what a removed device's fds become */
+static struct progress_timer release_timer;
+static unsigned release_looks_left;
 
 /* A completion channel the progress thread watches (non-blocking, hidden). */
 static struct ibv_comp_channel *open_channel(struct ibv_context *ctx, struct progress_source *src,
@@ -57,6 +66,7 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 	if (!d)
 		return NULL;
 	d->ctx = ctx;
+	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ctx->device));
 	d->pd = ibv_alloc_pd(ctx);
 	if (d->pd)
 		d->cc = open_channel(ctx, &d->cc_src, cq_on_channel_ready, EPOLLIN);
@@ -83,15 +93,33 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 	return d;
 }
 
+/* Is the device still registered?  An id resolved just before the device
+ * went must not open new resources on it: they would hold its removal. */
+static bool device_listed(struct ibv_device *device)
+{
+	struct ibv_device **list;
+	bool found = false;
+	int n = 0;
+
+	SDP_GUARD_ENTER();
+	list = ibv_get_device_list(&n);
+	for (int i = 0; list && i < n && !found; i++)
+		found = list[i] == device;
+	if (list)
+		ibv_free_device_list(list);
+	SDP_GUARD_LEAVE();
+	return found;
+}
+
 struct sdp_dev *dev_get(struct ibv_context *ctx)
 {
 	struct sdp_dev *d;
 
 	pthread_mutex_lock(&dev_lock);
 	for (d = dev_list; d; d = d->next)
-		if (d->ctx == ctx)
+		if (d->ctx == ctx && !d->retired)
 			break;
-	if (!d) {
+	if (!d && device_listed(ctx->device)) {
 		SDP_GUARD_ENTER();
 		d = dev_create(ctx);
 		SDP_GUARD_LEAVE();
@@ -101,6 +129,10 @@ struct sdp_dev *dev_get(struct ibv_context *ctx)
 			atomic_fetch_add(&dev_gen, 1);
 		}
 	}
+	if (d && atomic_load(&d->removed))
+		d = NULL;
+	if (d)
+		atomic_fetch_add(&d->conns, 1);
 	pthread_mutex_unlock(&dev_lock);
 	return d;
 }
@@ -152,10 +184,138 @@ void dev_conn_added(struct sdp_dev *dev)
 	atomic_fetch_add(&dev->conns, 1);
 }
 
+/* ------------------------------------------------- a removed device */
+
+/* A read-only /dev/null: never readable as an event, every verbs command
+ * on it fails (ioctl ENOTTY, write EBADF).  What a released fd becomes. */
+static int placeholder(void)
+{
+	if (placeholder_fd < 0)
+		placeholder_fd = progress_hide_fd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+	return placeholder_fd;
+}
+
+/* fd's number now holds the placeholder: its file goes, and with it the
+ * hold on the device; a thread that still reads it reads nothing, and
+ * never an fd the app got since. */
+static void fd_release_in_place(int fd, const char *what)
+{
+	if (placeholder() < 0 || real.dup3(placeholder_fd, fd, O_CLOEXEC) < 0)
+		sdp_error("a removed device's %s stays open: %s", what, strerror(errno));
+}
+
+static void channel_retire(struct ibv_comp_channel *ch)
+{
+	progress_unwatch(ch->fd);
+	fd_release_in_place(ch->fd, "completion channel");
+}
+
+/* librdmacm closes the context of a device that left the kernel's list
+ * once no id uses it, but reads the list only when asked for devices, and
+ * not at all when the list is empty (the last device went).  So ask; and
+ * if it still holds a context whose device is unlisted, release that
+ * context's two files in place: the kernel can finish the removal, and
+ * what librdmacm later does with the context fails harmlessly. */
+static bool context_still_held(struct ibv_context *gone, struct ibv_context **listed)
+{
+	bool in_list = false;
+
+	for (int i = 0; listed && listed[i]; i++)
+		in_list |= listed[i] == gone;
+	if (listed && !in_list)
+		return false; /* librdmacm let it go (closed, or closes it with its last id) */
+	if (device_listed(gone->device))
+		return true; /* the kernel has not unlisted it yet */
+	fd_release_in_place(gone->cmd_fd, "context");
+	fd_release_in_place(gone->async_fd, "context's event queue");
+	return false;
+}
+
+static void release_look(void *arg)
+{
+	struct ibv_context **list;
+	bool pending = false;
+
+	(void)arg;
+	SDP_GUARD_ENTER();
+	list = rdma_get_devices(NULL);
+	SDP_GUARD_LEAVE();
+	pthread_mutex_lock(&dev_lock);
+	for (struct sdp_dev *d = dev_list; d; d = d->next) {
+		if (d->gone_ctx && !context_still_held(d->gone_ctx, list))
+			d->gone_ctx = NULL;
+		pending |= d->gone_ctx != NULL;
+	}
+	pthread_mutex_unlock(&dev_lock);
+	SDP_GUARD_ENTER();
+	if (list)
+		rdma_free_devices(list);
+	SDP_GUARD_LEAVE();
+	if (pending && --release_looks_left > 0)
+		progress_timer_arm(&release_timer, progress_now_ms() + RELEASE_LOOK_MS);
+	else if (pending)
+		sdp_warn("a removed device is still listed after %u ms", RELEASE_LOOK_MS * RELEASE_LOOKS);
+}
+
+static void retire_on_progress(void *arg)
+{
+	struct sdp_dev *d = arg;
+
+	pthread_mutex_lock(&dev_lock);
+	if (d->retired || atomic_load(&d->conns) > 0) {
+		pthread_mutex_unlock(&dev_lock);
+		return;
+	}
+	d->retired = true;
+	d->gone_ctx = d->ctx;
+	atomic_fetch_add(&dev_gen, 1);
+	pthread_mutex_unlock(&dev_lock);
+	mrcache_flush_dev(d);
+	channel_retire(d->cc);
+	channel_retire(d->link_cc);
+	SDP_GUARD_ENTER();
+	if (ibv_dealloc_pd(d->pd) != 0)
+		sdp_warn("device %s: its protection domain is still in use", d->name);
+	SDP_GUARD_LEAVE();
+	d->pd = NULL;
+	sdp_info("device %s removed: its resources are released", d->name);
+	release_timer.fn = release_look;
+	release_looks_left = RELEASE_LOOKS;
+	progress_timer_arm(&release_timer, progress_now_ms());
+}
+
+static void retire_when_unused(struct sdp_dev *d)
+{
+	if (atomic_load(&d->conns) == 0 && progress_defer(retire_on_progress, d) != 0)
+		sdp_error("device %s: cannot queue its release: out of memory", d->name);
+}
+
+void dev_removed(struct ibv_context *ctx)
+{
+	struct sdp_dev *d;
+	bool first = false;
+
+	pthread_mutex_lock(&dev_lock);
+	for (d = dev_list; d; d = d->next)
+		if (d->ctx == ctx && !d->retired)
+			break;
+	if (d)
+		first = !atomic_exchange(&d->removed, true);
+	pthread_mutex_unlock(&dev_lock);
+	if (!first)
+		return;
+	sdp_warn("device %s removed: its connections move to TCP, and its resources go once they have",
+		 d->name);
+	retire_when_unused(d);
+}
+
 void dev_conn_gone(struct sdp_dev *dev)
 {
-	if (atomic_fetch_sub(&dev->conns, 1) == 1)
-		mrcache_flush_dev(dev);
+	if (atomic_fetch_sub(&dev->conns, 1) != 1)
+		return;
+	mrcache_flush_dev(dev);
+	if (atomic_load(&dev->removed))
+		retire_when_unused(dev);
 }
 
 int dev_snapshot(struct sdp_dev **out, int max)
@@ -164,7 +324,8 @@ int dev_snapshot(struct sdp_dev **out, int max)
 
 	pthread_mutex_lock(&dev_lock);
 	for (struct sdp_dev *d = dev_list; d && n < max; d = d->next)
-		out[n++] = d;
+		if (!d->retired)
+			out[n++] = d;
 	pthread_mutex_unlock(&dev_lock);
 	return n;
 }
@@ -181,10 +342,12 @@ void dev_progress_watch_last(void)
 {
 	pthread_mutex_lock(&dev_lock);
 	for (struct sdp_dev *d = dev_list; d; d = d->next) {
+		if (d->retired)
+			continue;
 		progress_unwatch(d->link_cc->fd);
 		if (progress_watch(d->link_cc->fd, EPOLLIN | EPOLLEXCLUSIVE, &d->link_cc_src) != 0)
 			sdp_error("device %s: the progress thread cannot watch its completions: %s",
-				  ibv_get_device_name(d->ctx->device), strerror(errno));
+				  d->name, strerror(errno));
 	}
 	pthread_mutex_unlock(&dev_lock);
 }
@@ -193,4 +356,5 @@ void dev_atfork_child(void)
 {
 	pthread_mutex_init(&dev_lock, NULL);
 	dev_list = NULL; /* leaked on purpose: the parent's contexts */
+	memset(&release_timer, 0, sizeof(release_timer));
 }

@@ -13,6 +13,8 @@
 
 struct sdp_dev {
 	struct ibv_context *ctx;
+	char name[64];
+	struct ibv_context *gone_ctx; /* retired, until librdmacm no longer lists it */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;      /* channels' own CQs */
 	struct progress_source cc_src;
@@ -20,12 +22,17 @@ struct sdp_dev {
 	struct progress_source link_cc_src;
 	uint32_t max_inline; /* what a QP of this device accepted */
 	bool mw_type2;       /* type 2 memory windows: zero-copy can scope exposure */
-	_Atomic int conns;   /* channels using it; the last one flushes the MR cache */
+	_Atomic int conns;   /* channels, links and streams using it; the last one
+			      * flushes the MR cache (and retires a removed device) */
+	_Atomic bool removed; /* DEVICE_REMOVAL seen: no new user, retire once unused */
+	bool retired;         /* its PD is gone and its channels' fds are placeholders (dev_lock) */
 	_Atomic int link_cqs; /* CQs on link_cc (cq.c reads one event when 1) */
 	struct sdp_dev *next;
 };
 
-/* The device record of ctx (an rdma_cm id's verbs), created if needed. */
+/* The device record of ctx (an rdma_cm id's verbs), created if needed,
+ * with one use counted (dev_conn_gone gives it back).  NULL if the device
+ * is being removed, or its record cannot be made. */
 struct sdp_dev *dev_get(struct ibv_context *ctx);
 
 /* Registers len bytes (page-aligned allocation) with local access only:
@@ -36,13 +43,24 @@ struct sdp_dev *dev_get(struct ibv_context *ctx);
 void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, int *err);
 void dev_free_registered(void *mem, size_t len, struct ibv_mr *mr);
 
+/* One more use of a device the caller already counts a use of. */
 void dev_conn_added(struct sdp_dev *dev);
-/* A channel on dev went away; with none left, cached registrations go. */
+/* A use of dev went away; with none left, cached registrations go, and a
+ * removed device is retired. */
 void dev_conn_gone(struct sdp_dev *dev);
 
-/* Up to max devices of this process (records are never freed); the count. */
+/* RDMA_CM_EVENT_DEVICE_REMOVAL for an id on ctx (progress thread).  Once
+ * the device's last user is gone, its PD and completion channels are
+ * released and librdmacm is asked to close its context, so that the
+ * kernel's removal (`rdma link delete`) need not wait for this process. */
+void dev_removed(struct ibv_context *ctx);
+
+/* Up to max live devices of this process; the count.  Records are never
+ * freed: a retired one keeps its channel structs, whose fds are then a
+ * placeholder that never reads, so a thread that took the record before
+ * it retired reads nothing, and never an fd the app got since. */
 int dev_snapshot(struct sdp_dev **out, int max);
-/* Bumped each time a device record is created. */
+/* Bumped each time a device record is created or retired. */
 unsigned dev_generation(void);
 /* Puts the progress thread's watch of every completion channel last in
  * the channels' wait queues (app epoll sets go first: app_wake.c). */

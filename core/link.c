@@ -312,7 +312,6 @@ static int setup_receive(struct sdp_link *link, struct rdma_cm_id *id)
 	link->dev = dev_get(id->verbs);
 	if (!link->dev)
 		return -ENODEV;
-	dev_conn_added(link->dev);
 	SDP_GUARD_ENTER();
 	err = create_cq_qp(link, id);
 	SDP_GUARD_LEAVE();

@@ -10,6 +10,7 @@
 
 #include "base/policy.h"
 #include "base/reason.h"
+#include "core/progress.h"
 
 struct rdma_cm_id;
 struct sdp_conn;
@@ -18,7 +19,11 @@ struct sdp_listener {
 	int cm_kind;              /* CM_KIND_LISTENER: first, for rdma_cm id contexts */
 	pthread_mutex_t lock;     /* pending list */
 	_Atomic int refs;
-	struct rdma_cm_id *id;
+	struct rdma_cm_id *id;    /* NULL while its device is gone (progress thread) */
+	struct sockaddr_storage local; /* what it listens on, to listen again */
+	int backlog;
+	struct progress_timer relisten; /* the next try once the device went */
+	unsigned relisten_ms;
 	struct sdp_conn *pending; /* channels waiting for accept() */
 	unsigned pending_count, pending_max;
 	uint16_t port;

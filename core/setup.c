@@ -228,7 +228,6 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 		*reason = SDP_REASON_RDMA_CM_ERROR;
 		return -ENODEV;
 	}
-	dev_conn_added(c->dev);
 	SDP_GUARD_ENTER();
 	err = create_cq_qp(c, id);
 	SDP_GUARD_LEAVE();

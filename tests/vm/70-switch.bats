@@ -28,10 +28,17 @@
 #    QP and MR counts (`rdma resource show`) are back to their baseline.
 #  - link delete (last, as it removes rxe0): `rdma link delete` of the device
 #    under a running $BIG_STREAM stream, up and down; it must finish on TCP with the
-#    reference SHA-256 and reason=failover on both ends.  The delete's exit code,
-#    output and duration are printed (rxe cannot disassociate user contexts, so
-#    the delete may block until the processes close them).  Teardown re-adds
-#    the link on the same netdev and waits for it to be ACTIVE again.
+#    reference SHA-256 and reason=failover on both ends, and the delete must
+#    return, with status 0, while both processes still run (rxe cannot
+#    disassociate user contexts: the kernel waits until every process has
+#    closed the device's files, so the library releases them).  Its duration
+#    is printed.  Teardown re-adds the link on the same netdev and waits for
+#    it to be ACTIVE again.
+#  - delete, then add: a server listening on the device's address and a client
+#    holding a connection live through `rdma link delete` and `rdma link add`;
+#    the held connection moves to TCP, and once the server says it listens
+#    again, the same client process's next connection and a new client's are
+#    on RDMA; every echo checked.
 
 load ../helpers
 load vm_helpers
@@ -378,7 +385,7 @@ wait_le() {
 # $BIG_STREAM stream (up: client -> server, down: server -> client); the receiver's
 # digest must match the reference and both ends must have moved to TCP.
 link_delete_case() {
-  local dir=$1 field receiver link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want
+  local dir=$1 field receiver link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want running
   if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
   rxe_link_pick || true
   show "rdma link show: $RXE_LINKS" "using link ${LINK_DEV:-?} on netdev ${LINK_NETDEV:-?}"
@@ -408,6 +415,13 @@ link_delete_case() {
   RESTORE_LINK=1
   t_del=$(now_ms)
   link_delete_start "$T/linkdel.res"
+  # The delete returns while both processes still run: they released the device.
+  for i in $(seq 1 100); do
+    [ -f "$T/linkdel.res" ] && break
+    sleep 0.1
+  done
+  running="client $(bg_running client && echo running || echo ended)"
+  running+=", server $(bg_running server && echo running || echo ended)"
   wait_bg client || crc=$?
   wait_bg server || src=$?
   t_end=$(now_ms)
@@ -422,6 +436,7 @@ link_delete_case() {
   want=$(ref_digest 1 "$BIG_STREAM")
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
        "  output: $(cat "$T/linkdel.res.out" 2>/dev/null)" \
+       "  when it returned (or 10 s after it began): $running" \
        "  the stream ended $(( t_end - t_del )) ms after the delete began" \
        "  rdma link show now: $(rdma link show 2>&1)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
@@ -430,6 +445,8 @@ link_delete_case() {
        "$(stats_lines "$STATS")" "$(stats_summary)"
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
+  [ "${del%% *}" = rc=0 ]
+  [ "$running" = "client running, server running" ]
   [ -n "$got" ]
   [ "$got" = "$want" ]
   [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 1 ]
@@ -444,4 +461,44 @@ link_delete_case() {
 
 @test "switch: rdma link delete during a $(size_name "$BIG_STREAM") download: the stream finishes on TCP" {
   link_delete_case down
+}
+
+# A listener bound to the device's address, and a client process, live
+# through the device's removal and return: what they open afterwards is on
+# RDMA again.  (A stream that moved to TCP stays there: issue 17's upgrade.)
+@test "switch: rdma link delete, then add: the same server and client processes open RDMA channels again" {
+  local port go crc=0 src=0 c2=0 del paths
+  rxe_link_pick || true
+  [ -n "$LINK_DEV" ]
+  [ -n "$LINK_NETDEV" ]
+  port=$(free_port)
+  go=$T/go
+  start_bg server timeout -k 5 300 env SDPSHIM_LOG=info "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n 3
+  wait_port "$RXE_IP" "$port"
+  start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 2 -w "$go"
+  wait_for_line "$T/client.log" "^holding" 90
+  RESTORE_LINK=1
+  link_delete_start "$T/linkdel.res"
+  restore_link "$T/linkdel.res"
+  RESTORE_LINK=
+  del=$(cat "$T/linkdel.res" 2>/dev/null)
+  # The server's rdma_cm listener went with the device; it listens again
+  # (a backoff of at most 8 s) before the next connection comes.
+  wait_for_line "$T/server.log" "port $port listens for RDMA channels again" 30 || true
+  touch "$go"
+  wait_bg client || crc=$?
+  run_timeout 90 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 >"$T/client2.log" 2>&1 || c2=$?
+  wait_bg server || src=$?
+  paths=$(stats_lines "$STATS" | awk '{ print $2, $5, $6 }' | sort | uniq -c | awk '{ print $1, $2, $3, $4 }' | paste -sd ';' -)
+  show "rdma link delete: ${del:-none}" "client (rc=$crc): $(bg_log client)" \
+       "second client (rc=$c2): $(cat "$T/client2.log")" "server (rc=$src): $(bg_log server)" \
+       "role, path, reason: $paths" "$(stats_lines "$STATS")"
+  [ "${del%% *}" = rc=0 ]
+  [ "$crc" -eq 0 ]
+  [ "$c2" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -q "^ok 2$" "$T/client.log"
+  grep -q "^ok 1$" "$T/client2.log"
+  # The held connection moved; the two made after the return are on RDMA.
+  [ "$paths" = "2 client rdma none;1 client tcp failover;2 server rdma none;1 server tcp failover" ]
 }
