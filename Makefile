@@ -46,7 +46,7 @@ CLI_SRCS  := $(wildcard tools/*.c)
 # Unit tests and the launcher link these.
 PURE_SRCS := base/log.c base/policy.c base/stats_shm.c base/stats_read.c base/config.c base/reason.c base/fdtable.c \
              base/pin_budget.c base/self.c \
-             core/wire.c core/switch_reader.c core/geometry.c core/timer_heap.c \
+             core/wire.c core/switch_reader.c core/geometry.c core/timer_heap.c core/uevent.c \
              ipoib_fallback/rules.c ipoib_fallback/rules_match.c ipoib_fallback/negcache.c \
              ipoib_fallback/path.c
 PURE_SRCS := $(wildcard $(PURE_SRCS))

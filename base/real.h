@@ -5,6 +5,8 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -62,6 +64,13 @@
 	X(pid_t, fork, (void), 1)                                                        \
 	X(int, daemon, (int, int), 1)                                                    \
 	X(int, execve, (const char *, char *const[], char *const[]), 1)                  \
+	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *,   \
+			     const posix_spawnattr_t *, char *const[], char *const[]), 1)  \
+	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *,  \
+			      const posix_spawnattr_t *, char *const[], char *const[]), 1) \
+	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int), 1) \
+	X(int, system, (const char *), 1)                                                \
+	X(FILE *, popen, (const char *, const char *), 1)                                \
 	X(ssize_t, __read_chk, (int, void *, size_t, size_t), 0)                         \
 	X(ssize_t, __recv_chk, (int, void *, size_t, size_t, int), 0)                    \
 	X(ssize_t, __recvfrom_chk, (int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *), 0) \

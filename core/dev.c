@@ -90,6 +90,7 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 		sdp_info("device %s has no type 2 memory windows: zero-copy off",
 			 ibv_get_device_name(ctx->device));
 	sdp_debug("device %s ready", ibv_get_device_name(ctx->device));
+	dev_watch_start();
 	return d;
 }
 
@@ -290,23 +291,42 @@ static void retire_when_unused(struct sdp_dev *d)
 		sdp_error("device %s: cannot queue its release: out of memory", d->name);
 }
 
+/* The first sign that d's device went: d takes no new user, and goes once
+ * its last one has. */
+static void mark_removed(struct sdp_dev *d)
+{
+	if (atomic_exchange(&d->removed, true))
+		return;
+	sdp_warn("device %s removed: its connections move to TCP, and its resources go once they have",
+		 d->name);
+	retire_when_unused(d);
+}
+
 void dev_removed(struct ibv_context *ctx)
 {
 	struct sdp_dev *d;
-	bool first = false;
 
 	pthread_mutex_lock(&dev_lock);
 	for (d = dev_list; d; d = d->next)
 		if (d->ctx == ctx && !d->retired)
 			break;
-	if (d)
-		first = !atomic_exchange(&d->removed, true);
 	pthread_mutex_unlock(&dev_lock);
-	if (!first)
-		return;
-	sdp_warn("device %s removed: its connections move to TCP, and its resources go once they have",
-		 d->name);
-	retire_when_unused(d);
+	if (d)
+		mark_removed(d);
+}
+
+void dev_check_listed(void)
+{
+	struct sdp_dev *gone[16];
+	int n = 0;
+
+	pthread_mutex_lock(&dev_lock);
+	for (struct sdp_dev *d = dev_list; d && n < 16; d = d->next)
+		if (!d->retired && !atomic_load(&d->removed) && !device_listed(d->ctx->device))
+			gone[n++] = d;
+	pthread_mutex_unlock(&dev_lock);
+	for (int i = 0; i < n; i++)
+		mark_removed(gone[i]);
 }
 
 void dev_conn_gone(struct sdp_dev *dev)
@@ -356,5 +376,6 @@ void dev_atfork_child(void)
 {
 	pthread_mutex_init(&dev_lock, NULL);
 	dev_list = NULL; /* leaked on purpose: the parent's contexts */
+	dev_watch_atfork_child();
 	memset(&release_timer, 0, sizeof(release_timer));
 }

@@ -55,6 +55,16 @@ void dev_conn_gone(struct sdp_dev *dev);
  * kernel's removal (`rdma link delete`) need not wait for this process. */
 void dev_removed(struct ibv_context *ctx);
 
+/* A device went from the kernel's list (core/dev_watch.c saw it go):
+ * each record whose device is no longer listed is handled as if
+ * DEVICE_REMOVAL had come.  Progress thread. */
+void dev_check_listed(void);
+
+/* core/dev_watch.c: the kernel's uevents, watched from the first device
+ * record on (once per process), and forgotten in a forked child. */
+void dev_watch_start(void);
+void dev_watch_atfork_child(void);
+
 /* Up to max live devices of this process; the count.  Records are never
  * freed: a retired one keeps its channel structs, whose fds are then a
  * placeholder that never reads, so a thread that took the record before

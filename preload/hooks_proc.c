@@ -1,6 +1,9 @@
-/* Process hooks: fork, vfork, daemon and exec, and the pthread_atfork
+/* Process hooks: fork, vfork, daemon, exec and spawn, and the pthread_atfork
  * handlers that keep the fd table and stats consistent across them. */
 #include <errno.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -96,4 +99,54 @@ SDP_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 	sdp_ensure_init();
 	prepare_exec();
 	return real.execve(path, argv, envp);
+}
+
+/* posix_spawn, system and popen make their child with clone(CLONE_VFORK),
+ * which runs no fork handler, and the child execs at once: for the sockets
+ * it is an exec.  What the child inherits (no FD_CLOEXEC, or named by a
+ * dup2 file action) moves to TCP first; unlike an exec, this process goes
+ * on, and its other sockets keep RDMA. */
+static void prepare_spawn(void)
+{
+	sdp_ensure_init();
+	sock_switch_all_to_tcp(true);
+}
+
+SDP_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	prepare_spawn();
+	return real.posix_spawn(pid, path, actions, attr, argv, envp);
+}
+
+SDP_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	prepare_spawn();
+	return real.posix_spawnp(pid, file, actions, attr, argv, envp);
+}
+
+/* The child will get fd as newfd whatever its FD_CLOEXEC says. */
+SDP_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *actions, int fd, int newfd)
+{
+	struct sdp_sock *s;
+
+	sdp_ensure_init();
+	s = sock_of(fd);
+	if (s)
+		atomic_store(&s->spawn_dup, true);
+	return real.posix_spawn_file_actions_adddup2(actions, fd, newfd);
+}
+
+SDP_EXPORT int system(const char *command)
+{
+	if (command)
+		prepare_spawn();
+	return real.system(command);
+}
+
+SDP_EXPORT FILE *popen(const char *command, const char *type)
+{
+	prepare_spawn();
+	return real.popen(command, type);
 }

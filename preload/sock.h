@@ -40,6 +40,7 @@ struct sdp_sock {
 	bool require_rdma;          /* rule "use rdma" */
 	bool exit_flushed;          /* stats line written at exit */
 	bool shared_with_child;     /* a fork gave a child a copy of this socket */
+	_Atomic bool spawn_dup;     /* a posix_spawn dup2 action names it: the child gets it */
 	bool from_parent;           /* this process got it from its parent by fork */
 	uint32_t fork_gen;          /* last fork handled (one visit per socket) */
 	int rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO/SO_SNDTIMEO, -1 = none */

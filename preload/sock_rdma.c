@@ -141,7 +141,8 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */
 	if (!c)
 		return;
-	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC)) {
+	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC) &&
+	    !atomic_exchange(&s->spawn_dup, false)) {
 		conn_put(c);
 		return;
 	}

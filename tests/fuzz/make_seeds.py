@@ -459,6 +459,24 @@ def stats_seeds():
     }
 
 
+def uevent_seeds():
+    def msg(*fields):
+        return b"".join(f.encode() + b"\0" for f in fields)
+    uverbs = "/devices/virtual/infiniband_verbs/uverbs0"
+    return {
+        "uverbs-remove": msg("remove@" + uverbs, "ACTION=remove", "DEVPATH=" + uverbs,
+                             "SUBSYSTEM=infiniband_verbs", "MAJOR=231", "MINOR=192",
+                             "DEVNAME=infiniband/uverbs0", "SEQNUM=4021"),
+        "ibdev-remove": msg("remove@/devices/virtual/infiniband/rxe0", "ACTION=remove",
+                            "SUBSYSTEM=infiniband", "NAME=rxe0"),
+        "uverbs-add": msg("add@" + uverbs, "ACTION=add", "SUBSYSTEM=infiniband_verbs"),
+        "net-remove": msg("remove@/devices/virtual/net/rxenet0", "ACTION=remove",
+                          "SUBSYSTEM=net", "INTERFACE=rxenet0"),
+        "no-last-nul": b"ACTION=remove\0SUBSYSTEM=infiniband",
+        "empty-fields": b"\0\0ACTION=remove\0\0SUBSYSTEM=infiniband\0\0",
+    }
+
+
 CORPORA = {
     "fuzz_bsdh": bsdh_seeds,
     "fuzz_hello": hello_seeds,
@@ -471,6 +489,7 @@ CORPORA = {
     "fuzz_rules": rules_seeds,
     "fuzz_stats": stats_seeds,
     "fuzz_tcp_diag": tcp_diag_seeds,
+    "fuzz_uevent": uevent_seeds,
 }
 
 

@@ -194,6 +194,32 @@ sockcheck() {   # sockcheck SCENARIO ADDR : runs it preloaded, expects "ok SCENA
     --reason sha256sum=inherited
 }
 
+# posix_spawn and system() children (no fork handlers run) echo on the
+# socket they inherit; on kernel TCP the hooks move nothing, and break nothing.
+spawn_echo_case() {   # spawn_echo_case spawn|system
+  local port src=0
+  port=$(free_port)
+  "${PRELOADED[@]}" "$PROGS/forkecho" -s "$port" -a 127.0.0.1 -X "$1" -n 6 >"$BATS_TEST_TMPDIR/server.out" 2>&1 3>&- &
+  local spid=$!
+  wait_port 127.0.0.1 "$port"
+  run run_timeout 60 "${PRELOADED[@]}" "$PROGS/forkecho" -c 127.0.0.1 -p "$port" -n 6 -j 3 -b 100000
+  wait "$spid" || src=$?
+  show "$output" "server (rc=$src): $(cat "$BATS_TEST_TMPDIR/server.out")"
+  [ "$status" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -qx "forkecho: 6/6 ok" <<<"$output"
+  [ "$(grep -cE '^conn [0-9]+ bytes=100000 sha256=[0-9a-f]{64} ok$' <<<"$output")" -eq 6 ]
+  grep -q "forkecho: server: 6 connections, 0 children failed, 0 forks failed" "$BATS_TEST_TMPDIR/server.out"
+}
+
+@test "forkecho -X spawn: posix_spawn children (a dup2 action) echo on the inherited socket under the shim" {
+  spawn_echo_case spawn
+}
+
+@test "forkecho -X system: system() children echo on the inherited socket under the shim" {
+  spawn_echo_case system
+}
+
 @test "sockcheck trunc (recv with MSG_TRUNC: NULL buffer, MSG_WAITALL, untouched buffer) under the shim" {
   sockcheck trunc 127.0.0.1
   check_lines --min 2 --exact-bytes

@@ -9,7 +9,12 @@
  *       (children are reaped from a SIGCHLD handler), the child echoes every byte
  *       until EOF, closes and exits 0.  With -x the child instead moves the socket
  *       to fd 3 and execs /bin/sh -c 'exec cat <&3 >&3': the echo runs in a new
- *       image on an inherited descriptor.  After MAXCONNS connections (0 or no -n:
+ *       image on an inherited descriptor.  With -X spawn the parent makes that
+ *       child with posix_spawn instead of fork (the accepted fd is set
+ *       FD_CLOEXEC first: only the spawn's dup2 action to fd 3 hands it over);
+ *       with -X system, with system("cat <&FD >&FD &") (the shell leaves cat
+ *       running in the background; the parent cannot wait for it).  Neither
+ *       runs fork handlers.  After MAXCONNS connections (0 or no -n:
  *       never) the parent waits for every child, prints how long its fork()
  *       calls took (median, p90, max) and exits 0, or 1 if a child failed
  *       (nonzero exit or a signal).  With -d the parent holds each
@@ -42,6 +47,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -75,7 +81,7 @@ static void die(const char *fmt, ...)
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
-	fprintf(stderr, "usage: forkecho -s PORT [-a ADDR] [-x] [-n MAXCONNS] [-d MS]\n"
+	fprintf(stderr, "usage: forkecho -s PORT [-a ADDR] [-x | -X spawn|system] [-n MAXCONNS] [-d MS]\n"
 			"       forkecho -s PORT [-a ADDR] -w WORKERS -n MAXCONNS\n"
 			"       forkecho -c HOST -p PORT [-n CONNS] [-j PARALLEL] [-b BYTES] "
 			"[-S SEED]\n");
@@ -190,6 +196,40 @@ static void child_exec(int fd, int index)
 	_exit(127);
 }
 
+enum { ECHO_FORK, ECHO_FORK_EXEC, ECHO_SPAWN, ECHO_SYSTEM };
+
+extern char **environ;
+
+/* The echo child without fork: posix_spawn or system (-X).  The child's
+ * pid (0 for system, whose cat is the shell's), or -1. */
+static pid_t spawn_echo(int fd, int index, int mode)
+{
+	char *argv[] = { "sh", "-c", "exec cat <&3 >&3", NULL };
+	posix_spawn_file_actions_t actions;
+	char command[64];
+	pid_t pid = -1;
+	int rc;
+
+	if (mode == ECHO_SYSTEM) {
+		snprintf(command, sizeof(command), "cat <&%d >&%d &", fd, fd);
+		rc = system(command);
+		if (rc != 0)
+			fprintf(stderr, "forkecho: system for connection %d: status %d\n", index, rc);
+		return rc == 0 ? 0 : -1;
+	}
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0 || posix_spawn_file_actions_init(&actions) != 0)
+		return -1;
+	rc = posix_spawn_file_actions_adddup2(&actions, fd, 3);
+	if (rc == 0)
+		rc = posix_spawn(&pid, "/bin/sh", &actions, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&actions);
+	if (rc != 0) {
+		fprintf(stderr, "forkecho: posix_spawn for connection %d: %s\n", index, strerror(rc));
+		return -1;
+	}
+	return pid;
+}
+
 static int fork_delay_ms;   /* -d */
 static int prefork_workers; /* -w */
 
@@ -269,7 +309,7 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 	struct addrinfo *ai = resolve(addr, port, 1);
 	struct sigaction sa;
 	sigset_t chld;
-	int one = 1, lfd, forked = 0, fork_failures = 0, status;
+	int one = 1, lfd, forked = 0, by_system = 0, fork_failures = 0, status;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigchld;
@@ -305,6 +345,18 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 			nanosleep(&(struct timespec){ fork_delay_ms / 1000,
 						      (fork_delay_ms % 1000) * 1000000L }, NULL);
 		fflush(NULL); /* nothing buffered for the child to repeat */
+		if (exec_mode >= ECHO_SPAWN) {
+			pid = spawn_echo(fd, accepted, exec_mode);
+			if (pid < 0)
+				fork_failures++;
+			else if (pid > 0)
+				forked++;
+			else
+				by_system++;
+			if (close(fd) != 0)
+				die("close of the accepted fd in the parent: %s", strerror(errno));
+			continue;
+		}
 		struct timespec t0, t1;
 
 		clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -353,7 +405,7 @@ static int server(const char *addr, const char *port, int maxconns, int exec_mod
 	}
 	print_fork_times();
 	printf("forkecho: server: %d connections, %d children failed, %d forks failed\n",
-	       forked + fork_failures, (int)child_failures, fork_failures);
+	       forked + by_system + fork_failures, (int)child_failures, fork_failures);
 	fflush(stdout);
 	return (child_failures || fork_failures) ? 1 : 0;
 }
@@ -677,11 +729,16 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	cl.bytes = 65536;
 	cl.seed = 1;
-	while ((c = getopt(argc, argv, "s:a:xn:d:w:c:p:j:b:S:")) != -1) {
+	while ((c = getopt(argc, argv, "s:a:xX:n:d:w:c:p:j:b:S:")) != -1) {
 		switch (c) {
 		case 's': listen_port = optarg; break;
 		case 'a': addr = optarg; break;
-		case 'x': exec_mode = 1; break;
+		case 'x': exec_mode = ECHO_FORK_EXEC; break;
+		case 'X':
+			if (strcmp(optarg, "spawn") != 0 && strcmp(optarg, "system") != 0)
+				usage();
+			exec_mode = strcmp(optarg, "spawn") == 0 ? ECHO_SPAWN : ECHO_SYSTEM;
+			break;
 		case 'n': count = parse_int(optarg, "-n", 0); break;
 		case 'd': fork_delay_ms = parse_int(optarg, "-d", 0); break;
 		case 'w': prefork_workers = parse_int(optarg, "-w", 1); break; /* (<= 64) */

@@ -9,7 +9,8 @@
 #    socket before fork, so every client stats line must say path=tcp,
 #    reason=forked, switches >= 1; 200 sequential connections, 20 concurrent ones
 #    of 1 MiB, and 20 where the child execs `sh -c 'exec cat <&3 >&3'` on the
-#    inherited socket (fd 3) so an exec'd image does the echo.
+#    inherited socket (fd 3) so an exec'd image does the echo; then 10 each
+#    where posix_spawn (a dup2 action) or system() makes that child instead.
 #  - failover: SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
 #    its RDMA connections into the error state once it has sent N bytes over
 #    RDMA; a $BIG_STREAM stream (tests/progs/stream) with the failure on the sending
@@ -39,6 +40,10 @@
 #    the held connection moves to TCP, and once the server says it listens
 #    again, the same client process's next connection and a new client's are
 #    on RDMA; every echo checked.
+#  - delete with no connection on the device: a server whose one client came
+#    and went (so it holds no rdma_cm id, no QP) still lets the device go
+#    (the verbs file's uevent), the delete returns while it runs, and its
+#    next connection, once the device is back, is on RDMA.
 
 load ../helpers
 load vm_helpers
@@ -100,7 +105,7 @@ fd_count() { ls "/proc/$1/fd" | wc -l; }
 
 # forkecho_case CONNS PARALLEL BYTES SECS [SERVER ARGS...]: a preloaded forkecho
 # server (-n CONNS) and a preloaded client; every connection sha-checked, RC QPs
-# seen while it ran, every client line switched with reason=forked.  With -x the
+# seen while it ran, every client line switched with reason=forked.  With -x or -X the
 # server end's lines come from cat, whose role for an inherited socket is only
 # guessed from the ports: the client lines are then taken by comm as well.
 # FORKECHO_SERVER_ENV: VAR=VALUE words for the server only.
@@ -108,7 +113,7 @@ forkecho_case() {
   local conns=$1 par=$2 bytes=$3 secs=$4 port t0 ms crc=0 src=0 okl filter=(role=client); shift 4
   local senv
   read -ra senv <<<"${FORKECHO_SERVER_ENV:-}"
-  case " $* " in *" -x "*) filter=(comm=forkecho role=client) ;; esac
+  case " $* " in *" -x "* | *" -X "*) filter=(comm=forkecho role=client) ;; esac
   port=$(free_port)
   start_bg server timeout -k 5 "$secs" "${PRE[@]}" env "${senv[@]}" "$FORKECHO" -s "$port" \
     -a "$RXE_IP" -n "$conns" "$@"
@@ -167,6 +172,16 @@ forkecho_case() {
   # The parent holds each connection 300 ms before it forks: short-lived queue
   # pairs can otherwise fall between two samples of `rdma resource show qp`.
   forkecho_case 20 4 $((256 << 10)) 600 -x -d 300
+}
+
+# posix_spawn and system() make their child without fork handlers (glibc's
+# clone(CLONE_VFORK)): the hooks move what the child inherits first.
+@test "switch: a posix_spawn child (dup2 action of a close-on-exec socket to fd 3) echoes, 10 connections, sha-checked" {
+  forkecho_case 10 2 $((256 << 10)) 600 -X spawn -d 300
+}
+
+@test "switch: a system() child (cat in the background on the inherited fd) echoes, 10 connections, sha-checked" {
+  forkecho_case 10 2 $((256 << 10)) 600 -X system -d 300
 }
 
 # --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
@@ -501,4 +516,46 @@ link_delete_case() {
   grep -q "^ok 1$" "$T/client2.log"
   # The held connection moved; the two made after the return are on RDMA.
   [ "$paths" = "2 client rdma none;1 client tcp failover;2 server rdma none;1 server tcp failover" ]
+}
+
+# A process with no rdma_cm id on the device when it goes (its one client
+# came and went, and the link went with it) gets no DEVICE_REMOVAL: the
+# kernel's uevent for the verbs file makes it let go (core/dev_watch.c).
+@test "switch: rdma link delete while a server has no connection on the device: the delete returns while it runs, and its next connection is on RDMA" {
+  local port i qps del running paths c1=0 c2=0 src=0
+  rxe_link_pick || true
+  [ -n "$LINK_DEV" ]
+  [ -n "$LINK_NETDEV" ]
+  port=$(free_port)
+  start_bg server timeout -k 5 300 "${PRE[@]}" "$PROGS/connects" -s "$port" -n 2
+  wait_port "$RXE_IP" "$port"
+  run_timeout 90 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 >"$T/client1.log" 2>&1 || c1=$?
+  for i in $(seq 1 100); do
+    qps=$(count_rc_qps connects)
+    [ "$qps" -eq 0 ] && break
+    sleep 0.1
+  done
+  RESTORE_LINK=1
+  link_delete_start "$T/linkdel.res"
+  for i in $(seq 1 100); do
+    [ -f "$T/linkdel.res" ] && break
+    sleep 0.1
+  done
+  running=$(bg_running server && echo running || echo ended)
+  restore_link "$T/linkdel.res"
+  RESTORE_LINK=
+  del=$(cat "$T/linkdel.res" 2>/dev/null)
+  run_timeout 90 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 >"$T/client2.log" 2>&1 || c2=$?
+  wait_bg server || src=$?
+  paths=$(stats_lines "$STATS" | awk '{ print $2, $5, $6 }' | sort | uniq -c | awk '{ print $1, $2, $3, $4 }' | paste -sd ';' -)
+  show "RC QPs of connects before the delete: $qps" "rdma link delete: ${del:-none}; the server then: $running" \
+       "first client (rc=$c1): $(cat "$T/client1.log")" "second client (rc=$c2): $(cat "$T/client2.log")" \
+       "server (rc=$src): $(bg_log server)" "role, path, reason: $paths"
+  [ "$c1" -eq 0 ]
+  [ "$qps" -eq 0 ]
+  [ "${del%% *}" = rc=0 ]
+  [ "$running" = running ]
+  [ "$c2" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$paths" = "2 client rdma none;2 server rdma none" ]
 }

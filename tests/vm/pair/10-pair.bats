@@ -11,7 +11,11 @@
 #    and the stream finishes on TCP, byte-exact;
 #  - a peer host without RDMA (network namespace "norxe" behind its own veth, rxe
 #    only on our end) gets plain TCP within one second of connect, every time,
-#    with the default connect timeout.
+#    with the default connect timeout;
+#  - `rdma link delete rxe0` (the client's device) under a stream to rxe1: the
+#    stream finishes on TCP byte-exact, the delete returns while both processes
+#    run (librdmacm still lists a device, rxe1, so it closes rxe0's context
+#    itself once asked), and the server keeps rxe1.  Last: it re-adds rxe0.
 
 load ../../helpers
 load ../vm_helpers
@@ -42,6 +46,7 @@ setup() {
 
 teardown() {
   vm_teardown
+  [ -z "${RESTORE_LINK:-}" ] || restore_link
   [ -z "${DROP_DEV:-}" ] || tc qdisc del dev "$DROP_DEV" root 2>/dev/null || true
   if [ -n "${NORXE_UP:-}" ]; then
     rdma link delete rxe_nrx 2>/dev/null || true
@@ -296,6 +301,52 @@ drop_roce() {
   [ "$(tc -s qdisc show dev rxenet0 | grep -A1 'netem 30:' | sed -nE 's/.*dropped ([0-9]+).*/\1/p')" -gt 0 ]
   cat "$T/client.log" "$T/server.log" |
     grep -q "RDMA carrier failed (send queue stalled: no completion within SDPSHIM_STALL_MS)"
+  assert_switched failover 2
+  assert_exact_bytes "$STATS"
+}
+
+@test "pair: rdma link delete of the client's device under a $(size_name "$BIG_STREAM") stream: byte-exact on TCP, the delete returns while both run" {
+  local port crc=0 src=0 i live running del got want until
+  rxe_link_pick || true
+  [ "$LINK_DEV" = rxe0 ]
+  port=$(free_port)
+  start_bg server timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP2" "$port"
+  start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" \
+    -b "$BIG_STREAM" -d up -m 1M
+  until=$(( $(date +%s) + 90 ))
+  while :; do
+    live=$(live_server "$port" bytes_received)
+    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.2
+  done
+  RESTORE_LINK=1
+  link_delete_start "$BATS_TEST_TMPDIR/linkdel.res"
+  for i in $(seq 1 100); do
+    [ -f "$BATS_TEST_TMPDIR/linkdel.res" ] && break
+    sleep 0.1
+  done
+  running="client $(bg_running client && echo running || echo ended)"
+  running+=", server $(bg_running server && echo running || echo ended)"
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  del=$(cat "$BATS_TEST_TMPDIR/linkdel.res" 2>/dev/null)
+  got=$(sed -nE "s/^stream: server received $BIG_BYTES bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
+  want=$(ref_digest 1 "$BIG_STREAM")
+  show "before the delete: server path and bytes received: $live" \
+       "rdma link delete rxe0: ${del:-still running}; when it returned: $running" \
+       "rdma link show now: $(rdma link show 2>&1 | paste -sd ';' -)" \
+       "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "server received sha256 ${got:-none}, reference $want" "$(stats_lines "$STATS")"
+  [ "${live% *}" = rdma ]
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "${del%% *}" = rc=0 ]
+  [ "$running" = "client running, server running" ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  ! grep -q "device rxe1 removed" "$T/server.log"
   assert_switched failover 2
   assert_exact_bytes "$STATS"
 }
