@@ -400,7 +400,7 @@ wait_le() {
 # $BIG_STREAM stream (up: client -> server, down: server -> client); the receiver's
 # digest must match the reference and both ends must have moved to TCP.
 link_delete_case() {
-  local dir=$1 field receiver link port pkts0 pkts live until i crc=0 src=0 t_del t_end del got want running
+  local dir=$1 field receiver link port pkts0 pkts live i crc=0 src=0 t_del t_end del got want
   if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
   rxe_link_pick || true
   show "rdma link show: $RXE_LINKS" "using link ${LINK_DEV:-?} on netdev ${LINK_NETDEV:-?}"
@@ -414,29 +414,15 @@ link_delete_case() {
   pkts0=$(rxe_counter "$link" sent_pkts)
   start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d "$dir" -m 1M
   # Data is flowing over RDMA: the server's live counters show 16 MiB moved.
-  until=$(( $(date +%s) + 90 ))
-  while :; do
-    live=$(live_server "$port" "$field")
-    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.2
-  done
+  live=$(live_rdma_wait "$port" "$field")
   pkts=$(rxe_counter "$link" sent_pkts)
   show "before the delete: server connection path and $field: $live;" \
        "  sent_pkts of $link: ${pkts0:-?} before the stream, ${pkts:-?} now; RC QPs of stream: $(count_rc_qps stream)"
   [ "${live% *}" = rdma ]
   [ "${live#* }" -ge $((16 << 20)) ]
   [ "$(count_rc_qps stream)" -ge 2 ]
-  RESTORE_LINK=1
   t_del=$(now_ms)
-  link_delete_start "$T/linkdel.res"
-  # The delete returns while both processes still run: they released the device.
-  for i in $(seq 1 100); do
-    [ -f "$T/linkdel.res" ] && break
-    sleep 0.1
-  done
-  running="client $(bg_running client && echo running || echo ended)"
-  running+=", server $(bg_running server && echo running || echo ended)"
+  link_delete_watch "$T/linkdel.res" client server
   wait_bg client || crc=$?
   wait_bg server || src=$?
   t_end=$(now_ms)
@@ -451,7 +437,7 @@ link_delete_case() {
   want=$(ref_digest 1 "$BIG_STREAM")
   show "rdma link delete $LINK_DEV: ${del:-still running 90 s after the stream ended}" \
        "  output: $(cat "$T/linkdel.res.out" 2>/dev/null)" \
-       "  when it returned (or 10 s after it began): $running" \
+       "  when it returned (or 10 s after it began): $DEL_RUNNING" \
        "  the stream ended $(( t_end - t_del )) ms after the delete began" \
        "  rdma link show now: $(rdma link show 2>&1)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
@@ -461,7 +447,7 @@ link_delete_case() {
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
   [ "${del%% *}" = rc=0 ]
-  [ "$running" = "client running, server running" ]
+  [ "$DEL_RUNNING" = "client running, server running" ]
   [ -n "$got" ]
   [ "$got" = "$want" ]
   [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 1 ]
@@ -522,7 +508,7 @@ link_delete_case() {
 # came and went, and the link went with it) gets no DEVICE_REMOVAL: the
 # kernel's uevent for the verbs file makes it let go (core/dev_watch.c).
 @test "switch: rdma link delete while a server has no connection on the device: the delete returns while it runs, and its next connection is on RDMA" {
-  local port i qps del running paths c1=0 c2=0 src=0
+  local port i qps del paths c1=0 c2=0 src=0
   rxe_link_pick || true
   [ -n "$LINK_DEV" ]
   [ -n "$LINK_NETDEV" ]
@@ -535,26 +521,20 @@ link_delete_case() {
     [ "$qps" -eq 0 ] && break
     sleep 0.1
   done
-  RESTORE_LINK=1
-  link_delete_start "$T/linkdel.res"
-  for i in $(seq 1 100); do
-    [ -f "$T/linkdel.res" ] && break
-    sleep 0.1
-  done
-  running=$(bg_running server && echo running || echo ended)
+  link_delete_watch "$T/linkdel.res" server
   restore_link "$T/linkdel.res"
   RESTORE_LINK=
   del=$(cat "$T/linkdel.res" 2>/dev/null)
   run_timeout 90 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 >"$T/client2.log" 2>&1 || c2=$?
   wait_bg server || src=$?
   paths=$(stats_lines "$STATS" | awk '{ print $2, $5, $6 }' | sort | uniq -c | awk '{ print $1, $2, $3, $4 }' | paste -sd ';' -)
-  show "RC QPs of connects before the delete: $qps" "rdma link delete: ${del:-none}; the server then: $running" \
+  show "RC QPs of connects before the delete: $qps" "rdma link delete: ${del:-none}; then: $DEL_RUNNING" \
        "first client (rc=$c1): $(cat "$T/client1.log")" "second client (rc=$c2): $(cat "$T/client2.log")" \
        "server (rc=$src): $(bg_log server)" "role, path, reason: $paths"
   [ "$c1" -eq 0 ]
   [ "$qps" -eq 0 ]
   [ "${del%% *}" = rc=0 ]
-  [ "$running" = running ]
+  [ "$DEL_RUNNING" = "server running" ]
   [ "$c2" -eq 0 ]
   [ "$src" -eq 0 ]
   [ "$paths" = "2 client rdma none;2 server rdma none" ]

@@ -677,6 +677,38 @@ link_delete_start() {
   ) 3>&- &
 }
 
+# live_rdma_wait PORT FIELD: waits (90 s at most) until the server end on PORT
+# is on RDMA with at least 16 MiB counted in FIELD; prints live_server's last
+# "PATH BYTES".
+live_rdma_wait() {
+  local until=$(( $(date +%s) + 90 )) live
+  while :; do
+    live=$(live_server "$1" "$2")
+    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.2
+  done
+  echo "$live"
+}
+
+# link_delete_watch RES NAME...: link_delete_start RES (RESTORE_LINK=1 for the
+# teardown), then up to 10 s for the delete to return; sets DEL_RUNNING to
+# "NAME running|ended, ..." for each start_bg NAME at that moment.  A device
+# released by the processes lets the delete return while they still run.
+link_delete_watch() {
+  local res=$1 i name; shift
+  RESTORE_LINK=1
+  link_delete_start "$res"
+  for i in $(seq 1 100); do
+    [ -f "$res" ] && break
+    sleep 0.1
+  done
+  DEL_RUNNING=
+  for name in "$@"; do
+    DEL_RUNNING+="${DEL_RUNNING:+, }$name $(bg_running "$name" && echo running || echo ended)"
+  done
+}
+
 restore_link() {
   local res=${1:-$BATS_TEST_TMPDIR/linkdel.res} i
   for i in $(seq 1 600); do

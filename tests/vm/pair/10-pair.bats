@@ -306,7 +306,7 @@ drop_roce() {
 }
 
 @test "pair: rdma link delete of the client's device under a $(size_name "$BIG_STREAM") stream: byte-exact on TCP, the delete returns while both run" {
-  local port crc=0 src=0 i live running del got want until
+  local port crc=0 src=0 live del got want
   rxe_link_pick || true
   [ "$LINK_DEV" = rxe0 ]
   port=$(free_port)
@@ -314,28 +314,15 @@ drop_roce() {
   wait_port "$RXE_IP2" "$port"
   start_bg client timeout -k 5 600 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" \
     -b "$BIG_STREAM" -d up -m 1M
-  until=$(( $(date +%s) + 90 ))
-  while :; do
-    live=$(live_server "$port" bytes_received)
-    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.2
-  done
-  RESTORE_LINK=1
-  link_delete_start "$BATS_TEST_TMPDIR/linkdel.res"
-  for i in $(seq 1 100); do
-    [ -f "$BATS_TEST_TMPDIR/linkdel.res" ] && break
-    sleep 0.1
-  done
-  running="client $(bg_running client && echo running || echo ended)"
-  running+=", server $(bg_running server && echo running || echo ended)"
+  live=$(live_rdma_wait "$port" bytes_received)
+  link_delete_watch "$BATS_TEST_TMPDIR/linkdel.res" client server
   wait_bg client || crc=$?
   wait_bg server || src=$?
   del=$(cat "$BATS_TEST_TMPDIR/linkdel.res" 2>/dev/null)
   got=$(sed -nE "s/^stream: server received $BIG_BYTES bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
   want=$(ref_digest 1 "$BIG_STREAM")
   show "before the delete: server path and bytes received: $live" \
-       "rdma link delete rxe0: ${del:-still running}; when it returned: $running" \
+       "rdma link delete rxe0: ${del:-still running}; when it returned: $DEL_RUNNING" \
        "rdma link show now: $(rdma link show 2>&1 | paste -sd ';' -)" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
        "server received sha256 ${got:-none}, reference $want" "$(stats_lines "$STATS")"
@@ -343,7 +330,7 @@ drop_roce() {
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
   [ "${del%% *}" = rc=0 ]
-  [ "$running" = "client running, server running" ]
+  [ "$DEL_RUNNING" = "client running, server running" ]
   [ -n "$got" ]
   [ "$got" = "$want" ]
   ! grep -q "device rxe1 removed" "$T/server.log"
