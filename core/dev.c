@@ -19,10 +19,8 @@
 #include "core/dev.h"
 #include "core/mrcache.h"
 
-#include <rdma/rdma_cma.h>
-
 #define RELEASE_LOOK_MS 50u
-#define RELEASE_LOOKS 100u /* 5 s: librdmacm closes a context once the kernel unlisted it */
+#define RELEASE_LOOKS 100u /* 5 s for the kernel to unlist a device it removes */
 
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sdp_dev *dev_list;
@@ -66,6 +64,9 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 	if (!d)
 		return NULL;
 	d->ctx = ctx;
+	d->device = ctx->device;
+	d->ctx_cmd_fd = ctx->cmd_fd;
+	d->ctx_async_fd = ctx->async_fd;
 	snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(ctx->device));
 	d->pd = ibv_alloc_pd(ctx);
 	if (d->pd)
@@ -94,21 +95,42 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 	return d;
 }
 
-/* Is the device still registered?  An id resolved just before the device
- * went must not open new resources on it: they would hold its removal. */
-static bool device_listed(struct ibv_device *device)
+/* The kernel's device list, as libibverbs reads it (NULL: cannot tell). */
+static struct ibv_device **devices_listed(void)
 {
 	struct ibv_device **list;
-	bool found = false;
-	int n = 0;
 
 	SDP_GUARD_ENTER();
-	list = ibv_get_device_list(&n);
-	for (int i = 0; list && i < n && !found; i++)
-		found = list[i] == device;
+	list = ibv_get_device_list(NULL);
+	SDP_GUARD_LEAVE();
+	return list;
+}
+
+static void devices_listed_free(struct ibv_device **list)
+{
+	SDP_GUARD_ENTER();
 	if (list)
 		ibv_free_device_list(list);
 	SDP_GUARD_LEAVE();
+}
+
+/* Compares pointers only: device may be gone. */
+static bool in_list(struct ibv_device **list, const struct ibv_device *device)
+{
+	for (int i = 0; list && list[i]; i++)
+		if (list[i] == device)
+			return true;
+	return false;
+}
+
+/* Is the device still registered?  An id resolved just before the device
+ * went must not open new resources on it: they would hold its removal. */
+static bool device_listed(const struct ibv_device *device)
+{
+	struct ibv_device **list = devices_listed();
+	bool found = in_list(list, device);
+
+	devices_listed_free(list);
 	return found;
 }
 
@@ -211,47 +233,53 @@ static void channel_retire(struct ibv_comp_channel *ch)
 	fd_release_in_place(ch->fd, "completion channel");
 }
 
-/* librdmacm closes the context of a device that left the kernel's list
- * once no id uses it, but reads the list only when asked for devices, and
- * not at all when the list is empty (the last device went).  So ask; and
- * if it still holds a context whose device is unlisted, release that
- * context's two files in place: the kernel can finish the removal, and
- * what librdmacm later does with the context fails harmlessly. */
-static bool context_still_held(struct ibv_context *gone, struct ibv_context **listed)
+/* Is fd still the file we took it for?  Its number may have been closed
+ * and handed out again; then it is left alone. */
+static bool fd_is(int fd, const char *prefix)
 {
-	bool in_list = false;
+	char path[40], target[128];
+	ssize_t n;
 
-	for (int i = 0; listed && listed[i]; i++)
-		in_list |= listed[i] == gone;
-	if (listed && !in_list)
-		return false; /* librdmacm let it go (closed, or closes it with its last id) */
-	if (device_listed(gone->device))
-		return true; /* the kernel has not unlisted it yet */
-	fd_release_in_place(gone->cmd_fd, "context");
-	fd_release_in_place(gone->async_fd, "context's event queue");
-	return false;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0)
+		return false;
+	target[n] = '\0';
+	return strncmp(target, prefix, strlen(prefix)) == 0;
+}
+
+/* The context librdmacm opened for the device (our records use it) holds
+ * the device too, and librdmacm closes it only when it re-reads the device
+ * list, which it does when asked for devices (that opens every other
+ * device and keeps it) or when an id meets a device it does not know, and
+ * never while the list is empty.  So once the kernel has unlisted the
+ * device, its two files are released in place, each only if its number
+ * still names that kind of file.  librdmacm's later calls on the context
+ * fail harmlessly, and it closes the numbers when it drops the context. */
+static void context_release(struct sdp_dev *d)
+{
+	if (fd_is(d->ctx_cmd_fd, "/dev/infiniband/uverbs"))
+		fd_release_in_place(d->ctx_cmd_fd, "context");
+	if (fd_is(d->ctx_async_fd, "anon_inode:[infinibandevent]"))
+		fd_release_in_place(d->ctx_async_fd, "context's event queue");
 }
 
 static void release_look(void *arg)
 {
-	struct ibv_context **list;
+	struct ibv_device **list = devices_listed();
 	bool pending = false;
 
 	(void)arg;
-	SDP_GUARD_ENTER();
-	list = rdma_get_devices(NULL);
-	SDP_GUARD_LEAVE();
 	pthread_mutex_lock(&dev_lock);
 	for (struct sdp_dev *d = dev_list; d; d = d->next) {
-		if (d->gone_ctx && !context_still_held(d->gone_ctx, list))
-			d->gone_ctx = NULL;
-		pending |= d->gone_ctx != NULL;
+		if (d->ctx_release_due && list && !in_list(list, d->device)) {
+			context_release(d);
+			d->ctx_release_due = false;
+		}
+		pending |= d->ctx_release_due;
 	}
 	pthread_mutex_unlock(&dev_lock);
-	SDP_GUARD_ENTER();
-	if (list)
-		rdma_free_devices(list);
-	SDP_GUARD_LEAVE();
+	devices_listed_free(list);
 	if (pending && --release_looks_left > 0)
 		progress_timer_arm(&release_timer, progress_now_ms() + RELEASE_LOOK_MS);
 	else if (pending)
@@ -268,7 +296,7 @@ static void retire_on_progress(void *arg)
 		return;
 	}
 	d->retired = true;
-	d->gone_ctx = d->ctx;
+	d->ctx_release_due = true;
 	atomic_fetch_add(&dev_gen, 1);
 	pthread_mutex_unlock(&dev_lock);
 	mrcache_flush_dev(d);
@@ -317,14 +345,18 @@ void dev_removed(struct ibv_context *ctx)
 
 void dev_check_listed(void)
 {
+	struct ibv_device **list = devices_listed();
 	struct sdp_dev *gone[16];
 	int n = 0;
 
+	if (!list)
+		return; /* cannot tell: nothing is judged gone */
 	pthread_mutex_lock(&dev_lock);
 	for (struct sdp_dev *d = dev_list; d && n < 16; d = d->next)
-		if (!d->retired && !atomic_load(&d->removed) && !device_listed(d->ctx->device))
+		if (!d->retired && !atomic_load(&d->removed) && !in_list(list, d->device))
 			gone[n++] = d;
 	pthread_mutex_unlock(&dev_lock);
+	devices_listed_free(list);
 	for (int i = 0; i < n; i++)
 		mark_removed(gone[i]);
 }

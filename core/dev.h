@@ -14,7 +14,11 @@
 struct sdp_dev {
 	struct ibv_context *ctx;
 	char name[64];
-	struct ibv_context *gone_ctx; /* retired, until librdmacm no longer lists it */
+	/* Taken at creation, so that releasing the context never reads it
+	 * (librdmacm may free it once the device is gone). */
+	const struct ibv_device *device;
+	int ctx_cmd_fd, ctx_async_fd;
+	bool ctx_release_due; /* retired; the context's files still to release */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;      /* channels' own CQs */
 	struct progress_source cc_src;

@@ -14,8 +14,10 @@
 #    with the default connect timeout;
 #  - `rdma link delete rxe0` (the client's device) under a stream to rxe1: the
 #    stream finishes on TCP byte-exact, the delete returns while both processes
-#    run (librdmacm still lists a device, rxe1, so it closes rxe0's context
-#    itself once asked), and the server keeps rxe1.  Last: it re-adds rxe0.
+#    run, and the server keeps rxe1; then rxe0 and rxe1 go one
+#    after the other under a client and a server that live on, each delete
+#    returns while they run, and once both are back the client's next
+#    connection is on RDMA.  These two re-add what they delete.
 
 load ../../helpers
 load ../vm_helpers
@@ -47,6 +49,7 @@ setup() {
 teardown() {
   vm_teardown
   [ -z "${RESTORE_LINK:-}" ] || restore_link
+  [ -z "${RXE1_GONE:-}" ] || rdma link add rxe1 type rxe netdev rxenet1 || true
   [ -z "${DROP_DEV:-}" ] || tc qdisc del dev "$DROP_DEV" root 2>/dev/null || true
   if [ -n "${NORXE_UP:-}" ]; then
     rdma link delete rxe_nrx 2>/dev/null || true
@@ -336,4 +339,52 @@ drop_roce() {
   ! grep -q "device rxe1 removed" "$T/server.log"
   assert_switched failover 2
   assert_exact_bytes "$STATS"
+}
+
+# Both devices go, one after the other, under processes that live on: each
+# delete returns while they run (a process must not open, and so hold, a
+# device it never used), and once both are back the same client's next
+# connection is on RDMA.
+@test "pair: rdma link delete of rxe0, then of rxe1, under live processes: each returns while they run; after both come back, RDMA again" {
+  local port go c=0 src=0 del0 del1 run0 run1 paths i
+  rxe_link_pick || true
+  [ "$LINK_DEV" = rxe0 ]
+  port=$(free_port)
+  go=$BATS_TEST_TMPDIR/go
+  start_bg server timeout -k 5 300 env SDPSHIM_LOG=info "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP2" -n 2
+  wait_port "$RXE_IP2" "$port"
+  start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP2" -p "$port" -n 2 -w "$go"
+  wait_for_line "$BATS_TEST_TMPDIR/client.log" "^holding" 90
+  link_delete_watch "$BATS_TEST_TMPDIR/linkdel0.res" client server
+  run0=$DEL_RUNNING
+  del0=$(cat "$BATS_TEST_TMPDIR/linkdel0.res" 2>/dev/null)
+  RXE1_GONE=1
+  LINK_DEV=rxe1 link_delete_watch "$BATS_TEST_TMPDIR/linkdel1.res" client server
+  run1=$DEL_RUNNING
+  del1=$(cat "$BATS_TEST_TMPDIR/linkdel1.res" 2>/dev/null)
+  rdma link add rxe1 type rxe netdev rxenet1 && RXE1_GONE=
+  restore_link "$BATS_TEST_TMPDIR/linkdel0.res"
+  RESTORE_LINK=
+  for i in $(seq 1 300); do
+    rdma link show 2>/dev/null | grep -q "^link rxe1/1 state ACTIVE " && break
+    sleep 0.1
+  done
+  wait_for_line "$BATS_TEST_TMPDIR/server.log" "port $port listens for RDMA channels again" 30 || true
+  touch "$go"
+  wait_bg client || c=$?
+  wait_bg server || src=$?
+  paths=$(stats_lines "$STATS" | awk '{ print $2, $5, $6 }' | sort | uniq -c | awk '{ print $1, $2, $3, $4 }' | paste -sd ';' -)
+  show "rdma link delete rxe0: ${del0:-still running}; then: $run0" \
+       "rdma link delete rxe1: ${del1:-still running}; then: $run1" \
+       "rdma link show now: $(rdma link show 2>&1 | paste -sd ';' -)" \
+       "client (rc=$c): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "role, path, reason: $paths"
+  [ "${del0%% *}" = rc=0 ]
+  [ "$run0" = "client running, server running" ]
+  [ "${del1%% *}" = rc=0 ]
+  [ "$run1" = "client running, server running" ]
+  [ "$c" -eq 0 ]
+  [ "$src" -eq 0 ]
+  grep -q "^ok 2$" "$BATS_TEST_TMPDIR/client.log"
+  [ "$paths" = "1 client rdma none;1 client tcp failover;1 server rdma none;1 server tcp failover" ]
 }
