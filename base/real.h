@@ -64,6 +64,11 @@
 	X(pid_t, fork, (void), 1)                                                        \
 	X(int, daemon, (int, int), 1)                                                    \
 	X(int, execve, (const char *, char *const[], char *const[]), 1)                  \
+	X(int, execv, (const char *, char *const[]), 1)                                  \
+	X(int, execvp, (const char *, char *const[]), 1)                                 \
+	X(int, execvpe, (const char *, char *const[], char *const[]), 1)                 \
+	X(int, fexecve, (int, char *const[], char *const[]), 1)                          \
+	X(int, execveat, (int, const char *, char *const[], char *const[], int), 0)       \
 	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *,   \
 			     const posix_spawnattr_t *, char *const[], char *const[]), 1)  \
 	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *,  \

@@ -2,6 +2,7 @@
  * handlers that keep the fd table and stats consistent across them. */
 #include <errno.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,113 @@ static void prepare_exec(void)
 
 SDP_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execve(path, argv, envp);
+}
+
+/* glibc's other exec functions reach execve by a call inside libc, which no
+ * preload sees: each is hooked on its own. */
+SDP_EXPORT int execv(const char *path, char *const argv[])
+{
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execv(path, argv);
+}
+
+SDP_EXPORT int execvp(const char *file, char *const argv[])
+{
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execvp(file, argv);
+}
+
+SDP_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execvpe(file, argv, envp);
+}
+
+SDP_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	sdp_ensure_init();
+	prepare_exec();
+	return real.fexecve(fd, argv, envp);
+}
+
+SDP_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			int flags)
+{
+	sdp_ensure_init();
+	if (!real.execveat) {
+		errno = ENOSYS;
+		return -1;
+	}
+	prepare_exec();
+	return real.execveat(dirfd, path, argv, envp, flags);
+}
+
+/* The list forms: count the arguments (and the NULL that ends them), then
+ * copy them into argv; execle's environment follows the NULL. */
+static size_t count_list_args(const char *arg, va_list ap)
+{
+	size_t n = 1;
+	va_list copy;
+
+	va_copy(copy, ap);
+	for (const char *a = arg; a; a = va_arg(copy, const char *))
+		n++;
+	va_end(copy);
+	return n;
+}
+
+static void fill_list_args(char **argv, const char *arg, va_list ap)
+{
+	size_t i = 0;
+
+	argv[i++] = (char *)arg;
+	while (arg) {
+		arg = va_arg(ap, const char *);
+		argv[i++] = (char *)arg;
+	}
+}
+
+#define LIST_TO_ARGV(argv, arg, ap)                          \
+	va_start(ap, arg);                                   \
+	char *argv[count_list_args(arg, ap)];                \
+	fill_list_args(argv, arg, ap)
+
+SDP_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+
+	LIST_TO_ARGV(argv, arg, ap);
+	va_end(ap);
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execv(path, argv);
+}
+
+SDP_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+
+	LIST_TO_ARGV(argv, arg, ap);
+	va_end(ap);
+	sdp_ensure_init();
+	prepare_exec();
+	return real.execvp(file, argv);
+}
+
+SDP_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	char *const *envp;
+
+	LIST_TO_ARGV(argv, arg, ap);
+	envp = va_arg(ap, char *const *);
+	va_end(ap);
 	sdp_ensure_init();
 	prepare_exec();
 	return real.execve(path, argv, envp);

@@ -194,6 +194,11 @@ sockcheck() {   # sockcheck SCENARIO ADDR : runs it preloaded, expects "ok SCENA
     --reason sha256sum=inherited
 }
 
+@test "sockcheck execnofork (exec by each of glibc's 8 exec functions, no fork) under the shim" {
+  sockcheck execnofork 127.0.0.1
+  check_lines --min 8 --reason cat=inherited
+}
+
 # posix_spawn and system() children (no fork handlers run) echo on the
 # socket they inherit; on kernel TCP the hooks move nothing, and break nothing.
 spawn_echo_case() {   # spawn_echo_case spawn|system

@@ -1,5 +1,5 @@
 /* sockcheck: app-behaviour scenarios (half-close, fork/thread servers, sendfile, inetd, exec
- * inheritance, IPv6, recv with MSG_TRUNC), every byte checked by SHA-256 or compared.
+ * inheritance, exec without fork, IPv6, recv with MSG_TRUNC), every byte checked by SHA-256 or compared.
  * Usage: sockcheck SCENARIO ADDR PORT */
 #include <errno.h>
 #include <fcntl.h>
@@ -679,6 +679,127 @@ static void scenario_execinherit(const struct endpoint *ep)
 	close(lfd);
 }
 
+/* execnofork: the process that holds the connection execs, with no fork
+ * first: it echoes the first EXEC_HEAD bytes itself, then puts the socket on
+ * fd 3 and becomes sh -c 'exec cat <&3 >&3', which echoes the rest.  One
+ * connection for each of glibc's exec functions. */
+#define EXEC_HEAD (256u << 10)
+
+enum exec_fn { BY_EXECV, BY_EXECVP, BY_EXECVPE, BY_EXECL, BY_EXECLP, BY_EXECLE, BY_FEXECVE,
+	       BY_EXECVEAT, BY_EXEC_FNS };
+static const char *const exec_fn_names[BY_EXEC_FNS] = {
+	"execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve", "execveat",
+};
+
+static void exec_cat_on_fd3(enum exec_fn fn)
+{
+	static const char script[] = "exec cat <&3 >&3";
+	char *argv[] = { "sh", "-c", (char *)script, NULL };
+	extern char **environ;
+	int shfd;
+
+	switch (fn) {
+	case BY_EXECV: execv("/bin/sh", argv); break;
+	case BY_EXECVP: execvp("sh", argv); break;
+	case BY_EXECVPE: execvpe("sh", argv, environ); break;
+	case BY_EXECL: execl("/bin/sh", "sh", "-c", script, (char *)NULL); break;
+	case BY_EXECLP: execlp("sh", "sh", "-c", script, (char *)NULL); break;
+	case BY_EXECLE: execle("/bin/sh", "sh", "-c", script, (char *)NULL, environ); break;
+	case BY_FEXECVE:
+		shfd = open("/bin/sh", O_RDONLY | O_CLOEXEC);
+		CHECK(shfd >= 0, "open /bin/sh: %s", ERR);
+		fexecve(shfd, argv, environ);
+		break;
+	case BY_EXECVEAT: execveat(AT_FDCWD, "/bin/sh", argv, environ, 0); break;
+	default: break;
+	}
+	fail("%s of /bin/sh: %s", exec_fn_names[fn], ERR);
+}
+
+static const struct endpoint *exec_launch_ep;
+
+struct exec_server {
+	const struct endpoint *ep;
+	int ready_fd; /* written once this process listens */
+	enum exec_fn fn;
+};
+
+/* The server process listens itself: a listener inherited through fork
+ * belongs to the parent, which would keep its channels. */
+static void echo_head_then_exec(void *arg)
+{
+	struct exec_server *es = arg;
+	uint8_t *head = malloc(EXEC_HEAD);
+	size_t got = 0;
+	int lfd = listen_on(es->ep), fd;
+
+	CHECK(head, "malloc failed");
+	CHECK(write(es->ready_fd, "L", 1) == 1, "write to the client: %s", ERR);
+	close(es->ready_fd);
+	fd = accept_one(lfd);
+	close(lfd);
+	while (got < EXEC_HEAD) {
+		ssize_t n = read(fd, head + got, EXEC_HEAD - got);
+
+		CHECK(n > 0, "read of the first bytes: %s", n == 0 ? "EOF" : ERR);
+		got += (size_t)n;
+	}
+	write_all(fd, head, EXEC_HEAD);
+	free(head);
+	if (fd != 3) {
+		CHECK(dup2(fd, 3) == 3, "dup2: %s", ERR);
+		close(fd);
+	}
+	exec_cat_on_fd3(es->fn);
+}
+
+/* Forks each server in turn, from a process that never used RDMA: a child
+ * of one that did cannot use the device contexts librdmacm opened before
+ * the fork, and its connections would stay on TCP. */
+static void launch_exec_servers(void *arg)
+{
+	int ready_fd = *(int *)arg;
+	int failed = 0;
+
+	for (int fn = 0; fn < BY_EXEC_FNS; fn++) {
+		struct exec_server es = { NULL, ready_fd, fn };
+		pid_t pid;
+		int status;
+
+		es.ep = exec_launch_ep;
+		pid = fork();
+		CHECK(pid >= 0, "fork: %s", ERR);
+		if (pid == 0)
+			echo_head_then_exec(&es);
+		CHECK(waitpid(pid, &status, 0) == pid, "waitpid: %s", ERR);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "sockcheck: the %s server ended with status 0x%x\n",
+				exec_fn_names[fn], status);
+			failed++;
+		}
+	}
+	CHECK(failed == 0, "%d exec'd servers failed", failed);
+}
+
+static void scenario_execnofork(const struct endpoint *ep)
+{
+	int ready[2];
+	pid_t launcher;
+
+	CHECK(pipe(ready) == 0, "pipe: %s", ERR);
+	exec_launch_ep = ep;
+	launcher = spawn(launch_exec_servers, &ready[1]);
+	close(ready[1]);
+	for (int fn = 0; fn < BY_EXEC_FNS; fn++) {
+		char c;
+
+		CHECK(read(ready[0], &c, 1) == 1, "the %s server did not listen", exec_fn_names[fn]);
+		run_client(ep, 700 + (uint64_t)fn, REPLY_ECHO);
+	}
+	close(ready[0]);
+	expect_child_ok(launcher, "the process that forks the exec'd servers");
+}
+
 /* The re-executed image: fd 3 is a connected TCP socket it inherited. */
 static int inherited_child_main(void)
 {
@@ -882,6 +1003,7 @@ static const struct scenario scenarios[] = {
 	{ "halfclose", scenario_halfclose }, { "forkserver", scenario_forkserver },
 	{ "threadserver", scenario_threadserver }, { "sendfile", scenario_sendfile },
 	{ "inetd", scenario_inetd }, { "execinherit", scenario_execinherit },
+	{ "execnofork", scenario_execnofork },
 	{ "ipv6", scenario_ipv6 }, { "trunc", scenario_trunc },
 };
 

@@ -184,6 +184,25 @@ forkecho_case() {
   forkecho_case 10 2 $((256 << 10)) 600 -X system -d 300
 }
 
+# An exec with no fork before it: the process that holds the RDMA socket
+# becomes sh -c 'exec cat <&3 >&3' through each of glibc's exec functions
+# (execv, execvp, execvpe, execl, execlp, execle, fexecve, execveat; all but
+# execve reach the kernel by a call inside libc, which no preload sees).
+@test "switch: exec without fork, by each of glibc's 8 exec functions, moves the socket first, sha-checked" {
+  local port
+  port=$(free_port)
+  qp_watch_start
+  run run_timeout 300 "${PRE[@]}" "$PROGS/sockcheck" execnofork "$RXE_IP" "$port"
+  qp_watch_stop
+  show "sockcheck execnofork (rc=$status): $output" \
+       "RC QPs of sockcheck seen while it ran: $(qp_seen sockcheck)" "$(stats_summary)"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"ok execnofork"* ]]
+  [ "$(qp_seen sockcheck)" -ge 1 ]
+  # Each of the 8 connections carried its first bytes on RDMA, then moved.
+  assert_switched forked 8 comm=sockcheck role=client
+}
+
 # --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
 
 # failover_stream up|down: a $BIG_STREAM stream whose SENDING end (client for up,
