@@ -14,6 +14,7 @@
 #include "core/conn_internal.h"
 #include "core/link.h"
 #include "core/progress.h"
+#include "core/qp.h"
 
 /* IPv4 as IPv4-mapped IPv6, so tuples compare the same either way. */
 void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port)
@@ -204,6 +205,7 @@ static void on_route_resolved(struct sdp_conn *c)
 	conn_post_all_recvs(c);
 	build_hello(c, &hello);
 	cm_conn_param(&param, &hello, sizeof(hello));
+	qp_before_connect(c->dev, c->qp, &param);
 	cm_apply_ack_timeout(c->cm_id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_connect(c->cm_id, &param);
@@ -319,6 +321,14 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		if (c->phase == CONN_RESOLVING)
 			on_route_resolved(c);
+		break;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE: /* our own QP (core/qp.h) */
+		if (c->phase != CONN_RESOLVING)
+			break;
+		if (qp_on_connect_response(ev->id, c->qp) != 0)
+			conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		else
+			on_established(c, ev);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (c->phase == CONN_RESOLVING)

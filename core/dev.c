@@ -26,6 +26,7 @@ static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sdp_dev *dev_list;
 static _Atomic unsigned dev_gen;
 static int placeholder_fd = -1; /* what a removed device's fds become */
+static bool contexts_inherited; /* a forked child: librdmacm's contexts are the parent's */
 static struct progress_timer release_timer;
 static unsigned release_looks_left;
 
@@ -56,13 +57,39 @@ static void close_channel(struct ibv_comp_channel *ch)
 	ibv_destroy_comp_channel(ch);
 }
 
-static struct sdp_dev *dev_create(struct ibv_context *ctx)
+/* The context a new record works on: librdmacm's, or in a forked child a
+ * context of our own for the same device (core/qp.h says why). */
+static struct ibv_context *context_for(struct ibv_context *cm_ctx, bool *own)
+{
+	struct ibv_context *ctx;
+
+	*own = false;
+	if (!contexts_inherited)
+		return cm_ctx;
+	ctx = ibv_open_device(cm_ctx->device);
+	if (!ctx) {
+		sdp_warn("device %s: cannot open a context of this process's own: %s",
+			 ibv_get_device_name(cm_ctx->device), strerror(errno));
+		return NULL;
+	}
+	*own = true;
+	return ctx;
+}
+
+static struct sdp_dev *dev_create(struct ibv_context *cm_ctx)
 {
 	struct sdp_dev *d = calloc(1, sizeof(*d));
 	struct ibv_device_attr attr;
+	struct ibv_context *ctx;
 
 	if (!d)
 		return NULL;
+	ctx = context_for(cm_ctx, &d->own_ctx);
+	if (!ctx) {
+		free(d);
+		return NULL;
+	}
+	d->cm_ctx = cm_ctx;
 	d->ctx = ctx;
 	d->device = ctx->device;
 	d->ctx_cmd_fd = ctx->cmd_fd;
@@ -82,6 +109,8 @@ static struct sdp_dev *dev_create(struct ibv_context *ctx)
 		close_channel(d->cc);
 		if (d->pd)
 			ibv_dealloc_pd(d->pd);
+		if (d->own_ctx)
+			ibv_close_device(ctx);
 		free(d);
 		return NULL;
 	}
@@ -140,7 +169,7 @@ struct sdp_dev *dev_get(struct ibv_context *ctx)
 
 	pthread_mutex_lock(&dev_lock);
 	for (d = dev_list; d; d = d->next)
-		if (d->ctx == ctx && !d->retired)
+		if (d->cm_ctx == ctx && !d->retired)
 			break;
 	if (!d && device_listed(ctx->device)) {
 		SDP_GUARD_ENTER();
@@ -336,7 +365,7 @@ void dev_removed(struct ibv_context *ctx)
 
 	pthread_mutex_lock(&dev_lock);
 	for (d = dev_list; d; d = d->next)
-		if (d->ctx == ctx && !d->retired)
+		if (d->cm_ctx == ctx && !d->retired)
 			break;
 	pthread_mutex_unlock(&dev_lock);
 	if (d)
@@ -408,6 +437,7 @@ void dev_atfork_child(void)
 {
 	pthread_mutex_init(&dev_lock, NULL);
 	dev_list = NULL; /* leaked on purpose: the parent's contexts */
+	contexts_inherited = true;
 	dev_watch_atfork_child();
 	memset(&release_timer, 0, sizeof(release_timer));
 }

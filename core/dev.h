@@ -12,7 +12,9 @@
 #include "core/progress.h"
 
 struct sdp_dev {
-	struct ibv_context *ctx;
+	struct ibv_context *ctx;    /* where our PD, CQs and QPs live */
+	struct ibv_context *cm_ctx; /* librdmacm's for the device (its ids' verbs) */
+	bool own_ctx;               /* ctx is our own: a forked child's (core/qp.h) */
 	char name[64];
 	/* Taken at creation, so that releasing the context never reads it
 	 * (librdmacm may free it once the device is gone). */

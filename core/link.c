@@ -23,6 +23,7 @@
 #include "core/link.h"
 #include "core/listener.h"
 #include "core/progress.h"
+#include "core/qp.h"
 
 #define LINK_DIRECT_WRS  256u /* work requests beyond the send slots (zero-copy) */
 #define LINK_CONNECT_BOUND_MS 30000u
@@ -258,9 +259,10 @@ static struct sdp_link *link_alloc(bool is_server)
 static int create_cq_qp(struct sdp_link *link, struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr;
+	int err;
 
 	link->sq_depth = link->buf_count + LINK_DIRECT_WRS;
-	link->cq = ibv_create_cq(id->verbs, (int)(link->sq_depth + link->buf_count + 8), link,
+	link->cq = ibv_create_cq(link->dev->ctx, (int)(link->sq_depth + link->buf_count + 8), link,
 				 link->dev->link_cc, 0);
 	if (!link->cq)
 		return -errno;
@@ -275,12 +277,13 @@ static int create_cq_qp(struct sdp_link *link, struct rdma_cm_id *id)
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = 256;
 	attr.sq_sig_all = 1;
-	if (rdma_create_qp(id, link->dev->pd, &attr) != 0) {
+	err = qp_create(link->dev, id, &attr, &link->qp);
+	if (err) {
 		attr.cap.max_inline_data = 0;
-		if (rdma_create_qp(id, link->dev->pd, &attr) != 0)
-			return -errno;
+		err = qp_create(link->dev, id, &attr, &link->qp);
+		if (err)
+			return err;
 	}
-	link->qp = id->qp;
 	link->max_inline = attr.cap.max_inline_data;
 	if (ibv_req_notify_cq(link->cq, 0) != 0) /* every completion, until link_arm decides */
 		return -errno;
@@ -367,8 +370,7 @@ static uint32_t link_msg_max(const struct sdp_link *link)
 static void destroy_resources(struct sdp_link *link)
 {
 	SDP_GUARD_ENTER();
-	if (link->qp)
-		rdma_destroy_qp(link->cm_id);
+	qp_destroy(link->dev, link->cm_id, link->qp);
 	link->qp = NULL;
 	if (link->cq) {
 		ibv_destroy_cq(link->cq);
@@ -1281,6 +1283,7 @@ static void on_route_resolved(struct sdp_link *link)
 	sockaddr_to_tuple_addr((struct sockaddr *)&link->peer, h.tuple.dst_addr, &h.tuple.dst_port);
 	sdp_hello_to_wire(&h, &hello);
 	cm_conn_param(&param, &hello, sizeof(hello));
+	qp_before_connect(link->dev, link->qp, &param);
 	cm_apply_ack_timeout(link->cm_id);
 	SDP_GUARD_ENTER();
 	int rc = rdma_connect(link->cm_id, &param);
@@ -1397,6 +1400,14 @@ void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev)
 		if (link->state == LINK_CONNECTING)
 			on_route_resolved(link);
 		break;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE: /* our own QP (core/qp.h) */
+		if (link->state != LINK_CONNECTING)
+			break;
+		if (qp_on_connect_response(ev->id, link->qp) != 0)
+			connect_failed(link, SDP_REASON_RDMA_CM_ERROR, "our QP did not reach RTS");
+		else
+			on_established(link, ev);
+		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (link->state == LINK_CONNECTING)
 			on_established(link, ev);
@@ -1455,6 +1466,7 @@ static void link_timer_fired(void *arg)
 	if (disconnect) {
 		sdp_debug("closing an idle link");
 		SDP_GUARD_ENTER();
+		qp_before_disconnect(link->dev, link->qp);
 		rdma_disconnect(link->cm_id);
 		SDP_GUARD_LEAVE();
 	}
@@ -1497,7 +1509,7 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 		sdp_warn("refusing an RDMA link on port %u: %s", l->port, strerror(-err));
 		if (link && link->qp) {
 			SDP_GUARD_ENTER();
-			rdma_destroy_qp(ev->id);
+			qp_destroy(link->dev, ev->id, link->qp);
 			SDP_GUARD_LEAVE();
 			link->qp = NULL;
 		}
@@ -1518,7 +1530,11 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 	cm_conn_param(&param, &ack_wire, sizeof(ack_wire));
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
-	int rc = rdma_accept(ev->id, &param);
+	int rc = qp_before_accept(link->dev, ev->id, link->qp, &param);
+	if (rc != 0)
+		errno = -rc;
+	else
+		rc = rdma_accept(ev->id, &param);
 	SDP_GUARD_LEAVE();
 	if (rc != 0) {
 		sdp_warn("rdma_accept of a link failed: %s", strerror(errno));

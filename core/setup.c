@@ -15,6 +15,7 @@
 #include "core/dev.h"
 #include "core/link.h"
 #include "core/progress.h"
+#include "core/qp.h"
 #include "core/zcopy.h"
 
 #define REQ_MAX_INLINE 256u
@@ -87,9 +88,10 @@ void conn_put(struct sdp_conn *c)
 static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr;
+	int err;
 
 	c->sq_depth = (uint32_t)c->buf_count + CTRL_SLOTS;
-	c->cq = ibv_create_cq(id->verbs, (int)(c->sq_depth + c->buf_count + 8), c, c->dev->cc, 0);
+	c->cq = ibv_create_cq(c->dev->ctx, (int)(c->sq_depth + c->buf_count + 8), c, c->dev->cc, 0);
 	if (!c->cq)
 		return -errno;
 	memset(&attr, 0, sizeof(attr));
@@ -102,12 +104,13 @@ static int create_cq_qp(struct sdp_conn *c, struct rdma_cm_id *id)
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = REQ_MAX_INLINE;
 	attr.sq_sig_all = 1;
-	if (rdma_create_qp(id, c->dev->pd, &attr) != 0) {
+	err = qp_create(c->dev, id, &attr, &c->qp);
+	if (err) {
 		attr.cap.max_inline_data = 0; /* some devices have no inline sends */
-		if (rdma_create_qp(id, c->dev->pd, &attr) != 0)
-			return -errno;
+		err = qp_create(c->dev, id, &attr, &c->qp);
+		if (err)
+			return err;
 	}
-	c->qp = id->qp;
 	c->max_inline = attr.cap.max_inline_data;
 	if (ibv_req_notify_cq(c->cq, 0) != 0)
 		return -errno;
@@ -299,8 +302,7 @@ void conn_destroy_resources(struct sdp_conn *c)
 		free_linked_memory(c); /* a linked stream's (ctrl_mem is malloc'd there) */
 	c->ctrl_mem = NULL;
 	SDP_GUARD_ENTER();
-	if (c->qp)
-		rdma_destroy_qp(c->cm_id);
+	qp_destroy(c->dev, c->cm_id, c->qp);
 	c->qp = NULL;
 	if (c->cq)
 		ibv_destroy_cq(c->cq);

@@ -1,5 +1,5 @@
 /* sockcheck: app-behaviour scenarios (half-close, fork/thread servers, sendfile, inetd, exec
- * inheritance, exec without fork, IPv6, recv with MSG_TRUNC), every byte checked by SHA-256 or compared.
+ * inheritance, exec without fork, a child's own connections, IPv6, recv with MSG_TRUNC), every byte checked by SHA-256 or compared.
  * Usage: sockcheck SCENARIO ADDR PORT */
 #include <errno.h>
 #include <fcntl.h>
@@ -746,6 +746,7 @@ static void echo_head_then_exec(void *arg)
 	}
 	write_all(fd, head, EXEC_HEAD);
 	free(head);
+	usleep(300 * 1000); /* the QP lives long enough to be seen by `rdma resource show qp` */
 	if (fd != 3) {
 		CHECK(dup2(fd, 3) == 3, "dup2: %s", ERR);
 		close(fd);
@@ -798,6 +799,55 @@ static void scenario_execnofork(const struct endpoint *ep)
 	}
 	close(ready[0]);
 	expect_child_ok(launcher, "the process that forks the exec'd servers");
+}
+
+/* forkchild: a process that already used RDMA forks, and the child makes
+ * and accepts connections of its own; so does the child's child.  Each
+ * generation listens on the next port, so that no listener of the one
+ * before can be in the way. */
+#define FORK_GENERATIONS 3
+
+static void exchange_in_process(const struct endpoint *ep, uint64_t seed)
+{
+	struct thread_server ts;
+
+	thread_server_start(&ts, ep, 2, REPLY_DIGEST_ECHO, false);
+	run_client(ep, seed, REPLY_DIGEST_ECHO);
+	run_client(ep, seed + 1, REPLY_DIGEST_ECHO);
+	thread_server_join(&ts);
+}
+
+static struct endpoint port_after(const struct endpoint *ep, int offset)
+{
+	struct endpoint next = *ep;
+	in_port_t *port = ep->family == AF_INET6 ? &((struct sockaddr_in6 *)&next.addr)->sin6_port
+						 : &((struct sockaddr_in *)&next.addr)->sin_port;
+
+	*port = htons((in_port_t)(ntohs(*port) + offset));
+	return next;
+}
+
+static const struct endpoint *fork_base_ep;
+
+static void generation_main(void *arg)
+{
+	int generation = *(int *)arg;
+	struct endpoint ep = port_after(fork_base_ep, generation);
+
+	exchange_in_process(&ep, 800 + 10 * (uint64_t)generation);
+	if (generation + 1 < FORK_GENERATIONS) {
+		int next = generation + 1;
+
+		expect_child_ok(spawn(generation_main, &next), "the forked child");
+	}
+}
+
+static void scenario_forkchild(const struct endpoint *ep)
+{
+	int first = 0;
+
+	fork_base_ep = ep;
+	generation_main(&first);
 }
 
 /* The re-executed image: fd 3 is a connected TCP socket it inherited. */
@@ -1003,7 +1053,7 @@ static const struct scenario scenarios[] = {
 	{ "halfclose", scenario_halfclose }, { "forkserver", scenario_forkserver },
 	{ "threadserver", scenario_threadserver }, { "sendfile", scenario_sendfile },
 	{ "inetd", scenario_inetd }, { "execinherit", scenario_execinherit },
-	{ "execnofork", scenario_execnofork },
+	{ "execnofork", scenario_execnofork }, { "forkchild", scenario_forkchild },
 	{ "ipv6", scenario_ipv6 }, { "trunc", scenario_trunc },
 };
 

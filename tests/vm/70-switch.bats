@@ -203,6 +203,38 @@ forkecho_case() {
   assert_switched forked 8 comm=sockcheck role=client
 }
 
+# A forked child cannot use the device contexts librdmacm opened in its
+# parent (the kernel refuses the child's commands on them: rxe's post_send
+# doorbell fails with EACCES); its records open contexts of their own.
+# forkchild_case [ENV...]: sockcheck forkchild preloaded, with ENV.
+forkchild_case() {
+  local port pids
+  port=$(free_port)
+  qp_watch_start
+  run run_timeout 300 env "$@" "${PRE[@]}" "$PROGS/sockcheck" forkchild "$RXE_IP" "$port"
+  qp_watch_stop
+  show "sockcheck forkchild ${*} (rc=$status): $output" \
+       "RC QPs of sockcheck seen while it ran: $(qp_seen sockcheck)" "$(stats_summary)"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"ok forkchild"* ]]
+  [ "$(qp_seen sockcheck)" -ge 1 ]
+  # 3 generations, 2 connections each, both ends in the process: 12 lines,
+  # from 3 processes, every one on RDMA and paired by its 4-tuple.
+  [ "$(wc -l <"$STATS")" -eq 12 ]
+  pids=$("$PY" -S -c 'import json,sys; print(len({json.loads(l)["pid"] for l in open(sys.argv[1])}))' "$STATS")
+  [ "$pids" -eq 3 ]
+  assert_all_rdma "$STATS" sockcheck
+  assert_exact_bytes "$STATS"
+}
+
+@test "fork: a child and a grandchild of a process that used RDMA make and accept RDMA connections of their own, sha-checked" {
+  forkchild_case SDPSHIM_LINKS=1
+}
+
+@test "fork: the same with a channel per connection (SDPSHIM_LINKS=0)" {
+  forkchild_case SDPSHIM_LINKS=0
+}
+
 # --- forced QP error: SDPSHIM_DEBUG_FAIL_AFTER -----------------------------------
 
 # failover_stream up|down: a $BIG_STREAM stream whose SENDING end (client for up,
