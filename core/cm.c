@@ -119,11 +119,12 @@ int cm_channel_ensure(struct rdma_event_channel **out)
 void conn_layer_atfork_child(void)
 {
 	pthread_mutex_init(&cm_lock, NULL);
+	dev_atfork_child(cm_channel ? cm_channel->fd : -1); /* every id hangs off cm_channel */
 	cm_channel = NULL; /* the parent's; left alone */
-	dev_atfork_child();
 	link_atfork_child();
 	mrcache_atfork_child();
 	progress_atfork_child();
 	app_wake_atfork_child();
 	wait_set_atfork_child();
+	dev_after_fork_child();
 }

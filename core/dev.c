@@ -27,6 +27,14 @@ static struct sdp_dev *dev_list;
 static _Atomic unsigned dev_gen;
 static int placeholder_fd = -1; /* what a removed device's fds become */
 static bool contexts_inherited; /* a forked child: librdmacm's contexts are the parent's */
+/* The device lists of this process's ancestors, one per generation. */
+#define INHERITED_GENERATIONS 8
+static struct sdp_dev *inherited[INHERITED_GENERATIONS];
+static unsigned inherited_count;
+/* Their rdma_cm event channels: the kernel waits for every holder of the
+ * file before a device with ids in it can go. */
+static int inherited_cm_fds[INHERITED_GENERATIONS];
+static unsigned inherited_cm_count;
 static struct progress_timer release_timer;
 static unsigned release_looks_left;
 
@@ -372,6 +380,27 @@ void dev_removed(struct ibv_context *ctx)
 		mark_removed(d);
 }
 
+/* A forked child holds its ancestors' files of every device they used:
+ * their records' contexts and completion channels, useless here (core/qp.h).
+ * Those of a device that left the list are released in place. */
+static void release_inherited_of_gone(struct ibv_device **list)
+{
+	for (unsigned g = 0; g < inherited_count; g++) {
+		for (struct sdp_dev *d = inherited[g]; d; d = d->next) {
+			if (d->retired || in_list(list, d->device))
+				continue;
+			d->retired = true; /* in this process's copy only */
+			if (fd_is(d->cc->fd, "anon_inode:[infinibandevent]"))
+				fd_release_in_place(d->cc->fd, "inherited completion channel");
+			if (fd_is(d->link_cc->fd, "anon_inode:[infinibandevent]"))
+				fd_release_in_place(d->link_cc->fd, "inherited completion channel");
+			context_release(d);
+			sdp_info("device %s removed: released what this process inherited of it",
+				 d->name);
+		}
+	}
+}
+
 void dev_check_listed(void)
 {
 	struct ibv_device **list = devices_listed();
@@ -384,6 +413,7 @@ void dev_check_listed(void)
 	for (struct sdp_dev *d = dev_list; d && n < 16; d = d->next)
 		if (!d->retired && !atomic_load(&d->removed) && !in_list(list, d->device))
 			gone[n++] = d;
+	release_inherited_of_gone(list);
 	pthread_mutex_unlock(&dev_lock);
 	devices_listed_free(list);
 	for (int i = 0; i < n; i++)
@@ -433,11 +463,71 @@ void dev_progress_watch_last(void)
 	pthread_mutex_unlock(&dev_lock);
 }
 
-void dev_atfork_child(void)
+void dev_atfork_child(int parent_cm_fd)
 {
 	pthread_mutex_init(&dev_lock, NULL);
-	dev_list = NULL; /* leaked on purpose: the parent's contexts */
-	contexts_inherited = true;
+	if (dev_list && inherited_count < INHERITED_GENERATIONS)
+		inherited[inherited_count++] = dev_list;
+	if (parent_cm_fd >= 0 && inherited_cm_count < INHERITED_GENERATIONS)
+		inherited_cm_fds[inherited_cm_count++] = parent_cm_fd;
+	dev_list = NULL; /* the parent's contexts: kept for their release only */
+	contexts_inherited |= parent_cm_fd >= 0; /* a grandchild inherits them too */
 	dev_watch_atfork_child();
 	memset(&release_timer, 0, sizeof(release_timer));
+}
+
+void dev_after_fork_child(void)
+{
+	if (inherited_count || inherited_cm_count)
+		dev_watch_inherited_start();
+}
+
+/* The mappings of a removed device's verbs file that this process holds
+ * (the queues of the parent's QPs and CQs, which a provider such as rxe
+ * maps from it): a mapping holds the file, as an fd does.  Only with no
+ * record of its own, whose queues could be among them. */
+static void unmap_inherited_queues(void)
+{
+	static const char gone_suffix[] = " (deleted)";
+	char line[512];
+	FILE *maps;
+
+	if (dev_list)
+		return;
+	maps = fopen("/proc/self/maps", "re");
+	if (!maps)
+		return;
+	while (fgets(line, sizeof(line), maps)) {
+		unsigned long start, end;
+		char *path = strchr(line, '/');
+		size_t len = strcspn(line, "\n");
+
+		line[len] = '\0';
+		if (!path || strncmp(path, "/dev/infiniband/uverbs", 22) != 0 ||
+		    len < sizeof(gone_suffix) - 1 ||
+		    strcmp(line + len - (sizeof(gone_suffix) - 1), gone_suffix) != 0 ||
+		    sscanf(line, "%lx-%lx", &start, &end) != 2)
+			continue;
+		munmap((void *)start, end - start);
+	}
+	fclose(maps);
+}
+
+void dev_release_inherited_gone(void)
+{
+	struct ibv_device **list = devices_listed();
+
+	if (!list)
+		return; /* cannot tell: nothing is judged gone */
+	pthread_mutex_lock(&dev_lock);
+	release_inherited_of_gone(list);
+	/* A device went: the ancestors' rdma_cm files go too (their ids on
+	 * it hold it; this process never uses them, whatever the device). */
+	for (unsigned g = 0; g < inherited_cm_count; g++)
+		if (fd_is(inherited_cm_fds[g], "/dev/infiniband/rdma_cm"))
+			fd_release_in_place(inherited_cm_fds[g], "inherited rdma_cm channel");
+	inherited_cm_count = 0;
+	unmap_inherited_queues();
+	pthread_mutex_unlock(&dev_lock);
+	devices_listed_free(list);
 }

@@ -5,6 +5,7 @@
 #ifndef SDPSHIM_DEV_H
 #define SDPSHIM_DEV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <infiniband/verbs.h>
@@ -66,6 +67,11 @@ void dev_removed(struct ibv_context *ctx);
  * DEVICE_REMOVAL had come.  Progress thread. */
 void dev_check_listed(void);
 
+/* A forked child's ancestors' records of devices no longer listed: its
+ * copies of their files are released (core/dev_watch.c's own thread). */
+void dev_release_inherited_gone(void);
+void dev_watch_inherited_start(void);
+
 /* core/dev_watch.c: the kernel's uevents, watched from the first device
  * record on (once per process), and forgotten in a forked child. */
 void dev_watch_start(void);
@@ -82,7 +88,14 @@ unsigned dev_generation(void);
  * the channels' wait queues (app epoll sets go first: app_wake.c). */
 void dev_progress_watch_last(void);
 
-/* Forget device records in a forked child (the contexts are the parent's). */
-void dev_atfork_child(void);
+/* Forget device records in a forked child (the contexts are the parent's).
+ * parent_cm_fd: the parent's rdma_cm event channel, or -1 if it made no
+ * rdma_cm id (then librdmacm opened no device context the child now
+ * holds; core/qp.h). */
+void dev_atfork_child(int parent_cm_fd);
+/* Last in a forked child's fork handling: a child that inherited device
+ * files watches for a device's removal (a thread of its own), to let its
+ * copies go (they would hold the device until it exits). */
+void dev_after_fork_child(void);
 
 #endif

@@ -5,6 +5,9 @@
  * verbs file's removal makes core/dev.c look at the kernel's device list. */
 #include <errno.h>
 #include <linux/netlink.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -21,17 +24,18 @@
 
 static int uevent_fd = -1;
 static struct progress_source uevent_src;
+static int inherited_fd = -1; /* a forked child's own watch (dev_watch_inherited_start) */
 
 /* One message, from the kernel only (a forged one could at most make us
  * look at the device list, but there is no reason to read it).  -1 when
  * none is left. */
-static int read_one(char *buf, size_t size, bool *from_kernel)
+static int read_one(int fd, char *buf, size_t size, bool *from_kernel)
 {
 	struct sockaddr_nl from;
 	struct iovec iov = { buf, size };
 	struct msghdr msg = { .msg_name = &from, .msg_namelen = sizeof(from),
 			      .msg_iov = &iov, .msg_iovlen = 1 };
-	ssize_t n = real.recvmsg(uevent_fd, &msg, MSG_DONTWAIT);
+	ssize_t n = real.recvmsg(fd, &msg, MSG_DONTWAIT);
 
 	if (n < 0)
 		return errno == ENOBUFS ? 0 : -1; /* overflowed: something was lost, look */
@@ -40,41 +44,58 @@ static int read_one(char *buf, size_t size, bool *from_kernel)
 	return (int)n;
 }
 
-static void on_uevents(struct progress_source *src, uint32_t events)
+/* Reads every queued message of fd: did one say an RDMA device went (or
+ * were some lost)? */
+static bool removal_seen(int fd, char *buf, size_t size)
 {
-	static char buf[UEVENT_MSG_MAX];
 	bool look = false, from_kernel = false;
 	int n;
 
-	(void)src;
-	(void)events;
-	while ((n = read_one(buf, sizeof(buf), &from_kernel)) >= 0) {
+	while ((n = read_one(fd, buf, size, &from_kernel)) >= 0) {
 		if (n == 0)
 			look = true;
 		else if (from_kernel && uevent_is_rdma_removal(buf, (size_t)n))
 			look = true;
 	}
-	if (look)
+	return look;
+}
+
+static void on_uevents(struct progress_source *src, uint32_t events)
+{
+	static char buf[UEVENT_MSG_MAX];
+
+	(void)src;
+	(void)events;
+	if (removal_seen(uevent_fd, buf, sizeof(buf)))
 		dev_check_listed();
 }
 
-void dev_watch_start(void)
+/* A non-blocking uevent socket (hidden), or -1. */
+static int open_uevents(void)
 {
 	struct sockaddr_nl addr = { .nl_family = AF_NETLINK, .nl_groups = UEVENT_GROUP_KERNEL };
-	int fd;
+	int fd = real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			     NETLINK_KOBJECT_UEVENT);
 
-	if (uevent_fd >= 0)
-		return;
-	fd = real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			 NETLINK_KOBJECT_UEVENT);
 	if (fd < 0 || real.bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
 		sdp_info("no uevents (%s): a device removed while this process has no "
 			 "connection on it is held until the process exits", strerror(errno));
 		if (fd >= 0)
 			real.close(fd);
-		return;
+		return -1;
 	}
-	fd = progress_hide_fd(fd);
+	return progress_hide_fd(fd);
+}
+
+void dev_watch_start(void)
+{
+	int fd;
+
+	if (uevent_fd >= 0)
+		return;
+	fd = open_uevents();
+	if (fd < 0)
+		return;
 	uevent_src.on_ready = on_uevents;
 	if (progress_watch(fd, EPOLLIN, &uevent_src) != 0) {
 		progress_close_hidden(fd);
@@ -85,7 +106,49 @@ void dev_watch_start(void)
 
 void dev_watch_atfork_child(void)
 {
-	/* The parent's socket: the child reads its own (the next record). */
+	/* The parent's sockets: the child reads its own (the next record). */
 	progress_close_hidden(uevent_fd);
 	uevent_fd = -1;
+	progress_close_hidden(inherited_fd);
+	inherited_fd = -1;
+}
+
+/* Not the progress thread: in a forked child it would run the deferred
+ * work of objects that are the parent's (a stream's teardown on its link). */
+static void *inherited_watch_main(void *arg)
+{
+	static char buf[UEVENT_MSG_MAX];
+	struct pollfd p = { .fd = inherited_fd, .events = POLLIN };
+
+	(void)arg;
+	for (;;) {
+		if (real.poll(&p, 1, -1) < 0 && errno != EINTR)
+			return NULL;
+		if (removal_seen(p.fd, buf, sizeof(buf)))
+			dev_release_inherited_gone();
+	}
+}
+
+void dev_watch_inherited_start(void)
+{
+	pthread_attr_t attr;
+	pthread_t thread;
+	sigset_t all, old;
+	int err;
+
+	inherited_fd = open_uevents();
+	if (inherited_fd < 0)
+		return;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
+	err = pthread_create(&thread, &attr, inherited_watch_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		sdp_info("no watch for a removed device's inherited files: %s", strerror(err));
+		progress_close_hidden(inherited_fd);
+		inherited_fd = -1;
+	}
 }

@@ -377,16 +377,21 @@ static void destroy_resources(struct sdp_link *link)
 		atomic_fetch_sub(&link->dev->link_cqs, 1);
 	}
 	link->cq = NULL;
-	if (link->cm_id)
-		rdma_destroy_id(link->cm_id);
-	link->cm_id = NULL;
 	SDP_GUARD_LEAVE();
+	/* The registrations go before the id: destroying the last id on a
+	 * device librdmacm has seen leave closes librdmacm's context, which
+	 * they are on unless the record has one of its own. */
 	dev_free_registered(link->rx_mem, link->rx_mem_len, link->rx_mr);
 	dev_free_registered(link->tx_mem, link->tx_mem_len, link->tx_mr);
 	link->rx_mem = link->tx_mem = NULL;
 	if (link->dev)
-		dev_conn_gone(link->dev);
+		dev_conn_gone(link->dev); /* the last use flushes cached registrations */
 	link->dev = NULL;
+	SDP_GUARD_ENTER();
+	if (link->cm_id)
+		rdma_destroy_id(link->cm_id);
+	link->cm_id = NULL;
+	SDP_GUARD_LEAVE();
 }
 
 /* ------------------------------------------------------------- sending */

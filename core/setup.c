@@ -307,22 +307,25 @@ void conn_destroy_resources(struct sdp_conn *c)
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	c->cq = NULL;
-	if (c->cm_id)
-		rdma_destroy_id(c->cm_id);
-	c->cm_id = NULL;
 	SDP_GUARD_LEAVE();
+	/* The registrations go before the id (see link.c destroy_resources). */
 	dev_free_registered(c->rx_mem, c->rx_mem_len, c->rx_mr);
 	dev_free_registered(c->tx_mem, c->tx_mem_len, c->tx_mr);
 	c->rx_mem = c->tx_mem = NULL;
 	c->rx_mr = c->tx_mr = NULL;
-	free(c->rx_ring);
-	free(c->tx_slots);
-	c->rx_ring = NULL;
-	c->tx_slots = NULL;
 	if (c->dev) {
 		dev_conn_gone(c->dev);
 		c->dev = NULL;
 	}
+	SDP_GUARD_ENTER();
+	if (c->cm_id)
+		rdma_destroy_id(c->cm_id);
+	c->cm_id = NULL;
+	SDP_GUARD_LEAVE();
+	free(c->rx_ring);
+	free(c->tx_slots);
+	c->rx_ring = NULL;
+	c->tx_slots = NULL;
 	if (c->tcp_fd >= 0) {
 		if (c->tcp_watched)
 			progress_unwatch(c->tcp_fd);

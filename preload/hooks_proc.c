@@ -145,40 +145,40 @@ SDP_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *c
 }
 
 /* The list forms: count the arguments (and the NULL that ends them), then
- * copy them into argv; execle's environment follows the NULL. */
-static size_t count_list_args(const char *arg, va_list ap)
+ * copy them into argv; execle's environment follows the NULL.  The va_list
+ * goes by address: where it is a struct or a pointer (arm64, i386), a
+ * callee's va_arg on a copy would leave the caller's behind. */
+static size_t count_list_args(const char *arg, va_list *ap)
 {
 	size_t n = 1;
 	va_list copy;
 
-	va_copy(copy, ap);
+	va_copy(copy, *ap);
 	for (const char *a = arg; a; a = va_arg(copy, const char *))
 		n++;
 	va_end(copy);
 	return n;
 }
 
-static void fill_list_args(char **argv, const char *arg, va_list ap)
+static void fill_list_args(char **argv, const char *arg, va_list *ap)
 {
 	size_t i = 0;
 
 	argv[i++] = (char *)arg;
 	while (arg) {
-		arg = va_arg(ap, const char *);
+		arg = va_arg(*ap, const char *);
 		argv[i++] = (char *)arg;
 	}
 }
-
-#define LIST_TO_ARGV(argv, arg, ap)                          \
-	va_start(ap, arg);                                   \
-	char *argv[count_list_args(arg, ap)];                \
-	fill_list_args(argv, arg, ap)
 
 SDP_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	va_list ap;
 
-	LIST_TO_ARGV(argv, arg, ap);
+	va_start(ap, arg);
+	char *argv[count_list_args(arg, &ap)];
+
+	fill_list_args(argv, arg, &ap);
 	va_end(ap);
 	sdp_ensure_init();
 	prepare_exec();
@@ -189,7 +189,10 @@ SDP_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	va_list ap;
 
-	LIST_TO_ARGV(argv, arg, ap);
+	va_start(ap, arg);
+	char *argv[count_list_args(arg, &ap)];
+
+	fill_list_args(argv, arg, &ap);
 	va_end(ap);
 	sdp_ensure_init();
 	prepare_exec();
@@ -201,7 +204,10 @@ SDP_EXPORT int execle(const char *path, const char *arg, ...)
 	va_list ap;
 	char *const *envp;
 
-	LIST_TO_ARGV(argv, arg, ap);
+	va_start(ap, arg);
+	char *argv[count_list_args(arg, &ap)];
+
+	fill_list_args(argv, arg, &ap);
 	envp = va_arg(ap, char *const *);
 	va_end(ap);
 	sdp_ensure_init();

@@ -803,17 +803,26 @@ static void scenario_execnofork(const struct endpoint *ep)
 
 /* forkchild: a process that already used RDMA forks, and the child makes
  * and accepts connections of its own; so does the child's child.  Each
- * generation listens on the next port, so that no listener of the one
- * before can be in the way. */
+ * generation listens on a port of its own. */
 #define FORK_GENERATIONS 3
 
+static struct endpoint port_after(const struct endpoint *ep, int offset);
+
+/* On ep's address and a port the kernel picks (no other listener can hold it). */
 static void exchange_in_process(const struct endpoint *ep, uint64_t seed)
 {
 	struct thread_server ts;
+	struct endpoint any = port_after(ep, 0), bound;
+	in_port_t *port = ep->family == AF_INET6 ? &((struct sockaddr_in6 *)&any.addr)->sin6_port
+						 : &((struct sockaddr_in *)&any.addr)->sin_port;
 
-	thread_server_start(&ts, ep, 2, REPLY_DIGEST_ECHO, false);
-	run_client(ep, seed, REPLY_DIGEST_ECHO);
-	run_client(ep, seed + 1, REPLY_DIGEST_ECHO);
+	*port = 0;
+	thread_server_start(&ts, &any, 2, REPLY_DIGEST_ECHO, false);
+	bound = any;
+	CHECK(getsockname(ts.lfd, (struct sockaddr *)&bound.addr, &bound.len) == 0,
+	      "getsockname: %s", ERR);
+	run_client(&bound, seed, REPLY_DIGEST_ECHO);
+	run_client(&bound, seed + 1, REPLY_DIGEST_ECHO);
 	thread_server_join(&ts);
 }
 
@@ -832,9 +841,8 @@ static const struct endpoint *fork_base_ep;
 static void generation_main(void *arg)
 {
 	int generation = *(int *)arg;
-	struct endpoint ep = port_after(fork_base_ep, generation);
 
-	exchange_in_process(&ep, 800 + 10 * (uint64_t)generation);
+	exchange_in_process(fork_base_ep, 800 + 10 * (uint64_t)generation);
 	if (generation + 1 < FORK_GENERATIONS) {
 		int next = generation + 1;
 
