@@ -44,6 +44,7 @@ STORE_FN(link_max, unsigned)
 STORE_FN(link_idle_ms, unsigned)
 STORE_FN(link_slots, unsigned)
 STORE_FN(pin_budget, uint64_t)
+STORE_FN(child_device_watch, unsigned)
 #undef STORE_FN
 
 static const struct tunable_spec tunable_specs[] = {
@@ -74,6 +75,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },
 	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 20000, store_link_idle_ms },
 	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
+	{ "SDPSHIM_CHILD_DEVICE_WATCH", 0, 1, 1, store_child_device_watch },
 };
 
 /* Sizes in bytes: a K, M or G suffix is accepted. */

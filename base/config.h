@@ -35,6 +35,8 @@ struct sdp_tunables {
 	unsigned link_max;           /* SDPSHIM_LINK_MAX: links (QPs) per process */
 	unsigned link_idle_ms;       /* SDPSHIM_LINK_IDLE_MS: an unused client link closes after */
 	unsigned link_slots;         /* SDPSHIM_LINK_SLOTS: link records in the stats segment */
+	unsigned child_device_watch; /* SDPSHIM_CHILD_DEVICE_WATCH: a forked child lets its
+				      * inherited device files go when the device is removed */
 	uint64_t pin_budget;         /* SDPSHIM_PIN_BUDGET: bytes this process may pin, before the
 				      * RLIMIT_MEMLOCK cap (base/pin_budget.c) */
 };

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/config.h"
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/pin_budget.h"
@@ -383,18 +384,38 @@ void dev_removed(struct ibv_context *ctx)
 /* A forked child holds its ancestors' files of every device they used:
  * their records' contexts and completion channels, useless here (core/qp.h).
  * Those of a device that left the list are released in place. */
+/* Is fd one of this process's own records' files?  An inherited number
+ * the app closed may have been handed to one of them since. */
+static bool fd_of_own_record(int fd)
+{
+	for (struct sdp_dev *d = dev_list; d; d = d->next)
+		if (fd == d->ctx_cmd_fd || fd == d->ctx_async_fd ||
+		    (d->cc && fd == d->cc->fd) || (d->link_cc && fd == d->link_cc->fd))
+			return true;
+	return false;
+}
+
+static void release_inherited_fd(int fd, const char *prefix, const char *what)
+{
+	if (fd >= 0 && !fd_of_own_record(fd) && fd_is(fd, prefix))
+		fd_release_in_place(fd, what);
+}
+
+/* Not d->retired, which is the parent's word: a fork between its retire
+ * and its release (up to 5 s) would leave the child's copies alone. */
 static void release_inherited_of_gone(struct ibv_device **list)
 {
+	static const char event_file[] = "anon_inode:[infinibandevent]";
+
 	for (unsigned g = 0; g < inherited_count; g++) {
 		for (struct sdp_dev *d = inherited[g]; d; d = d->next) {
-			if (d->retired || in_list(list, d->device))
+			if (d->inherited_released || in_list(list, d->device))
 				continue;
-			d->retired = true; /* in this process's copy only */
-			if (fd_is(d->cc->fd, "anon_inode:[infinibandevent]"))
-				fd_release_in_place(d->cc->fd, "inherited completion channel");
-			if (fd_is(d->link_cc->fd, "anon_inode:[infinibandevent]"))
-				fd_release_in_place(d->link_cc->fd, "inherited completion channel");
-			context_release(d);
+			d->inherited_released = true; /* in this process's copy only */
+			release_inherited_fd(d->cc->fd, event_file, "inherited completion channel");
+			release_inherited_fd(d->link_cc->fd, event_file, "inherited completion channel");
+			release_inherited_fd(d->ctx_cmd_fd, "/dev/infiniband/uverbs", "inherited context");
+			release_inherited_fd(d->ctx_async_fd, event_file, "inherited context's events");
 			sdp_info("device %s removed: released what this process inherited of it",
 				 d->name);
 		}
@@ -478,18 +499,21 @@ void dev_atfork_child(int parent_cm_fd)
 
 void dev_after_fork_child(void)
 {
-	if (inherited_count || inherited_cm_count)
+	if ((inherited_count || inherited_cm_count) && sdp_tun.child_device_watch)
 		dev_watch_inherited_start();
 }
 
 /* The mappings of a removed device's verbs file that this process holds
  * (the queues of the parent's QPs and CQs, which a provider such as rxe
  * maps from it): a mapping holds the file, as an fd does.  Only with no
- * record of its own, whose queues could be among them. */
-static void unmap_inherited_queues(void)
+ * record of its own, whose queues could be among them.  Each range gets
+ * inaccessible anonymous memory in place (MAP_FIXED), not a hole: whoever
+ * unmaps it later (a provider closing a context) unmaps nothing of ours. */
+static void cover_inherited_queues(void)
 {
-	static const char gone_suffix[] = " (deleted)";
+	static const char prefix[] = "/dev/infiniband/uverbs", gone[] = " (deleted)";
 	char line[512];
+	bool at_line_start = true;
 	FILE *maps;
 
 	if (dev_list)
@@ -498,17 +522,24 @@ static void unmap_inherited_queues(void)
 	if (!maps)
 		return;
 	while (fgets(line, sizeof(line), maps)) {
+		size_t len = strlen(line);
+		bool whole = at_line_start && len && line[len - 1] == '\n';
 		unsigned long start, end;
-		char *path = strchr(line, '/');
-		size_t len = strcspn(line, "\n");
+		int path_at = -1;
 
-		line[len] = '\0';
-		if (!path || strncmp(path, "/dev/infiniband/uverbs", 22) != 0 ||
-		    len < sizeof(gone_suffix) - 1 ||
-		    strcmp(line + len - (sizeof(gone_suffix) - 1), gone_suffix) != 0 ||
-		    sscanf(line, "%lx-%lx", &start, &end) != 2)
+		at_line_start = len && line[len - 1] == '\n'; /* a longer line's tail is skipped */
+		if (!whole)
 			continue;
-		munmap((void *)start, end - start);
+		line[--len] = '\0';
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &path_at) != 2 ||
+		    path_at < 0 || strncmp(line + path_at, prefix, sizeof(prefix) - 1) != 0 ||
+		    len < sizeof(gone) - 1 || strcmp(line + len - (sizeof(gone) - 1), gone) != 0 ||
+		    end <= start)
+			continue;
+		if (mmap((void *)start, end - start, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+			sdp_warn("cannot let go of an inherited mapping of a removed device: %s",
+				 strerror(errno));
 	}
 	fclose(maps);
 }
@@ -527,7 +558,7 @@ void dev_release_inherited_gone(void)
 		if (fd_is(inherited_cm_fds[g], "/dev/infiniband/rdma_cm"))
 			fd_release_in_place(inherited_cm_fds[g], "inherited rdma_cm channel");
 	inherited_cm_count = 0;
-	unmap_inherited_queues();
+	cover_inherited_queues();
 	pthread_mutex_unlock(&dev_lock);
 	devices_listed_free(list);
 }

@@ -33,6 +33,7 @@ struct sdp_dev {
 			      * flushes the MR cache (and retires a removed device) */
 	_Atomic bool removed; /* DEVICE_REMOVAL seen: no new user, retire once unused */
 	bool retired;         /* its PD is gone and its channels' fds are placeholders (dev_lock) */
+	bool inherited_released; /* a forked child's copy: its files here let go (dev_lock) */
 	_Atomic int link_cqs; /* CQs on link_cc (cq.c reads one event when 1) */
 	struct sdp_dev *next;
 };

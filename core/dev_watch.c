@@ -21,6 +21,7 @@
 
 #define UEVENT_GROUP_KERNEL 1u
 #define UEVENT_MSG_MAX 8192
+#define INHERITED_WATCH_STACK (128u << 10)
 
 static int uevent_fd = -1;
 static struct progress_source uevent_src;
@@ -124,6 +125,8 @@ static void *inherited_watch_main(void *arg)
 	for (;;) {
 		if (real.poll(&p, 1, -1) < 0 && errno != EINTR)
 			return NULL;
+		if (p.revents & POLLNVAL)
+			return NULL; /* closed behind the hooks (a raw close_range): never spin */
 		if (removal_seen(p.fd, buf, sizeof(buf)))
 			dev_release_inherited_gone();
 	}
@@ -141,6 +144,7 @@ void dev_watch_inherited_start(void)
 		return;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, INHERITED_WATCH_STACK); /* its buffer is static */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
 	err = pthread_create(&thread, &attr, inherited_watch_main, NULL);
