@@ -335,11 +335,7 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	pending_insert(l, c);
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
-	int rc = qp_before_accept(c->dev, ev->id, c->qp, &param);
-	if (rc != 0)
-		errno = -rc;
-	else
-		rc = rdma_accept(ev->id, &param);
+	int rc = qp_accept(c->dev, ev->id, c->qp, &param);
 	SDP_GUARD_LEAVE();
 	if (rc != 0)
 		sdp_warn("rdma_accept failed: %s", strerror(errno)); /* the peer times out: TCP */

@@ -381,9 +381,6 @@ void dev_removed(struct ibv_context *ctx)
 		mark_removed(d);
 }
 
-/* A forked child holds its ancestors' files of every device they used:
- * their records' contexts and completion channels, useless here (core/qp.h).
- * Those of a device that left the list are released in place. */
 /* Is fd one of this process's own records' files?  An inherited number
  * the app closed may have been handed to one of them since. */
 static bool fd_of_own_record(int fd)
@@ -401,8 +398,11 @@ static void release_inherited_fd(int fd, const char *prefix, const char *what)
 		fd_release_in_place(fd, what);
 }
 
-/* Not d->retired, which is the parent's word: a fork between its retire
- * and its release (up to 5 s) would leave the child's copies alone. */
+/* A forked child holds its ancestors' files of every device they used:
+ * their records' contexts and completion channels, useless here (core/qp.h).
+ * Those of a device that left the list are released in place.  Not by
+ * d->retired, which is the parent's word: a fork between its retire and its
+ * release (up to 5 s) would leave the child's copies alone. */
 static void release_inherited_of_gone(struct ibv_device **list)
 {
 	static const char event_file[] = "anon_inode:[infinibandevent]";

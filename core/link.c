@@ -1535,11 +1535,7 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 	cm_conn_param(&param, &ack_wire, sizeof(ack_wire));
 	cm_apply_ack_timeout(ev->id);
 	SDP_GUARD_ENTER();
-	int rc = qp_before_accept(link->dev, ev->id, link->qp, &param);
-	if (rc != 0)
-		errno = -rc;
-	else
-		rc = rdma_accept(ev->id, &param);
+	int rc = qp_accept(link->dev, ev->id, link->qp, &param);
 	SDP_GUARD_LEAVE();
 	if (rc != 0) {
 		sdp_warn("rdma_accept of a link failed: %s", strerror(errno));

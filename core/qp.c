@@ -98,13 +98,20 @@ void qp_before_connect(struct sdp_dev *dev, struct ibv_qp *qp, struct rdma_conn_
 		param->qp_num = qp->qp_num;
 }
 
-int qp_before_accept(struct sdp_dev *dev, struct rdma_cm_id *id, struct ibv_qp *qp,
-		     struct rdma_conn_param *param)
+int qp_accept(struct sdp_dev *dev, struct rdma_cm_id *id, struct ibv_qp *qp,
+	      struct rdma_conn_param *param)
 {
-	if (!dev->own_ctx)
-		return 0;
-	param->qp_num = qp->qp_num;
-	return move_to_rts(id, qp, param->responder_resources, param->initiator_depth);
+	int err;
+
+	if (dev->own_ctx) {
+		param->qp_num = qp->qp_num;
+		err = move_to_rts(id, qp, param->responder_resources, param->initiator_depth);
+		if (err) {
+			errno = -err;
+			return -1;
+		}
+	}
+	return rdma_accept(id, param);
 }
 
 int qp_on_connect_response(struct rdma_cm_id *id, struct ibv_qp *qp)

@@ -21,10 +21,10 @@ void qp_destroy(struct sdp_dev *dev, struct rdma_cm_id *id, struct ibv_qp *qp);
 
 /* Before rdma_connect: names our QP in param. */
 void qp_before_connect(struct sdp_dev *dev, struct ibv_qp *qp, struct rdma_conn_param *param);
-/* Before rdma_accept: names our QP in param and moves it to RTR and RTS,
- * as librdmacm does for its own.  0 or -errno. */
-int qp_before_accept(struct sdp_dev *dev, struct rdma_cm_id *id, struct ibv_qp *qp,
-		     struct rdma_conn_param *param);
+/* rdma_accept, our own QP first named in param and moved to RTR and RTS,
+ * as librdmacm does for its own.  0, or -1 with errno. */
+int qp_accept(struct sdp_dev *dev, struct rdma_cm_id *id, struct ibv_qp *qp,
+	      struct rdma_conn_param *param);
 /* RDMA_CM_EVENT_CONNECT_RESPONSE (an active id whose QP librdmacm does not
  * know): RTR, RTS, then rdma_establish sends the RTU.  0 or -errno.  The
  * event then counts as ESTABLISHED. */

@@ -91,13 +91,13 @@ SDP_EXPORT int daemon(int nochdir, int noclose)
 /* Sockets that exec closes (FD_CLOEXEC) end here: write their stats lines. */
 static void prepare_exec(void)
 {
+	sdp_ensure_init();
 	sock_switch_all_to_tcp(true); /* the new image inherits kernel sockets */
 	sock_prepare_exec();
 }
 
 SDP_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	sdp_ensure_init();
 	prepare_exec();
 	return real.execve(path, argv, envp);
 }
@@ -106,28 +106,24 @@ SDP_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
  * preload sees: each is hooked on its own. */
 SDP_EXPORT int execv(const char *path, char *const argv[])
 {
-	sdp_ensure_init();
 	prepare_exec();
 	return real.execv(path, argv);
 }
 
 SDP_EXPORT int execvp(const char *file, char *const argv[])
 {
-	sdp_ensure_init();
 	prepare_exec();
 	return real.execvp(file, argv);
 }
 
 SDP_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	sdp_ensure_init();
 	prepare_exec();
 	return real.execvpe(file, argv, envp);
 }
 
 SDP_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	sdp_ensure_init();
 	prepare_exec();
 	return real.fexecve(fd, argv, envp);
 }
@@ -171,32 +167,39 @@ static void fill_list_args(char **argv, const char *arg, va_list *ap)
 	}
 }
 
+/* execl and execlp: the list in an argv of this frame, then exec_fn. */
+static int exec_list(int (*exec_fn)(const char *, char *const[]), const char *file,
+		     const char *arg, va_list *ap)
+{
+	char *argv[count_list_args(arg, ap)];
+
+	fill_list_args(argv, arg, ap);
+	prepare_exec();
+	return exec_fn(file, argv);
+}
+
 SDP_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	va_list ap;
+	int rc;
 
 	va_start(ap, arg);
-	char *argv[count_list_args(arg, &ap)];
-
-	fill_list_args(argv, arg, &ap);
+	sdp_ensure_init(); /* real.execv */
+	rc = exec_list(real.execv, path, arg, &ap);
 	va_end(ap);
-	sdp_ensure_init();
-	prepare_exec();
-	return real.execv(path, argv);
+	return rc;
 }
 
 SDP_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	va_list ap;
+	int rc;
 
 	va_start(ap, arg);
-	char *argv[count_list_args(arg, &ap)];
-
-	fill_list_args(argv, arg, &ap);
+	sdp_ensure_init(); /* real.execvp */
+	rc = exec_list(real.execvp, file, arg, &ap);
 	va_end(ap);
-	sdp_ensure_init();
-	prepare_exec();
-	return real.execvp(file, argv);
+	return rc;
 }
 
 SDP_EXPORT int execle(const char *path, const char *arg, ...)
@@ -210,7 +213,6 @@ SDP_EXPORT int execle(const char *path, const char *arg, ...)
 	fill_list_args(argv, arg, &ap);
 	envp = va_arg(ap, char *const *);
 	va_end(ap);
-	sdp_ensure_init();
 	prepare_exec();
 	return real.execve(path, argv, envp);
 }
