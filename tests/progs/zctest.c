@@ -9,7 +9,10 @@
  * A sender whose write fails prints the error, closes the socket and, with
  * ZCTEST_HOLD_S set, stays alive that long so a test can count its MRs.
  * ZCTEST_READ_CHUNK=N: the receiver reads at most N bytes per call.
- * ZCTEST_SEND_DELAY_MS=N: the sender waits N ms after connecting. */
+ * ZCTEST_SEND_DELAY_MS=N: the sender waits N ms after connecting.
+ * ZCTEST_GO_FILE=PATH: the sender prints "connected", then waits (120 s at
+ * most) until PATH exists before its first write (a test that wants every
+ * block on the open channel creates it once the connection shows path=rdma). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -144,11 +147,25 @@ static void send_delay(void)
 		nanosleep(&(struct timespec){ v / 1000, (v % 1000) * 1000000L }, NULL);
 }
 
+/* ZCTEST_GO_FILE: waits until the test says go (or gives up after 120 s). */
+static void wait_go_file(void)
+{
+	const char *path = getenv("ZCTEST_GO_FILE");
+
+	if (!path)
+		return;
+	printf("zctest: connected\n");
+	fflush(stdout);
+	for (int i = 0; i < 1200 && access(path, F_OK) != 0; i++)
+		nanosleep(&(struct timespec){ 0, 100 * 1000000L }, NULL);
+}
+
 static int do_send(const char *host, const char *port, unsigned count, size_t block, const char *kase)
 {
 	int fd = connect_to(host, port);
 
 	send_delay();
+	wait_go_file();
 	uint8_t *buf = NULL;
 	char verdict = 0;
 

@@ -164,6 +164,20 @@ wait_count() {
   done
 }
 
+# live_paths_settled N SECS PID ROLE [--all-users]: live_paths until it reads
+# "N N" or SECS pass; prints the last reading.  A connection's data runs on TCP
+# until its channel opens, so an echo can complete before the path event: the
+# channels still have to open while the connections are held.
+live_paths_settled() {
+  local n=$1 until=$(( $(date +%s) + $2 )) got; shift 2
+  while :; do
+    got=$(live_paths "$@")
+    [ "$got" = "$n $n" ] || [ "$(date +%s)" -ge "$until" ] && break
+    sleep 0.5
+  done
+  echo "$got"
+}
+
 # manyconn_case N WHO: N concurrent connections, manyconn -> evecho, both preloaded, as root
 # (RLIMIT_NOFILE $NOFILE) or as nobody (RLIMIT_MEMLOCK 8 MiB, RLIMIT_NOFILE 65536).  Holds
 # them open while it takes `rdma_usage` ($T/usage.txt) and the live paths (LIVE_C, LIVE_S:
@@ -202,8 +216,8 @@ manyconn_case() {
   cpid=$(sed -nE 's/^start pid=([0-9]+) .*/\1/p' "$T/client.log")
   # Every connection is open now: resources and paths per process.
   rdma_usage "$cpid" "$spid" >"$T/usage.txt"
-  LIVE_C=$(live_paths "$cpid" client "${stat_args[@]}")
-  LIVE_S=$(live_paths "$spid" server "${stat_args[@]}")
+  LIVE_C=$(live_paths_settled "$n" 60 "$cpid" client "${stat_args[@]}")
+  LIVE_S=$(live_paths_settled "$n" 60 "$spid" server "${stat_args[@]}")
   touch "$T/release"
   wait_bg client || crc=$?
   # evecho closes each connection at the client's EOF; then SIGTERM makes it print its totals.

@@ -417,6 +417,33 @@ for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
 print(best)' "$1" "${2:-bytes_received}"
 }
 
+# live_path ROLE PORT: the path ("rdma", "tcp", ...) of the live ROLE end of the
+# connection to PORT (the server's local port, the client's remote port) in
+# `sdpshim stat --json`, "none" while there is none
+live_path() {
+  "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
+import json, sys
+role, port, path = sys.argv[1], sys.argv[2], "none"
+for p in json.load(sys.stdin).get("processes", []):
+    for c in p.get("connections", []):
+        end = c.get("local" if role == "server" else "remote", "")
+        if c.get("role") == role and end.rsplit(":", 1)[-1] == port:
+            path = c.get("path", "none")
+print(path)' "$1" "$2"
+}
+
+# wait_live_path ROLE PORT PATH SECS: until live_path ROLE PORT prints PATH;
+# fails after SECS, saying what it saw
+wait_live_path() {
+  local until=$(( $(date +%s) + $4 )) seen
+  while :; do
+    seen=$(live_path "$1" "$2")
+    [ "$seen" = "$3" ] && return 0
+    [ "$(date +%s)" -lt "$until" ] || { echo "wait_live_path: the $1 end on port $2 is '$seen', not '$3', after $4 s" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
 # Reference digests (tests/progs/streamref SEED BYTES: the SHA-256 of the stream,
 # computed without any socket).  run-bats.sh computes the usual ones natively on
 # the host before the boot, into $STREAMREF_DIR; under emulation a 1 GiB one
