@@ -237,7 +237,7 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 		reset_unconfirmed_attach(c);
 		return;
 	}
-	if (switch_start(c, SDP_REASON_FAILOVER, true, false))
+	if (switch_start(c, SDP_REASON_FAILOVER, !c->fork_shared, false))
 		return; /* the stream continues on TCP */
 	/* Not moved: reset already, nothing left to move, or no TCP socket. */
 	switch (c->close_state) {

@@ -225,6 +225,11 @@ void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned i
  * conn_switch_wait returns false if the socket is still the channel's
  * (still moving, or bytes only this process holds). */
 void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason);
+/* Another process shares the socket (a fork that left the stream on the
+ * channel): a later move to TCP, a failover's too, leaves every byte this
+ * process has not delivered to the kernel socket (the peer resends it),
+ * where that process can read it. */
+void conn_mark_fork_shared(struct sdp_conn *c);
 bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadline_ms);
 
 /* In a forked child: the parent's progress thread, devices and rdma_cm

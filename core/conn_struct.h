@@ -156,6 +156,7 @@ struct sdp_conn {
 	bool lingering;         /* counted in progress_linger_*() until destroyed */
 	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
 	bool carrier_dead;      /* QP or cm id failed */
+	bool fork_shared;       /* another process holds the socket: a failover keeps no byte here */
 	bool qp_in_error;       /* we moved the QP to the error state: no remote access */
 	bool carrier_reaping;   /* close_ev_carrier_failed takes in the completions first */
 	const char *carrier_why; /* the first sign of the failure (static text), for the log */

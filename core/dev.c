@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/config.h"
@@ -216,6 +217,9 @@ void *dev_alloc_registered(struct sdp_dev *dev, size_t len, struct ibv_mr **mr, 
 		*err = -ENOMEM;
 		return NULL;
 	}
+	/* A forked child never touches the library's buffers, and the kernel
+	 * copies pinned pages into each child at fork: they stay out of it. */
+	(void)syscall(SYS_madvise, mem, len, MADV_DONTFORK);
 	SDP_GUARD_ENTER();
 	*mr = ibv_reg_mr(dev->pd, mem, len, IBV_ACCESS_LOCAL_WRITE);
 	SDP_GUARD_LEAVE();

@@ -130,6 +130,10 @@ int progress_hide_fd(int fd)
 	return fd;
 }
 
+/* Marks the hidden duplicates of app sockets in the fd table: a forked
+ * child closes its copies (progress_atfork_child). */
+static _Alignas(8) int socket_dup_tag;
+
 int progress_dup_hidden(int fd)
 {
 	int high;
@@ -138,9 +142,17 @@ int progress_dup_hidden(int fd)
 		return -1;
 	high = real.fcntl(fd, F_DUPFD_CLOEXEC, hidden_fd_floor());
 	if (high < 0)
-		return progress_hide_fd(real.dup(fd)); /* no number above the floor: any */
-	fdt_set(high, FDT_HIDDEN, NULL);
+		high = progress_hide_fd(real.dup(fd)); /* no number above the floor: any */
+	if (high >= 0)
+		fdt_set(high, FDT_HIDDEN, &socket_dup_tag);
 	return high;
+}
+
+static void close_socket_dup(int fd, void *obj, void *ctx)
+{
+	(void)ctx;
+	if (obj == &socket_dup_tag)
+		progress_close_hidden(fd);
 }
 
 void progress_close_hidden(int fd)
@@ -446,6 +458,10 @@ void progress_quiesce_for_exit(unsigned max_wait_ms)
 
 void progress_atfork_child(void)
 {
+	/* The parent's channels' duplicates of their TCP sockets: a child that
+	 * kept them would hold sockets the parent closes (no FIN while it
+	 * lives), even those of connections made after it was forked. */
+	fdt_for_each(FDT_HIDDEN, close_socket_dup, NULL);
 	pthread_mutex_init(&prog.lock, NULL);
 	pthread_cond_init(&prog.parked_cond, NULL);
 	prog.stopping = prog.parked = false;

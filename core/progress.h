@@ -57,7 +57,8 @@ void progress_atfork_child(void);
 /* Creates an fd owned by the library: moved to a high number, close-on-exec
  * and marked hidden so the app cannot close or dup2 over it. */
 int progress_hide_fd(int fd);
-/* A hidden duplicate of an fd the app keeps (one call, not dup then move). */
+/* A hidden duplicate of a socket the app keeps (one call, not dup then
+ * move); a forked child closes its copies. */
 int progress_dup_hidden(int fd);
 void progress_close_hidden(int fd);
 

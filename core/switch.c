@@ -537,6 +537,13 @@ void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason)
 	conn_unlock(c);
 }
 
+void conn_mark_fork_shared(struct sdp_conn *c)
+{
+	conn_lock(c);
+	c->fork_shared = true;
+	conn_unlock(c);
+}
+
 /* Phases that end on their own soon: connect and attach in flight, or the
  * bytes of a fallback still draining into TCP. */
 static bool phase_settling(enum conn_phase phase)

@@ -94,7 +94,7 @@ static bool peer_wrote(struct sdp_conn *c)
 static void follow_peer_if_it_wrote(struct sdp_conn *c, uint32_t events)
 {
 	if ((events & EPOLLIN) && peer_wrote(c))
-		switch_start(c, SDP_REASON_FAILOVER, true, true); /* its SWITCH record */
+		switch_start(c, SDP_REASON_FAILOVER, !c->fork_shared, true); /* its SWITCH record */
 }
 
 static void on_tcp_ready(struct progress_source *src, uint32_t events)

@@ -14,6 +14,7 @@
 #include "base/real.h"
 #include "core/conn.h"
 #include "ipoib_fallback/path.h"
+#include "preload/fork_handoff.h"
 #include "preload/gate.h"
 #include "preload/readiness.h"
 #include "preload/init.h"
@@ -21,20 +22,24 @@
 #include "preload/sock.h"
 #include "preload/sock_rdma.h"
 
-static bool fork_keeps_rdma(void)
-{
-	const char *v = getenv("SDPSHIM_FORK");
-
-	return v && strcmp(v, "keep") == 0;
-}
-
-/* The child inherits plain TCP sockets: a channel's verbs resources stay
- * with this process, so every stream moves to TCP first (SDPSHIM_FORK=keep:
- * they stay on RDMA here, and the child cannot use them). */
+/* A channel's verbs resources stay with this process.  Under handoff
+ * (the default) the streams stay on RDMA, and one moves to TCP when a
+ * process that inherited it uses it (preload/fork_handoff.c); under switch,
+ * every stream moves to TCP first; under keep, they stay, and a child that
+ * uses one gets EIO. */
 void proc_atfork_prepare(void)
 {
-	if (!fork_keeps_rdma())
+	switch (fork_mode()) {
+	case FORK_HANDOFF:
+		handoff_atfork_prepare();
+		break;
+	case FORK_SWITCH:
 		sock_switch_all_to_tcp(false);
+		break;
+	case FORK_KEEP:
+		break;
+	}
+	handoff_lock_for_fork(); /* before the socket table's lock, as its server takes them */
 	sock_atfork_prepare();
 	gate_atfork_prepare();
 }
@@ -44,6 +49,7 @@ void proc_atfork_parent(void)
 	gate_atfork_after();
 	rdy_epoll_atfork_parent(); /* the socket table's lock is still held */
 	sock_atfork_parent();
+	handoff_unlock_after_fork();
 }
 
 void proc_atfork_child(void)
@@ -51,6 +57,7 @@ void proc_atfork_child(void)
 	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
 	sock_atfork_child();
+	handoff_atfork_child();
 	rdy_epoll_atfork_child();
 	path_atfork_child();
 	conn_layer_atfork_child();
@@ -58,8 +65,13 @@ void proc_atfork_child(void)
 
 SDP_EXPORT pid_t fork(void)
 {
+	pid_t pid;
+
 	sdp_ensure_init();
-	return real.fork(); /* the atfork handlers do the work */
+	pid = real.fork(); /* the atfork handlers do the work */
+	if (pid > 0)
+		handoff_after_fork_parent(pid); /* the child may share our streams */
+	return pid;
 }
 
 /* vfork's child shares our stack and may only exec or _exit; running the
@@ -76,7 +88,9 @@ SDP_EXPORT int daemon(int nochdir, int noclose)
 	int rc;
 
 	sdp_ensure_init();
+	fork_force_switch(true); /* its parent leaves by _exit: no handoff */
 	rc = real.daemon(nochdir, noclose);
+	fork_force_switch(false);
 	if (rc == 0 && !noclose) {
 		for (int fd = 0; fd <= 2; fd++) {
 			struct stat st;
@@ -93,6 +107,7 @@ static void prepare_exec(void)
 {
 	sdp_ensure_init();
 	sock_switch_all_to_tcp(true); /* the new image inherits kernel sockets */
+	handoff_orphans_at_exit();    /* a forked process may still use these */
 	sock_prepare_exec();
 }
 

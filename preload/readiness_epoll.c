@@ -15,6 +15,7 @@
 #include "core/progress.h"
 #include "preload/gate.h"
 #include "preload/init.h"
+#include "preload/fork_handoff.h"
 #include "preload/readiness.h"
 #include "preload/readiness_internal.h"
 #include "preload/sock.h"
@@ -528,6 +529,8 @@ int rdy_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	s = sock_of(fd);
 	if (!s && op == EPOLL_CTL_ADD)
 		rdy_epoll_watched(fd); /* a set inside a set */
+	if (s && !sdp_in_lib && handoff_claimable(s))
+		handoff_claim(s); /* inherited on RDMA: this process takes it over on TCP */
 	if (!s || sdp_in_lib || sock_path_final_tcp(s))
 		return real.epoll_ctl(epfd, op, fd, ev);
 	pthread_mutex_lock(&s->lock);

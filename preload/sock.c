@@ -17,6 +17,7 @@
 #include "core/conn.h" /* conn_forked_with_channels() */
 #include "preload/gate.h"
 #include "preload/sock.h"
+#include "preload/fork_handoff.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
 #include "preload/stream.h"     /* sock_stream_tcp, sock_stream_rdma */
 
@@ -150,6 +151,7 @@ struct sdp_sock *sock_track(int fd, int family, bool nonblock)
 	s->rcvtimeo_ms = -1;
 	s->sndtimeo_ms = -1;
 	s->primary_fd = fd;
+	s->handoff_fd = -1;
 	atomic_init(&s->mode, SOCK_MODE_FRESH);
 	atomic_init(&s->stream, stream_of_mode(SOCK_MODE_FRESH));
 	atomic_init(&s->fd_refs, 1);
@@ -298,7 +300,10 @@ void sock_drop_fd(int fd)
 	sock_table_unlock();
 	if (left > 0)
 		return;
-	sock_close_transport(s, fd);
+	/* A stream a forked process may still use stays open for it, as the
+	 * kernel socket does (preload/fork_handoff.c). */
+	if (!handoff_keep_orphan(s))
+		sock_close_transport(s, fd);
 	sock_free(s);
 }
 
@@ -496,13 +501,16 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 
 	(void)ctx;
 	(void)fd;
-	if (sock_is_rdma(s) && s->owner_pid == getpid()) /* not cached: as in sock_flush_all_stats */
+	if (!sock_is_rdma(s) || s->owner_pid != getpid()) /* not cached: as in sock_flush_all_stats */
+		return;
+	if (!handoff_at_exit(s)) /* a process that shares it goes on, on TCP */
 		sock_close_transport(s, fd); /* the fd stays open; the kernel closes it at exit */
 }
 
 void sock_close_all_rdma(void)
 {
 	fdt_for_each(FDT_SOCK, close_rdma_at_exit, NULL);
+	handoff_orphans_at_exit();
 }
 
 void sock_atfork_prepare(void)

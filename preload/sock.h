@@ -46,6 +46,14 @@ struct sdp_sock {
 	int rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO/SO_SNDTIMEO, -1 = none */
 	struct linger linger;
 	pid_t owner_pid;            /* process that created the RDMA state */
+	/* SDPSHIM_FORK=handoff (preload/fork_handoff.c): where a process that
+	 * inherits this RDMA socket asks its owner to move the stream to TCP
+	 * (-1: nowhere), the owner's id for it, and its state byte in memory
+	 * the owner shares with its descendants (NULL: none). */
+	int handoff_fd;
+	uint64_t handoff_id;
+	uint64_t handoff_seq;       /* the owner's first fork that shared it */
+	_Atomic uint8_t *handoff_state;
 	int primary_fd;             /* one fd number that names the socket */
 	struct sdp_conn_stats *st;  /* live counters (never NULL: falls back to a private slot) */
 	struct sdp_conn *conn;

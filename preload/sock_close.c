@@ -1,6 +1,7 @@
 /* Closing the transport behind a tracked socket's last fd: an RDMA channel
  * goes to its background linger (or aborts under SO_LINGER 0); a listener
  * drops its rdma_cm listener; kernel TCP needs nothing. */
+#include "base/self.h"
 #include "core/conn.h"
 #include "core/listener.h"
 #include "preload/readiness.h"
@@ -15,8 +16,11 @@ void sock_close_transport(struct sdp_sock *s, int fd)
 	(void)fd;
 	/* A channel that fell back or opened just before the close, whose
 	 * event has not reached the socket yet: its path is settled now, not
-	 * left undecided. */
+	 * left undecided.  One inherited from its owner by fork is the
+	 * owner's: this process only lets go of its copy of the kernel socket. */
 	pthread_mutex_lock(&s->lock);
+	if (s->owner_pid != self_pid())
+		s->conn = NULL;
 	c = s->conn;
 	if (c)
 		conn_get(c);

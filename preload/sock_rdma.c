@@ -9,11 +9,13 @@
 
 #include "base/config.h"
 #include "base/fdtable.h"
+#include "base/guard.h" /* unlikely() */
 #include "base/log.h"
 #include "base/real.h"
 #include "base/self.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
+#include "preload/fork_handoff.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
 #include "preload/sock_rdma.h"
 #include "preload/stream.h"
@@ -30,6 +32,13 @@ struct sdp_conn *sock_conn_get(struct sdp_sock *s)
 {
 	struct sdp_conn *c;
 
+	/* An inherited channel is its owner's: this process takes the stream
+	 * over on TCP (SDPSHIM_FORK=handoff), or has no channel to use. */
+	if (unlikely(s->owner_pid != self_pid()) && sock_is_rdma(s)) {
+		if (handoff_claimable(s))
+			handoff_claim(s);
+		return NULL;
+	}
 	pthread_mutex_lock(&s->lock);
 	c = sock_is_rdma(s) ? s->conn : NULL;
 	if (c)
@@ -62,6 +71,7 @@ static void on_fallback(struct sdp_sock *s, struct sdp_conn *c, enum sdp_reason 
 		sock_set_switched(s, reason); /* the stream moved mid-way */
 	else
 		sock_set_tcp(s, reason, false);
+	handoff_note_on_tcp(s); /* a child that shares it may use it now */
 	sock_refresh_local(s);
 	pthread_mutex_unlock(&s->lock);
 	conn_put(c);
@@ -134,15 +144,22 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	struct sdp_sock *s = obj;
 	struct sdp_conn *c;
 
+	bool cloexec = b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC);
+
 	/* getpid(), not the cached id: a child sharing our memory (a raw
 	 * clone(CLONE_VM) or vfork) that execs reads the parent's there. */
-	if (s->owner_pid != getpid())
+	if (s->owner_pid != getpid()) {
+		/* Inherited on RDMA (SDPSHIM_FORK=handoff): an exec'd image
+		 * gets it on TCP, from its owner. */
+		if (b->only_inheritable && !cloexec && handoff_claimable(s))
+			handoff_claim(s);
 		return;
+	}
 	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */
 	if (!c)
 		return;
-	if (b->only_inheritable && (real.fcntl(fd, F_GETFD) & FD_CLOEXEC) &&
-	    !atomic_exchange(&s->spawn_dup, false)) {
+	/* A close-on-exec socket ends here unless a child shares it. */
+	if (cloexec && !s->shared_with_child && !atomic_exchange(&s->spawn_dup, false)) {
 		conn_put(c);
 		return;
 	}
@@ -169,6 +186,30 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	sock_hold(s);
 	b->socks[b->n] = s;
 	b->conns[b->n++] = c;
+}
+
+bool sock_switch_one_to_tcp(struct sdp_sock *s)
+{
+	struct sdp_conn *c = sock_conn_get(s);
+	bool moved;
+
+	if (!c)
+		return true;
+	conn_switch_begin(c, SDP_REASON_FORKED);
+	moved = conn_switch_wait(c, SDP_REASON_FORKED,
+				 progress_now_ms() + sdp_tun.switch_timeout_ms);
+	if (moved)
+		sock_settle_fallback(s, c);
+	conn_put(c);
+	return moved;
+}
+
+void sock_take_over_on_tcp(struct sdp_sock *s)
+{
+	s->conn = NULL; /* the owner's channel: its copy here is left untouched */
+	s->handoff_state = NULL;
+	s->handoff_fd = -1;
+	sock_set_switched(s, SDP_REASON_FORKED);
 }
 
 void sock_switch_all_to_tcp(bool only_inheritable)

@@ -15,6 +15,7 @@
 #include "base/self.h"
 #include "core/conn.h"
 #include "preload/ctl.h" /* socket options and queue sizes of the channel */
+#include "preload/fork_handoff.h"
 #include "preload/init.h"
 #include "preload/sock_rdma.h"
 #include "preload/stream.h"
@@ -28,13 +29,19 @@ static ssize_t set_errno(ssize_t rc)
 }
 
 /* A channel belongs to the process that built it; a forked child cannot
- * touch its verbs resources.  fork moves every stream to TCP first
- * (core/switch.c); a socket still on RDMA here is one that could not move. */
+ * touch its verbs resources.  Under SDPSHIM_FORK=handoff this process asks
+ * the owner for the stream and goes on on TCP; under switch, fork moved
+ * every stream to TCP first (core/switch.c), and a socket still on RDMA
+ * here is one that could not move. */
 static bool inherited_channel(struct sdp_sock *s)
 {
 	static _Atomic int warned;
 
 	if (likely(s->owner_pid == self_pid()))
+		return false;
+	if (handoff_claimable(s) && handoff_claim(s))
+		return false; /* on kernel TCP now: the call goes there */
+	if (!sock_is_rdma(s))
 		return false;
 	if (!warned++)
 		sdp_warn("an RDMA-backed socket inherited from process %d was used after fork, but "

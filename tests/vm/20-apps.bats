@@ -17,16 +17,6 @@ setup() {
 
 teardown() { vm_teardown; }
 
-need() {
-  local prog
-  for prog in "$@"; do
-    if ! command -v "$prog" >/dev/null; then
-      [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "$prog is not installed" >&2; return 1; }
-      skip "$prog is not installed"
-    fi
-  done
-}
-
 # --- redis -------------------------------------------------------------------
 
 # redis_start, redis_bench, redis_data, redis_stop, redis_stats: tests/vm/vm_helpers.bash

@@ -5,9 +5,10 @@
 #  - fork: tests/progs/forkecho is a fork-per-connection echo server (the parent
 #    accepts, forks, closes its copy at once; the child echoes until EOF) and a
 #    client that sends a seeded pattern on CONNS connections, PARALLEL at once,
-#    and checks each echo by length and SHA-256.  The parent switches every RDMA
-#    socket before fork, so every client stats line must say path=tcp,
-#    reason=forked, switches >= 1; 200 sequential connections, 20 concurrent ones
+#    and checks each echo by length and SHA-256.  The child's first use of the
+#    socket it inherited on RDMA moves the stream (the fork handoff; under
+#    SDPSHIM_FORK=switch the parent moves it before fork), so every client
+#    stats line must say path=tcp, reason=forked, switches >= 1; 200 sequential connections, 20 concurrent ones
 #    of 1 MiB, and 20 where the child execs `sh -c 'exec cat <&3 >&3'` on the
 #    inherited socket (fd 3) so an exec'd image does the echo; then 10 each
 #    where posix_spawn (a dup2 action) or system() makes that child instead.

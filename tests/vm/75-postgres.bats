@@ -6,7 +6,8 @@
 # preloaded with its psql clients over RDMA.  200 sequential and 20 concurrent
 # connections each send 64 KiB and get it back; the server's SHA-256 of what it
 # received and the echoed bytes are both checked.  Every psql line must have
-# moved to TCP with reason forked (the postmaster's fork moved it).
+# moved to TCP with reason forked (the backend, which inherited it on RDMA, asked
+# the postmaster to move it when it first read it: preload/fork_handoff.c).
 
 load ../helpers
 load vm_helpers
@@ -123,7 +124,7 @@ checked() { comm -12 <(sort "$1") <(sort "$2") | wc -l; }
        "20 concurrent psql: $par_ok ok in $par_ms ms" \
        "$(grep -hv '^conn [0-9]* [0-9a-f]\{64\} ' "$T/seq.out" "$T"/par.*.out | cut -c1-200 | head -5)" \
        "RC QPs seen while it ran: psql $(qp_seen psql), postgres $(qp_seen postgres)" \
-       "server log: $(bg_log pg | grep -E 'FATAL|ERROR|PANIC|sdpshim' | grep -v 'starting up' | head -5)" \
+       "server log: $(bg_log pg | grep -E 'FATAL|ERROR|PANIC|sdpshim|terminated by|exited with' | grep -v 'starting up' | head -8)" \
        "psql diagnostics: $(grep -h 'sdpshim' "$T/seq.out" "$T"/par.*.out | grep -v 'now runs on TCP' | head -5)"
   [ "$rc" -eq 0 ]
   [ "$seq_ok" -eq 200 ]

@@ -99,16 +99,6 @@ setup() {
 
 teardown() { vm_teardown; }
 
-need() {
-  local prog
-  for prog in "$@"; do
-    if ! command -v "$prog" >/dev/null; then
-      [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "$prog is not installed" >&2; return 1; }
-      skip "$prog is not installed"
-    fi
-  done
-}
-
 # qpmax_start COMM...: every 0.25 s, the RC QPs of each COMM (`rdma resource show qp`) as
 # one line "COMM=N ..." in $T/qpmax.samples (counts only: with thousands of QPs the whole
 # listing would fill the guest's memory); qpmax_stop; qpmax_seen COMM: the most in one sample
@@ -151,17 +141,6 @@ groups = collections.Counter((c["comm"], c["role"], c["path"], c["reason"]) for 
 print("stats: %d lines%s" % (len(lines), "".join(
     "\n  %6d x %s %s path=%s reason=%s" % ((n,) + k) for k, n in sorted(groups.items()))))
 EOF
-}
-
-# wait_count FILE REGEX N SECS: until FILE has at least N lines matching REGEX
-wait_count() {
-  local until=$(( $(date +%s) + $4 )) n
-  while :; do
-    n=$(grep -Ec -- "$2" "$1" 2>/dev/null) || n=0
-    [ "$n" -ge "$3" ] && return 0
-    [ "$(date +%s)" -ge "$until" ] && { echo "wait_count: $n of $3 lines matching '$2' in $1 after $4 s" >&2; return 1; }
-    sleep 0.2
-  done
 }
 
 # live_paths_settled N SECS PID ROLE [--all-users]: live_paths until it reads

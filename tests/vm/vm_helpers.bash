@@ -274,6 +274,28 @@ EOF
   [ "$status" -eq 0 ]
 }
 
+# wait_count FILE REGEX N SECS: until FILE has at least N lines matching REGEX
+wait_count() {
+  local until=$(( $(date +%s) + $4 )) n
+  while :; do
+    n=$(grep -Ec -- "$2" "$1" 2>/dev/null) || n=0
+    [ "$n" -ge "$3" ] && return 0
+    [ "$(date +%s)" -ge "$until" ] && { echo "wait_count: $n of $3 lines matching '$2' in $1 after $4 s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# need PROG...: skips the test if a program is missing (fails under SDPSHIM_STRICT=1)
+need() {
+  local prog
+  for prog in "$@"; do
+    if ! command -v "$prog" >/dev/null; then
+      [ "${SDPSHIM_STRICT:-0}" = 1 ] && { echo "$prog is not installed" >&2; return 1; }
+      skip "$prog is not installed"
+    fi
+  done
+}
+
 # --- redis ---------------------------------------------------------------------
 
 redis_start() {   # redis_start ADDR PORT

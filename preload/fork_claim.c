@@ -1,0 +1,161 @@
+/* The sharer's side of the fork handoff (SDPSHIM_FORK=handoff): a process
+ * that inherited an RDMA socket asks the socket's owner to move the stream
+ * to TCP when it first uses it, then uses the kernel socket; and a sharer
+ * that forks tells the owners that its child shares too.  The owner's side:
+ * preload/fork_handoff.c. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/fdtable.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "base/self.h"
+#include "core/progress.h" /* progress_now_ms() */
+#include "preload/fork_handoff.h"
+#include "preload/fork_handoff_wire.h"
+#include "preload/sock_rdma.h"
+
+/* Past the owner's own bound: it may look for the socket that long, then
+ * move it, each within SDPSHIM_SWITCH_TIMEOUT_MS. */
+#define REPLY_SLACK_MS 2000
+
+bool handoff_claimable(const struct sdp_sock *s)
+{
+	return s->owner_pid != self_pid() && s->handoff_state && sock_is_rdma(s);
+}
+
+static int send_request(int fd, const struct handoff_req *req, int reply_fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)req, sizeof(*req) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+
+	memset(ctl.buf, 0, sizeof(ctl.buf));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &reply_fd, sizeof(int));
+	while (real.sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+/* 0: the owner answered that the stream is on TCP; -errno otherwise. */
+static int wait_reply(int fd)
+{
+	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms * 2 + REPLY_SLACK_MS;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char status;
+	ssize_t n;
+
+	for (;;) {
+		uint64_t now = progress_now_ms();
+		int rc;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		rc = real.poll(&p, 1, (int)(deadline - now));
+		if (rc > 0)
+			break;
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+	}
+	n = real.recv(fd, &status, 1, MSG_DONTWAIT);
+	if (n == 1)
+		return status == 0 ? 0 : -EIO;
+	return -ECONNRESET; /* the owner went away */
+}
+
+static int ask_owner(const struct sdp_sock *s)
+{
+	struct handoff_req req = {
+		.magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid, .kind = HANDOFF_CLAIM,
+		.sock = (uint64_t)(uintptr_t)s, .id = s->handoff_id,
+	};
+	int pair[2], rc;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+		return -errno;
+	rc = send_request(s->handoff_fd, &req, pair[1]);
+	real.close(pair[1]);
+	if (rc == 0)
+		rc = wait_reply(pair[0]);
+	real.close(pair[0]);
+	return rc;
+}
+
+bool handoff_claim(struct sdp_sock *s)
+{
+	uint8_t state;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	if (!handoff_claimable(s)) { /* another thread of ours took it over */
+		bool done = !sock_is_rdma(s);
+
+		pthread_mutex_unlock(&s->lock);
+		return done;
+	}
+	rc = ask_owner(s);
+	state = atomic_load(s->handoff_state);
+	if (state == HANDOFF_ON_TCP) { /* the owner's word, whether or not it answered */
+		sock_take_over_on_tcp(s);
+		pthread_mutex_unlock(&s->lock);
+		return true;
+	}
+	sdp_warn("fd %d: the RDMA stream inherited from process %d could not move to TCP (%s%s); "
+		 "calls on it fail with EIO", s->primary_fd, (int)s->owner_pid,
+		 rc ? strerror(-rc) : "the owner could not move it",
+		 state == HANDOFF_ON_RDMA && rc ? ", and the owner had not moved it" : "");
+	s->handoff_state = NULL; /* asked once */
+	s->handoff_fd = -1;
+	pthread_mutex_unlock(&s->lock);
+	return false;
+}
+
+/* ---- a sharer that forks ---- */
+
+struct holder_report {
+	pid_t child;
+	int fds[16]; /* the owners' request sockets told so far */
+	unsigned n;
+};
+
+static void report_to_owner(int fd, void *obj, void *ctx)
+{
+	struct holder_report *r = ctx;
+	struct sdp_sock *s = obj;
+	struct handoff_req req;
+
+	(void)fd;
+	if (!handoff_claimable(s))
+		return;
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->fds[i] == s->handoff_fd)
+			return;
+	if (r->n < 16)
+		r->fds[r->n++] = s->handoff_fd;
+	req = (struct handoff_req){ .magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid,
+				    .kind = HANDOFF_HOLDER, .holder_pid = (uint32_t)r->child };
+	real.send(s->handoff_fd, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void handoff_report_holder(pid_t child)
+{
+	struct holder_report r = { .child = child };
+
+	fdt_for_each(FDT_SOCK, report_to_owner, &r);
+}

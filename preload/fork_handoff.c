@@ -1,0 +1,608 @@
+/* The owner's side of the fork handoff (SDPSHIM_FORK=handoff): the state
+ * byte per shared socket, the processes that may share them (children, and
+ * children's children a child reports), sockets closed here but kept for
+ * live sharers (orphans), and the request server that moves a stream to
+ * TCP when a sharer asks.  The sharer's side: preload/fork_claim.c. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/fdtable.h"
+#include "base/guard.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "core/progress.h" /* progress_hide_fd(), progress_close_hidden() */
+#include "preload/fork_handoff.h"
+#include "preload/fork_handoff_wire.h"
+#include "preload/sock_close.h"
+#include "preload/sock_rdma.h"
+
+#define HANDOFF_SLOTS (1u << 20) /* state bytes per owner process, never reused */
+#define HANDOFF_STACK (256 * 1024)
+#define ORPHAN_SWEEP_MS 200 /* how often a sharer with no pidfd is looked at */
+
+/* A process that may hold copies of our shared sockets: a child, or a
+ * child's child that a child told us of.  It holds those first shared at
+ * or before its fork (seq). */
+struct sharer {
+	int pidfd; /* readable once the process is gone; -1: none (kill(0) then) */
+	pid_t pid;
+	uint64_t seq;
+};
+
+/* This process's server (server_pid): its request socket, state bytes. */
+static pid_t server_pid;
+static int server_rx = -1, server_tx = -1;
+static _Atomic uint8_t *slots;
+static uint32_t slots_used;
+static bool forced_switch; /* daemon(): its child outlives an _exit'ed parent */
+static bool fork_shares;   /* this fork's child shares RDMA streams */
+
+/* Sharers and orphans, under share_lock (the app's threads and the server). */
+static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sharer *sharers;
+static size_t sharers_n, sharers_cap;
+static bool sharers_unknown; /* one could not be recorded: every one counts as alive */
+static uint64_t fork_seq;    /* forks that shared a stream, so far */
+static struct sdp_sock **orphans; /* closed here, held for their sharers */
+static size_t orphans_n, orphans_cap;
+
+enum fork_mode fork_mode(void)
+{
+	static _Atomic int warned;
+	const char *v = getenv("SDPSHIM_FORK");
+
+	if (forced_switch)
+		return FORK_SWITCH;
+	if (!v || !*v || strcmp(v, "handoff") == 0)
+		return FORK_HANDOFF;
+	if (strcmp(v, "switch") == 0)
+		return FORK_SWITCH;
+	if (strcmp(v, "keep") == 0)
+		return FORK_KEEP;
+	if (!warned++)
+		sdp_warn("SDPSHIM_FORK=%s is not one of handoff, switch, keep: using handoff", v);
+	return FORK_HANDOFF;
+}
+
+void fork_force_switch(bool on)
+{
+	forced_switch = on;
+}
+
+/* ---- who may share ---- */
+
+static bool grow(void **arr, size_t *cap, size_t elem)
+{
+	size_t n = *cap ? *cap * 2 : 8;
+	void *p = realloc(*arr, n * elem);
+
+	if (!p)
+		return false;
+	*arr = p;
+	*cap = n;
+	return true;
+}
+
+/* share_lock held */
+static void sharer_add(pid_t pid, uint64_t seq)
+{
+	int fd;
+
+	if (sharers_n == sharers_cap && !grow((void **)&sharers, &sharers_cap, sizeof(*sharers))) {
+		sharers_unknown = true;
+		return;
+	}
+	fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	sharers[sharers_n++] = (struct sharer){ .pidfd = progress_hide_fd(fd), .pid = pid,
+						.seq = seq };
+}
+
+static bool sharer_gone(const struct sharer *sh)
+{
+	struct pollfd p = { .fd = sh->pidfd, .events = POLLIN };
+
+	if (sh->pidfd >= 0)
+		return real.poll(&p, 1, 0) == 1;
+	return kill(sh->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* share_lock held: forgets the sharers that are gone; true if one that
+ * shares streams first shared at seq `since` is alive. */
+static bool sharers_alive_since(uint64_t since)
+{
+	bool alive = sharers_unknown;
+	size_t i = 0;
+
+	while (i < sharers_n) {
+		if (sharer_gone(&sharers[i])) {
+			progress_close_hidden(sharers[i].pidfd);
+			sharers[i] = sharers[--sharers_n];
+			continue;
+		}
+		alive |= sharers[i].seq >= since;
+		i++;
+	}
+	return alive;
+}
+
+static void set_state(struct sdp_sock *s, enum handoff_state st)
+{
+	if (s->handoff_state && s->owner_pid == getpid())
+		atomic_store(s->handoff_state, (uint8_t)st);
+}
+
+void handoff_note_on_tcp(struct sdp_sock *s)
+{
+	set_state(s, HANDOFF_ON_TCP);
+}
+
+/* ---- orphans: closed here while a sharer may still use them ---- */
+
+/* Sends the server a NOP: it looks at its orphans from now on. */
+static void wake_server(void)
+{
+	struct handoff_req req = { .magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)getpid(),
+				   .kind = HANDOFF_NOP };
+
+	real.send(server_tx, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* share_lock held: takes orphan i out of the list (the caller ends it). */
+static struct sdp_sock *orphan_take(size_t i)
+{
+	struct sdp_sock *s = orphans[i];
+
+	orphans[i] = orphans[--orphans_n];
+	return s;
+}
+
+/* An orphan no sharer can use any more, or one moved to TCP: its
+ * transport closes as the app's close would have closed it. */
+static void orphan_end(struct sdp_sock *s)
+{
+	if (sock_is_rdma(s))
+		set_state(s, HANDOFF_LOST);
+	sock_close_transport(s, -1);
+	sock_release(s);
+}
+
+/* A parent that closes, without having carried a byte on it, a socket its
+ * child holds (a fork-per-connection server: accept, fork, close) leaves
+ * the stream to the child: the move starts now, and the child's claim
+ * mostly finds it done.  One the parent used (a redis client that quit
+ * while a BGSAVE child runs) stays on its channel until the child is gone. */
+static void start_move(struct sdp_sock *s)
+{
+	struct sdp_conn *c;
+
+	if (atomic_load(&s->st->bytes_sent) || atomic_load(&s->st->bytes_received))
+		return;
+	c = sock_conn_get(s);
+	if (c) {
+		conn_switch_begin(c, SDP_REASON_FORKED);
+		conn_put(c);
+	}
+}
+
+bool handoff_keep_orphan(struct sdp_sock *s)
+{
+	bool shared, keep;
+
+	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
+		return false;
+	pthread_mutex_lock(&share_lock);
+	shared = sharers_alive_since(s->handoff_seq);
+	keep = shared && (orphans_n < orphans_cap ||
+			  grow((void **)&orphans, &orphans_cap, sizeof(*orphans)));
+	if (keep) {
+		sock_hold(s);
+		orphans[orphans_n++] = s;
+	}
+	pthread_mutex_unlock(&share_lock);
+	if (keep) {
+		start_move(s);
+		wake_server();
+	} else if (!shared || !sock_switch_one_to_tcp(s))
+		set_state(s, HANDOFF_LOST); /* it ends here (on RDMA, or lost) */
+	return keep;
+}
+
+/* Server thread: forgets the sharers that are gone; the orphans none of
+ * whose sharers is left end. */
+static void sweep_orphans(void)
+{
+	struct sdp_sock *done[64];
+	size_t n = 0;
+
+	pthread_mutex_lock(&share_lock);
+	sharers_alive_since(UINT64_MAX);
+	for (size_t i = 0; i < orphans_n && n < 64;) {
+		if (!sharers_alive_since(orphans[i]->handoff_seq))
+			done[n++] = orphan_take(i);
+		else
+			i++;
+	}
+	pthread_mutex_unlock(&share_lock);
+	for (size_t i = 0; i < n; i++)
+		orphan_end(done[i]);
+}
+
+/* ---- the request server ---- */
+
+struct sock_match {
+	uint64_t sock, id;
+	struct sdp_sock *found; /* held */
+};
+
+static void match_sock(int fd, void *obj, void *ctx)
+{
+	struct sock_match *m = ctx;
+	struct sdp_sock *s = obj;
+
+	(void)fd;
+	if (!m->found && (uintptr_t)s == m->sock && s->handoff_id == m->id) {
+		sock_hold(s);
+		m->found = s;
+	}
+}
+
+/* The socket a CLAIM names: open here (held), or an orphan (taken out of
+ * the list: *orphan set). */
+static struct sdp_sock *find_claimed(const struct handoff_req *req, bool *orphan)
+{
+	struct sock_match m = { .sock = req->sock, .id = req->id };
+
+	*orphan = false;
+	pthread_mutex_lock(&share_lock);
+	sock_table_lock();
+	fdt_for_each(FDT_SOCK, match_sock, &m);
+	sock_table_unlock();
+	for (size_t i = 0; !m.found && i < orphans_n; i++) {
+		if ((uintptr_t)orphans[i] == req->sock && orphans[i]->handoff_id == req->id) {
+			m.found = orphan_take(i);
+			*orphan = true;
+		}
+	}
+	pthread_mutex_unlock(&share_lock);
+	return m.found;
+}
+
+/* The state byte of a socket that is neither open nor an orphan here. */
+static uint8_t state_of_id(uint64_t id)
+{
+	return id >= 1 && id <= slots_used ? atomic_load(&slots[id - 1]) : HANDOFF_LOST;
+}
+
+/* 0: the stream is on kernel TCP; 1: it is not, and will not be. */
+static char serve_claim(const struct handoff_req *req)
+{
+	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
+	struct sdp_sock *s;
+	bool orphan, on_tcp = true;
+
+	/* A socket between the fd table and the orphans (its close is under
+	 * way) is looked for again while its state byte says RDMA. */
+	while (!(s = find_claimed(req, &orphan))) {
+		uint8_t st = state_of_id(req->id);
+
+		if (st != HANDOFF_ON_RDMA)
+			return st == HANDOFF_ON_TCP ? 0 : 1;
+		if (progress_now_ms() >= deadline)
+			return 1;
+		nanosleep(&(struct timespec){ 0, 5 * 1000000L }, NULL);
+	}
+	if (sock_is_rdma(s) && s->owner_pid == getpid())
+		on_tcp = sock_switch_one_to_tcp(s);
+	if (!on_tcp)
+		set_state(s, HANDOFF_LOST);
+	if (orphan)
+		orphan_end(s); /* on TCP now: its channel goes; the sharer has the socket */
+	else
+		sock_release(s);
+	return on_tcp ? 0 : 1;
+}
+
+static void serve_holder(const struct handoff_req *req)
+{
+	pthread_mutex_lock(&share_lock);
+	sharer_add((pid_t)req->holder_pid, fork_seq);
+	pthread_mutex_unlock(&share_lock);
+} /* the next poll set has its pidfd */
+
+/* The reply fd a request carries (the first; any more are closed). */
+static int take_reply_fd(struct msghdr *msg)
+{
+	int reply_fd = -1;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int got;
+
+			memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (reply_fd < 0)
+				reply_fd = got;
+			else
+				real.close(got);
+		}
+	}
+	return reply_fd;
+}
+
+/* One request; false when the socket ends. */
+static bool serve_one(int fd)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct handoff_req req;
+	struct iovec iov = { &req, sizeof(req) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = real.recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	int reply_fd;
+	bool valid;
+
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN;
+	if (n == 0)
+		return false;
+	reply_fd = take_reply_fd(&msg);
+	valid = n == (ssize_t)sizeof(req) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+		req.magic == HANDOFF_MAGIC && req.owner_pid == (uint32_t)getpid();
+	if (valid && req.kind == HANDOFF_HOLDER)
+		serve_holder(&req);
+	if (reply_fd >= 0) {
+		char status = valid && req.kind == HANDOFF_CLAIM ? serve_claim(&req) : 1;
+
+		real.send(reply_fd, &status, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		real.close(reply_fd);
+	}
+	return true;
+}
+
+/* The server's poll set: its request socket, then the sharers' pidfds.
+ * Returns how many; *timed: a sharer without a pidfd is looked at by time. */
+static size_t build_poll_set(struct pollfd **set, size_t *cap, int rx, bool *timed)
+{
+	size_t n = 1;
+
+	*timed = false;
+	pthread_mutex_lock(&share_lock);
+	if (*cap < sharers_n + 1) {
+		struct pollfd *grown = realloc(*set, (sharers_n + 1) * sizeof(**set));
+
+		if (grown) {
+			*set = grown;
+			*cap = sharers_n + 1;
+		}
+	}
+	if (*cap >= 1)
+		(*set)[0] = (struct pollfd){ .fd = rx, .events = POLLIN };
+	for (size_t i = 0; i < sharers_n; i++) {
+		if (sharers[i].pidfd < 0 || n >= *cap)
+			*timed = true;
+		else
+			(*set)[n++] = (struct pollfd){ .fd = sharers[i].pidfd, .events = POLLIN };
+	}
+	pthread_mutex_unlock(&share_lock);
+	return *cap >= 1 ? n : 0;
+}
+
+/* Requests, and the end of each sharer (its pidfd turns readable): the
+ * orphans it was the last sharer of end then, with no timer. */
+static void *server_main(void *arg)
+{
+	struct pollfd *set = NULL;
+	size_t cap = 0, n;
+	int rx = (int)(intptr_t)arg;
+	bool timed, ended;
+
+	SDP_GUARD_ENTER(); /* the library's own calls, never the app's */
+	for (;;) {
+		n = build_poll_set(&set, &cap, rx, &timed);
+		if (!n) { /* no memory for a set: the request socket alone */
+			struct pollfd one = { .fd = rx, .events = POLLIN };
+
+			if (real.poll(&one, 1, ORPHAN_SWEEP_MS) > 0 && !serve_one(rx))
+				break;
+			sweep_orphans();
+			continue;
+		}
+		if (real.poll(set, n, timed ? ORPHAN_SWEEP_MS : -1) < 0 && errno != EINTR)
+			break;
+		if ((set[0].revents & (POLLIN | POLLHUP | POLLERR)) && !serve_one(rx))
+			break;
+		ended = timed;
+		for (size_t i = 1; i < n; i++)
+			ended |= set[i].revents != 0;
+		if (ended)
+			sweep_orphans(); /* forgets the sharers that are gone too */
+	}
+	free(set);
+	return NULL;
+}
+
+static bool start_server_thread(int fd)
+{
+	pthread_attr_t attr;
+	pthread_t thread;
+	sigset_t all, old;
+	int err;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, HANDOFF_STACK);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
+	err = pthread_create(&thread, &attr, server_main, (void *)(intptr_t)fd);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err)
+		errno = err;
+	return err == 0;
+}
+
+/* The request socket, state bytes and thread of this process, made at its
+ * first fork with an RDMA stream. */
+static bool ensure_server(void)
+{
+	static pid_t failed_pid;
+	int pair[2];
+
+	if (server_pid == getpid())
+		return true;
+	if (failed_pid == getpid())
+		return false;
+	slots = mmap(NULL, HANDOFF_SLOTS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (slots == MAP_FAILED) {
+		slots = NULL;
+		goto fail;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+		goto fail_unmap;
+	server_rx = progress_hide_fd(pair[0]);
+	server_tx = progress_hide_fd(pair[1]);
+	if (!start_server_thread(server_rx)) {
+		progress_close_hidden(server_rx);
+		progress_close_hidden(server_tx);
+		server_rx = server_tx = -1;
+		goto fail_unmap;
+	}
+	slots_used = 0;
+	server_pid = getpid();
+	return true;
+fail_unmap:
+	if (slots)
+		munmap((void *)slots, HANDOFF_SLOTS);
+	slots = NULL;
+fail:
+	failed_pid = getpid();
+	sdp_warn("fork: cannot offer RDMA streams to children (%s); they move to TCP at each fork",
+		 strerror(errno));
+	return false;
+}
+
+/* ---- fork ---- */
+
+static void stamp_for_fork(int fd, void *obj, void *ctx)
+{
+	struct sdp_sock *s = obj;
+
+	(void)fd;
+	(void)ctx;
+	if (!sock_is_rdma(s) || s->owner_pid != getpid())
+		return;
+	if (s->handoff_state) { /* offered at an earlier fork: shared again */
+		fork_shares = true;
+		return;
+	}
+	if (!ensure_server() || slots_used == HANDOFF_SLOTS) {
+		sock_switch_one_to_tcp(s); /* as SDPSHIM_FORK=switch */
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->handoff_id = ++slots_used; /* its state byte's index + 1 */
+	s->handoff_seq = fork_seq + 1;
+	s->handoff_fd = server_tx;
+	s->handoff_state = &slots[s->handoff_id - 1];
+	atomic_store(s->handoff_state, HANDOFF_ON_RDMA);
+	if (s->conn)
+		conn_mark_fork_shared(s->conn);
+	pthread_mutex_unlock(&s->lock);
+	fork_shares = true;
+}
+
+void handoff_atfork_prepare(void)
+{
+	fork_shares = false;
+	fdt_for_each(FDT_SOCK, stamp_for_fork, NULL);
+}
+
+/* Around fork, whatever the mode: the child copies the sharer and orphan
+ * lists whole, not while the server thread edits them. */
+void handoff_lock_for_fork(void)
+{
+	pthread_mutex_lock(&share_lock);
+}
+
+void handoff_unlock_after_fork(void)
+{
+	pthread_mutex_unlock(&share_lock);
+}
+
+void handoff_after_fork_parent(pid_t pid)
+{
+	if (fork_shares) {
+		pthread_mutex_lock(&share_lock);
+		sharer_add(pid, ++fork_seq);
+		pthread_mutex_unlock(&share_lock);
+		fork_shares = false;
+		wake_server(); /* it watches the child's pidfd */
+	}
+	handoff_report_holder(pid); /* streams this process shares as a sharer */
+}
+
+void handoff_atfork_child(void)
+{
+	/* The parent's server, sharers and orphans are not ours.  A child
+	 * keeps only the request end, so that a request to a parent that is
+	 * gone fails at once. */
+	if (server_rx >= 0 && server_pid != getpid()) {
+		progress_close_hidden(server_rx);
+		server_rx = -1;
+	}
+	pthread_mutex_init(&share_lock, NULL); /* held by the forking thread */
+	for (size_t i = 0; i < sharers_n; i++)
+		progress_close_hidden(sharers[i].pidfd);
+	sharers_n = 0;
+	sharers_unknown = false;
+	orphans_n = 0; /* their objects stay as the parent's copies */
+	fork_seq = 0;
+	fork_shares = false;
+}
+
+/* ---- exit ---- */
+
+bool handoff_at_exit(struct sdp_sock *s)
+{
+	bool shared;
+
+	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
+		return false;
+	pthread_mutex_lock(&share_lock);
+	shared = sharers_alive_since(s->handoff_seq);
+	pthread_mutex_unlock(&share_lock);
+	if (!shared)
+		return false;
+	if (!sock_switch_one_to_tcp(s)) {
+		set_state(s, HANDOFF_LOST);
+		sdp_warn("fd %d: a stream shared with a child could not move to TCP within %u ms at "
+			 "exit; the child's socket fails", s->primary_fd, sdp_tun.switch_timeout_ms);
+	}
+	return true;
+}
+
+void handoff_orphans_at_exit(void)
+{
+	pthread_mutex_lock(&share_lock);
+	for (size_t i = 0; i < orphans_n; i++) {
+		struct sdp_sock *s = orphans[i];
+
+		if (sharers_alive_since(s->handoff_seq) && !sock_switch_one_to_tcp(s))
+			set_state(s, HANDOFF_LOST);
+	}
+	pthread_mutex_unlock(&share_lock);
+}

@@ -1,0 +1,60 @@
+/* The fork handoff (SDPSHIM_FORK=handoff): an RDMA stream stays on RDMA in
+ * the process that built it across a fork, and moves to TCP only when a
+ * process that inherited the socket uses it, or when its owner closes it
+ * or exits while a child still holds it. */
+#ifndef SDPSHIM_FORK_HANDOFF_H
+#define SDPSHIM_FORK_HANDOFF_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "preload/sock.h"
+
+enum fork_mode {
+	FORK_SWITCH,  /* every stream moves to TCP before the child exists */
+	FORK_HANDOFF, /* a stream moves when a sharer uses it (this file) */
+	FORK_KEEP,    /* streams stay on RDMA; a child that uses one gets EIO */
+};
+
+/* SDPSHIM_FORK, read at each fork (an unknown value warns once: switch). */
+enum fork_mode fork_mode(void);
+
+/* daemon(): its child outlives a parent that leaves by _exit, with no
+ * exit handler to move a stream: that fork moves them first. */
+void fork_force_switch(bool on);
+
+/* Owner, before fork: every RDMA socket of this process gets the means for
+ * its sharers to ask for it (a request socket, a shared state byte); one
+ * that cannot moves to TCP now, as under FORK_SWITCH. */
+void handoff_atfork_prepare(void);
+/* The fork handlers' first and last steps (the sharer and orphan lists
+ * are copied whole). */
+void handoff_lock_for_fork(void);
+void handoff_unlock_after_fork(void);
+/* After a successful fork, in the parent: the child is a sharer. */
+void handoff_after_fork_parent(pid_t pid);
+/* Child, after fork: the parent's server, sharers and orphans are not ours. */
+void handoff_atfork_child(void);
+
+/* Owner: s's stream now runs on kernel TCP (its sharers may use it). */
+void handoff_note_on_tcp(struct sdp_sock *s);
+/* Owner, at the last close here of s: true if a sharer may still use it,
+ * and s is kept (an orphan) until that sharer claims it or is gone, as a
+ * kernel socket stays open while any process holds it. */
+bool handoff_keep_orphan(struct sdp_sock *s);
+/* Owner, at exit: true if s is shared with a live sharer (and has been
+ * moved to TCP for it, or could not be); then it is not closed here. */
+bool handoff_at_exit(struct sdp_sock *s);
+/* Owner, at exit or exec: orphans with live sharers move to TCP for them. */
+void handoff_orphans_at_exit(void);
+
+/* Sharer (s inherited on RDMA from its owner): asks the owner to move the
+ * stream to TCP and takes the socket over on kernel TCP.  False, with a
+ * warning, if that cannot be done: the caller fails the call with EIO. */
+bool handoff_claim(struct sdp_sock *s);
+/* True if s is an inherited RDMA socket whose owner takes requests. */
+bool handoff_claimable(const struct sdp_sock *s);
+/* A sharer forked `child`: tells each owner that the child shares too. */
+void handoff_report_holder(pid_t child);
+
+#endif

@@ -1,0 +1,146 @@
+#!/usr/bin/env bats
+# VM suite, part 71: the fork handoff (SDPSHIM_FORK=handoff, the default;
+# preload/fork_handoff.c).  A fork leaves the parent's streams on RDMA; one
+# moves to TCP only when a process that inherited it uses it, or when the
+# parent closes it or exits while a child holds it.
+#
+#  - tests/vm/forkshare.py: one accepted connection, on RDMA (the test waits
+#    for path=rdma in `sdpshim stat` before it lets the server fork), then:
+#    parent and child both write (every record once, in its writer's order);
+#    a child that never touches it (the parent's stream stays on RDMA, no
+#    switch); the child serves and the parent closes (the stream moves);
+#    the parent exits (exit handlers move it) and the child serves; the
+#    parent is SIGKILLed (the child's use fails with EIO, no byte arrives
+#    that no one wrote).
+#  - redis-server with `save 1 1` under redis-benchmark: BGSAVE forks every
+#    second, and every client connection stays on RDMA.
+#  - SDPSHIM_FORK=switch still moves every stream at the fork.
+
+load ../helpers
+load vm_helpers
+
+setup_file() { requires_rdma; }
+
+setup() { vm_setup; }
+
+teardown() { vm_teardown; }
+
+# forkshare_case MODE: tests/vm/forkshare.py server and client, both preloaded.
+# Sets SRV_LOG and CLI_LOG (their outputs); checks both exit 0.
+forkshare_case() {
+  local mode=$1 port src=0 crc=0 wrc=0
+  port=$(free_port)
+  start_bg server timeout -k 5 180 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
+    server "$RXE_IP" "$port" "$T" "$mode"
+  wait_port "$RXE_IP" "$port"
+  start_bg client timeout -k 5 180 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
+    client "$RXE_IP" "$port" "$mode"
+  bg_wait_for_file "$T/accepted" 60 && wait_live_path server "$port" rdma 60 || wrc=$?
+  touch "$T/go"
+  if [ "$mode" = parentkill ]; then
+    bg_wait_for_file "$T/parent.pid" 30 || true
+    sleep 0.5 # the fork is done and the child waits for go2
+    kill -KILL "$(cat "$T/parent.pid")" 2>/dev/null || true
+    touch "$T/go2"
+  fi
+  wait_bg server || src=$?
+  wait_bg client || crc=$?
+  # A killed parent's child still runs: its last line ends the case.
+  [ "$mode" != parentkill ] || wait_count "$T/server.log" '^forkshare: ' 1 60 ||
+    true
+  SRV_LOG=$(bg_log server)
+  CLI_LOG=$(bg_log client)
+  show "forkshare $mode: path wait rc=$wrc" "server (rc=$src): $SRV_LOG" "client (rc=$crc): $CLI_LOG" \
+       "$(stats_lines "$STATS")"
+  [ "$wrc" -eq 0 ]
+  [ "$crc" -eq 0 ]
+  if [ "$mode" = parentkill ]; then
+    [ "$src" -eq 137 ] || [ "$src" -eq 0 ] # the parent was killed; its child printed below
+  else
+    [ "$src" -eq 0 ]
+  fi
+}
+
+# bg_wait_for_file PATH SECS
+bg_wait_for_file() {
+  local until=$(( $(date +%s) + $2 ))
+  until [ -e "$1" ]; do
+    [ "$(date +%s)" -lt "$until" ] || { echo "no $1 after $2 s" >&2; return 1; }
+    sleep 0.05
+  done
+}
+
+# client_line FIELD: FIELD of the client's one stats line
+client_line() {
+  "$PY" -S -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+cl = [c for c in lines if c["role"] == "client"]
+print(cl[0].get(sys.argv[2]) if len(cl) == 1 else "lines=%d" % len(cl))' "$STATS" "$1"
+}
+
+@test "handoff: parent and child both write on one socket after fork: every record once, in writer order" {
+  forkshare_case both
+  grep -q "^forkshare: client both ok: 4000 records each, in writer order" <<<"$CLI_LOG"
+  # The first write of the child moved the stream to TCP, from the parent.
+  assert_switched forked 1 role=client
+}
+
+@test "handoff: a child that never touches the socket (redis BGSAVE) leaves it on RDMA, no switch" {
+  forkshare_case childonly
+  grep -q "^forkshare: client childonly ok" <<<"$CLI_LOG"
+  [ "$(client_line path)" = rdma ]
+  [ "$(client_line switches)" = 0 ]
+  assert_all_rdma "$STATS" python3
+}
+
+@test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB, SHA-256 checked): byte-exact on TCP" {
+  forkshare_case childserves
+  grep -q "^forkshare: client childserves ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childserves ok (child)" <<<"$SRV_LOG"
+  assert_switched forked 1 role=client
+}
+
+@test "handoff: the parent exits after fork (exit moves the stream), the child takes 1 MiB, SHA-256 checked: byte-exact" {
+  forkshare_case parentexit
+  grep -q "^forkshare: client parentexit ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server parentexit ok (child)" <<<"$SRV_LOG"
+  assert_switched forked 1 role=client
+}
+
+@test "handoff: the parent is SIGKILLed after fork: the child's recv fails with EIO, no byte arrives that no one wrote" {
+  forkshare_case parentkill
+  grep -q "^forkshare: server parentkill ok (child): recv failed with EIO" <<<"$SRV_LOG"
+  grep -q "could not move to TCP" <<<"$SRV_LOG"
+  grep -q "^forkshare: client parentkill ok: no byte after the echo" <<<"$CLI_LOG"
+}
+
+@test "handoff: redis-server with save 1 1 under redis-benchmark: BGSAVE forks, every client connection stays on RDMA" {
+  need redis-server redis-benchmark redis-cli
+  local port forks rc=0
+  port=$(free_port)
+  start_bg redis timeout -k 5 900 "${PRE[@]}" redis-server --port "$port" --bind "$RXE_IP" \
+    --protected-mode no --save '1 1' --appendonly no --daemonize no --dir "$T"
+  wait_port "$RXE_IP" "$port" 30
+  run_timeout 600 "${PRE[@]}" redis-benchmark -h "$RXE_IP" -p "$port" -c 10 -n 20000 -t set \
+    -r 100000 -q >"$T/bench.out" 2>&1 || rc=$?
+  forks=$(run_timeout 30 "${PRE[@]}" redis-cli -h "$RXE_IP" -p "$port" info stats |
+          tr -d '\r' | sed -nE 's/^total_forks:([0-9]+)$/\1/p')
+  redis_stop
+  show "redis-benchmark -c 10 -n 20000 -t set (rc=$rc): $(tr '\r' '\n' <"$T/bench.out" | grep -E 'requests per second')" \
+       "BGSAVE forks: ${forks:-none}" "$(grep -c 'Background saving terminated with success' "$T/redis.log") saves ended"
+  [ "$rc" -eq 0 ]
+  ! grep -qi error "$T/bench.out"
+  [ "${forks:-0}" -ge 2 ]
+  # Every connection, of the benchmark (10 and its CONFIG one) and of redis-cli,
+  # on RDMA at both ends, paired; no switch.
+  show "$(stats_lines "$STATS")"
+  [ "$(stats_lines "$STATS" role=client | wc -l)" -eq 12 ]
+  assert_all_rdma "$STATS" redis-server redis-benchmark redis-cli
+}
+
+@test "handoff: SDPSHIM_FORK=switch moves the stream at the fork, even for a child that never touches it" {
+  SDPSHIM_FORK=switch forkshare_case childonly
+  grep -q "^forkshare: client childonly ok" <<<"$CLI_LOG"
+  assert_switched forked 1 role=client
+}

@@ -1,0 +1,231 @@
+"""forkshare: one accepted connection shared by a server and its forked child.
+
+Usage:
+  forkshare.py server HOST PORT DIR MODE
+  forkshare.py client HOST PORT MODE
+
+The client sends 64 KiB and checks the echo.  The server echoes it, creates
+DIR/accepted (with its pid) and waits (up to 120 s) for DIR/go, so that a
+test can see the connection on RDMA first; then it forks, and MODE says
+who uses the socket after the fork:
+
+  both        parent and child each write RECORDS records of 64 bytes; the
+              client checks that every record arrived once, intact, and in
+              its writer's order (they interleave, as on TCP)
+  childonly   the child never touches the socket and exits; the parent then
+              takes 1 MiB and answers its SHA-256 (a redis BGSAVE child)
+  childserves the parent closes its copy at once; the child takes 1 MiB
+              and answers its SHA-256 (a fork-per-connection server)
+  parentexit  the parent exits at once (exit handlers run); the child waits
+              for that, then takes 1 MiB and answers its SHA-256 (a process
+              that daemonizes)
+  parentkill  the parent waits to be killed (DIR/parent.pid); the child
+              waits for DIR/go2, then reads: it must fail, not return bytes
+
+Each side prints "forkshare: ... ok" last and exits 0, or exits nonzero with
+one line on stderr."""
+import errno
+import hashlib
+import os
+import socket
+import sys
+import time
+
+RECORDS = 4000
+ECHO_BYTES = 1 << 20
+
+
+def record(writer, seq):
+    head = b"%c %08d " % (writer, seq)
+    tail = hashlib.sha256(head).hexdigest().encode()[:63 - len(head)]
+    return head + tail + b"\n"
+
+
+def recv_exact(sock, n, what):
+    got = bytearray()
+    while len(got) < n:
+        chunk = sock.recv(min(65536, n - len(got)))
+        if not chunk:
+            sys.exit("forkshare: EOF after %d of %d bytes (%s)" % (len(got), n, what))
+        got += chunk
+    return bytes(got)
+
+
+def echo_peer(sock, n):
+    """Server side of an echo of n bytes (64 KiB before the fork)."""
+    done = 0
+    while done < n:
+        chunk = sock.recv(min(65536, n - done))
+        if not chunk:
+            sys.exit("forkshare: EOF after %d of %d echo bytes" % (done, n))
+        sock.sendall(chunk)
+        done += len(chunk)
+
+
+def echo_check(sock, n, what):
+    """Client side: sends n random bytes, checks they come back."""
+    data = os.urandom(n)
+    sock.sendall(data)
+    if recv_exact(sock, n, what) != data:
+        sys.exit("forkshare: the echo (%s) differs from what was sent" % what)
+
+
+def digest_peer(sock, n):
+    """Server side after the fork: reads n bytes, answers their SHA-256.
+    (Not an echo: a sender blocked in one zero-copy write of 1 MiB reads
+    nothing until the receiver has taken all of it, and an echo of it
+    would have to fit the sender's receive window meanwhile.)"""
+    h = hashlib.sha256()
+    h.update(recv_exact(sock, n, "the stream after the fork"))
+    sock.sendall(h.digest())
+
+
+def digest_check(sock, n, what):
+    """Client side: sends n random bytes, checks the peer's SHA-256 of them."""
+    data = os.urandom(n)
+    sock.sendall(data)
+    if recv_exact(sock, 32, what) != hashlib.sha256(data).digest():
+        sys.exit("forkshare: the peer's digest (%s) differs from what was sent" % what)
+
+
+def wait_file(path, secs=120):
+    until = time.time() + secs
+    while not os.path.exists(path):
+        if time.time() > until:
+            sys.exit("forkshare: no %s after %d s" % (path, secs))
+        time.sleep(0.02)
+
+
+def server(host, port, tdir, mode):
+    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsn.bind((host, port))
+    lsn.listen(1)
+    conn, _ = lsn.accept()
+    lsn.close()
+    echo_peer(conn, 65536)
+    with open(os.path.join(tdir, "accepted"), "w") as f:
+        f.write("%d\n" % os.getpid())
+    wait_file(os.path.join(tdir, "go"))
+    with open(os.path.join(tdir, "parent.pid"), "w") as f:
+        f.write("%d\n" % os.getpid())
+    pid = os.fork()
+    if mode == "both":
+        writer = b"C"[0] if pid == 0 else b"P"[0]
+        for seq in range(RECORDS):
+            conn.sendall(record(writer, seq))
+        if pid == 0:
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        conn.shutdown(socket.SHUT_WR)
+        conn.close()
+        print("forkshare: server both ok (child status %d)" % status)
+    elif mode == "childonly":
+        if pid == 0:
+            time.sleep(0.3)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        digest_peer(conn, ECHO_BYTES)
+        conn.close()
+        print("forkshare: server childonly ok")
+    elif mode == "childserves":
+        if pid == 0:
+            digest_peer(conn, ECHO_BYTES)
+            conn.close()
+            print("forkshare: server childserves ok (child)", flush=True)
+            os._exit(0)
+        conn.close()
+        _, status = os.waitpid(pid, 0)
+        if status:
+            sys.exit("forkshare: the child failed (status %d)" % status)
+    elif mode == "parentexit":
+        if pid != 0:
+            sys.exit(0)  # exit handlers run: the library moves the stream first
+        until = time.time() + 60
+        while os.getppid() == int(open(os.path.join(tdir, "parent.pid")).read()):
+            if time.time() > until:
+                sys.exit("forkshare: the parent did not exit")
+            time.sleep(0.02)
+        digest_peer(conn, ECHO_BYTES)
+        conn.close()
+        print("forkshare: server parentexit ok (child)", flush=True)
+    elif mode == "parentkill":
+        if pid != 0:
+            time.sleep(120)
+            sys.exit("forkshare: the parent was not killed")
+        wait_file(os.path.join(tdir, "go2"))
+        t0 = time.time()
+        try:
+            data = conn.recv(65536)
+        except OSError as e:
+            print("forkshare: server parentkill ok (child): recv failed with %s after %d ms"
+                  % (errno.errorcode.get(e.errno, e.errno), (time.time() - t0) * 1000), flush=True)
+            os._exit(0)
+        sys.exit("forkshare: the child's recv returned %d bytes, not an error" % len(data))
+    else:
+        sys.exit("forkshare: unknown mode %s" % mode)
+
+
+def check_records(data):
+    if len(data) % 64:
+        sys.exit("forkshare: %d bytes is not a whole number of records" % len(data))
+    want = {b"P"[0]: 0, b"C"[0]: 0}
+    runs, last = 0, None
+    for off in range(0, len(data), 64):
+        rec = data[off:off + 64]
+        writer = rec[0]
+        if writer not in want or rec != record(writer, want[writer]):
+            sys.exit("forkshare: record at offset %d is not %c %d: %r"
+                     % (off, writer, want.get(writer, -1), rec[:16]))
+        want[writer] += 1
+        runs += writer != last
+        last = writer
+    if want[b"P"[0]] != RECORDS or want[b"C"[0]] != RECORDS:
+        sys.exit("forkshare: got %d P and %d C records of %d each"
+                 % (want[b"P"[0]], want[b"C"[0]], RECORDS))
+    return runs
+
+
+def client(host, port, mode):
+    sock = socket.create_connection((host, port))
+    echo_check(sock, 65536, "before the fork")
+    if mode == "both":
+        got = bytearray()
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        runs = check_records(bytes(got))
+        print("forkshare: client both ok: %d records each, in writer order, %d runs" % (RECORDS, runs))
+    elif mode in ("childonly", "childserves", "parentexit"):
+        digest_check(sock, ECHO_BYTES, "after the fork")
+        sock.shutdown(socket.SHUT_WR)
+        if sock.recv(1):
+            sys.exit("forkshare: bytes after the echo")
+        print("forkshare: client %s ok: %d bytes sent after the fork, the peer\'s digest matches" % (mode, ECHO_BYTES))
+    elif mode == "parentkill":
+        sock.settimeout(90)
+        extra = 0
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                extra += len(chunk)
+        except OSError as e:
+            print("forkshare: client parentkill: %s" % e)
+        if extra:
+            sys.exit("forkshare: %d bytes arrived that no one wrote" % extra)
+        print("forkshare: client parentkill ok: no byte after the echo")
+    sock.close()
+
+
+def main():
+    if sys.argv[1] == "server":
+        server(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    else:
+        client(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+
+
+main()
