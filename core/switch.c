@@ -285,6 +285,15 @@ static bool local_left(const struct sdp_conn *c)
 	return c->sw.local_off < c->sw.local_len;
 }
 
+/* Kept bytes the app may read now.  Provisional ones wait for the peer's
+ * record: it resends them (and they are dropped here), or its TCP ends
+ * first (and they are its last bytes).  One read before the record would
+ * come again in its resend, which skips only what rx_have counts. */
+static bool local_servable(const struct sdp_conn *c)
+{
+	return local_left(c) && (!c->sw.local_provisional || c->sw.peer_done);
+}
+
 /* Both ends' records are through and nothing is left here: plain TCP. */
 static void finish_if_done(struct sdp_conn *c)
 {
@@ -365,26 +374,35 @@ static ssize_t report_error(struct sdp_conn *c, size_t done)
 	return -err;
 }
 
+/* Kept bytes the app may read now, into its buffers after `done`. */
+static size_t take_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			 int flags)
+{
+	size_t n = local_servable(c) ? copy_local(c, iov, iovcnt, done, (flags & MSG_PEEK) != 0) : 0;
+
+	if (n && c->st && !(flags & MSG_PEEK))
+		atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
+	if (n && !(flags & MSG_PEEK))
+		finish_if_done(c);
+	return n;
+}
+
 static ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
 				size_t done, size_t total, int flags, bool *again)
 {
-	size_t n;
-
 	*again = false;
 	if (c->close_state == CLOSE_ABORTED)
 		return report_error(c, done);
-	n = copy_local(c, iov, iovcnt, done, (flags & MSG_PEEK) != 0);
-	if (n && c->st && !(flags & MSG_PEEK))
-		atomic_fetch_add_explicit(&c->st->bytes_received, n, memory_order_relaxed);
-	done += n;
-	if (n && !(flags & MSG_PEEK))
-		finish_if_done(c);
+	done += take_local(c, iov, iovcnt, done, flags);
 	if (done)
 		return (ssize_t)done; /* kept bytes and kernel bytes never mix in one call */
 	if (c->rd_shut)
 		return 0;
 	read_peer(c);
 	finish_if_done(c);
+	done = take_local(c, iov, iovcnt, done, flags); /* the peer ended before its record */
+	if (done)
+		return (ssize_t)done;
 	if (!c->sw.peer_done) {
 		*again = true;
 		return 0;
@@ -478,7 +496,7 @@ static unsigned switch_poll_mask(struct sdp_conn *c)
 		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
 	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
 		p.revents = 0;
-	if (local_left(c))
+	if (local_servable(c))
 		mask |= POLLIN | POLLRDNORM;
 	if (c->sw.peer_done) {
 		if (p.revents & POLLIN)
@@ -522,6 +540,8 @@ static uint64_t switch_readable_bytes(struct sdp_conn *c)
 
 	if (c->sw.peer_done && !local_left(c) && c->tcp_fd >= 0)
 		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
+	if (!local_servable(c))
+		return (uint64_t)(kernel > 0 ? kernel : 0);
 	return (uint64_t)(c->sw.local_len - c->sw.local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
 }
 

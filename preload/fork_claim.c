@@ -30,7 +30,7 @@ bool handoff_claimable(const struct sdp_sock *s)
 	return s->owner_pid != self_pid() && s->handoff_state && sock_is_rdma(s);
 }
 
-static int send_request(int fd, const struct handoff_req *req, int reply_fd)
+static int send_request(int fd, const struct handoff_req *req, int reply_fd, uint64_t deadline_ms)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -46,9 +46,14 @@ static int send_request(int fd, const struct handoff_req *req, int reply_fd)
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &reply_fd, sizeof(int));
-	while (real.sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) {
-		if (errno != EINTR)
-			return -errno;
+	while (real.sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN || progress_now_ms() >= deadline_ms)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		real.poll(&p, 1, 100); /* the owner's queue is full: it drains as it answers */
 	}
 	return 0;
 }
@@ -89,7 +94,8 @@ static int ask_owner(const struct sdp_sock *s)
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
 		return -errno;
-	rc = send_request(s->handoff_fd, &req, pair[1]);
+	rc = send_request(s->handoff_fd, &req, pair[1],
+			  progress_now_ms() + sdp_tun.switch_timeout_ms);
 	real.close(pair[1]);
 	if (rc == 0)
 		rc = wait_reply(pair[0]);
@@ -149,7 +155,8 @@ static void report_to_owner(int fd, void *obj, void *ctx)
 	if (r->n < 16)
 		r->fds[r->n++] = s->handoff_fd;
 	req = (struct handoff_req){ .magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid,
-				    .kind = HANDOFF_HOLDER, .holder_pid = (uint32_t)r->child };
+				    .kind = HANDOFF_HOLDER, .holder_pid = (uint32_t)r->child,
+				    .via_pid = (uint32_t)getpid() };
 	real.send(s->handoff_fd, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 

@@ -23,6 +23,7 @@
 #include "core/progress.h" /* progress_hide_fd(), progress_close_hidden() */
 #include "preload/fork_handoff.h"
 #include "preload/fork_handoff_wire.h"
+#include "preload/readiness.h"
 #include "preload/sock_close.h"
 #include "preload/sock_rdma.h"
 
@@ -46,6 +47,7 @@ static _Atomic uint8_t *slots;
 static uint32_t slots_used;
 static bool forced_switch; /* daemon(): its child outlives an _exit'ed parent */
 static bool fork_shares;   /* this fork's child shares RDMA streams */
+static __thread bool in_fork_wrapper; /* our fork(): it records the child */
 
 /* Sharers and orphans, under share_lock (the app's threads and the server). */
 static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -53,6 +55,7 @@ static struct sharer *sharers;
 static size_t sharers_n, sharers_cap;
 static bool sharers_unknown; /* one could not be recorded: every one counts as alive */
 static uint64_t fork_seq;    /* forks that shared a stream, so far */
+static unsigned forks_in_flight; /* prepared, their child not recorded yet */
 static struct sdp_sock **orphans; /* closed here, held for their sharers */
 static size_t orphans_n, orphans_cap;
 
@@ -116,11 +119,12 @@ static bool sharer_gone(const struct sharer *sh)
 	return kill(sh->pid, 0) != 0 && errno == ESRCH;
 }
 
-/* share_lock held: forgets the sharers that are gone; true if one that
- * shares streams first shared at seq `since` is alive. */
-static bool sharers_alive_since(uint64_t since)
+/* share_lock held: forgets the sharers that are gone; true if one forked
+ * while a socket was open here (forks first..last) is alive, or a fork is
+ * under way (its child is not recorded yet). */
+static bool sharers_alive_in(uint64_t first, uint64_t last)
 {
-	bool alive = sharers_unknown;
+	bool alive = sharers_unknown || forks_in_flight > 0;
 	size_t i = 0;
 
 	while (i < sharers_n) {
@@ -129,7 +133,7 @@ static bool sharers_alive_since(uint64_t since)
 			sharers[i] = sharers[--sharers_n];
 			continue;
 		}
-		alive |= sharers[i].seq >= since;
+		alive |= sharers[i].seq >= first && sharers[i].seq <= last;
 		i++;
 	}
 	return alive;
@@ -201,7 +205,8 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
 		return false;
 	pthread_mutex_lock(&share_lock);
-	shared = sharers_alive_since(s->handoff_seq);
+	s->handoff_last = fork_seq; /* no later child gets it */
+	shared = sharers_alive_in(s->handoff_seq, s->handoff_last);
 	keep = shared && (orphans_n < orphans_cap ||
 			  grow((void **)&orphans, &orphans_cap, sizeof(*orphans)));
 	if (keep) {
@@ -209,6 +214,12 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 		orphans[orphans_n++] = s;
 	}
 	pthread_mutex_unlock(&share_lock);
+	if (keep) { /* the app's fd is gone: so are its epoll registrations */
+		pthread_mutex_lock(&s->lock);
+		rdy_sock_regs_drop(s);
+		s->primary_fd = -1;
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (keep) {
 		start_move(s);
 		wake_server();
@@ -225,9 +236,9 @@ static void sweep_orphans(void)
 	size_t n = 0;
 
 	pthread_mutex_lock(&share_lock);
-	sharers_alive_since(UINT64_MAX);
+	sharers_alive_in(UINT64_MAX, 0); /* forgets those gone */
 	for (size_t i = 0; i < orphans_n && n < 64;) {
-		if (!sharers_alive_since(orphans[i]->handoff_seq))
+		if (!sharers_alive_in(orphans[i]->handoff_seq, orphans[i]->handoff_last))
 			done[n++] = orphan_take(i);
 		else
 			i++;
@@ -312,10 +323,17 @@ static char serve_claim(const struct handoff_req *req)
 	return on_tcp ? 0 : 1;
 }
 
+/* A sharer's child holds what that sharer held: the sharer's fork number
+ * (the current one if the sharer is not ours to know). */
 static void serve_holder(const struct handoff_req *req)
 {
+	uint64_t seq = fork_seq;
+
 	pthread_mutex_lock(&share_lock);
-	sharer_add((pid_t)req->holder_pid, fork_seq);
+	for (size_t i = 0; i < sharers_n; i++)
+		if (sharers[i].pid == (pid_t)req->via_pid)
+			seq = sharers[i].seq;
+	sharer_add((pid_t)req->holder_pid, seq);
 	pthread_mutex_unlock(&share_lock);
 } /* the next poll set has its pidfd */
 
@@ -357,9 +375,7 @@ static bool serve_one(int fd)
 
 	if (n < 0)
 		return errno == EINTR || errno == EAGAIN;
-	if (n == 0)
-		return false;
-	reply_fd = take_reply_fd(&msg);
+	reply_fd = take_reply_fd(&msg); /* an empty message is ignored: we hold the other end */
 	valid = n == (ssize_t)sizeof(req) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
 		req.magic == HANDOFF_MAGIC && req.owner_pid == (uint32_t)getpid();
 	if (valid && req.kind == HANDOFF_HOLDER)
@@ -525,34 +541,55 @@ static void stamp_for_fork(int fd, void *obj, void *ctx)
 	fork_shares = true;
 }
 
+/* share_lock held (handoff_lock_for_fork) */
 void handoff_atfork_prepare(void)
 {
 	fork_shares = false;
 	fdt_for_each(FDT_SOCK, stamp_for_fork, NULL);
 }
 
-/* Around fork, whatever the mode: the child copies the sharer and orphan
- * lists whole, not while the server thread edits them. */
+/* The fork handlers' first and last steps, whatever the mode: one fork at
+ * a time stamps, the child copies the sharer and orphan lists whole, and
+ * until the child is recorded every socket counts as shared. */
 void handoff_lock_for_fork(void)
 {
 	pthread_mutex_lock(&share_lock);
+	forks_in_flight++;
 }
 
 void handoff_unlock_after_fork(void)
 {
+	if (!in_fork_wrapper) {
+		/* forkpty() and the like: a child we cannot know shares for good */
+		sharers_unknown |= fork_shares;
+		fork_shares = false;
+		forks_in_flight--;
+	}
 	pthread_mutex_unlock(&share_lock);
 }
 
-void handoff_after_fork_parent(pid_t pid)
+void handoff_fork_begin(void)
 {
-	if (fork_shares) {
-		pthread_mutex_lock(&share_lock);
+	in_fork_wrapper = true;
+}
+
+void handoff_fork_end(pid_t pid)
+{
+	bool shares = fork_shares;
+
+	in_fork_wrapper = false;
+	if (pid == 0)
+		return; /* the child: handoff_atfork_child reset it all */
+	pthread_mutex_lock(&share_lock);
+	if (pid > 0 && fork_shares)
 		sharer_add(pid, ++fork_seq);
-		pthread_mutex_unlock(&share_lock);
-		fork_shares = false;
+	fork_shares = false;
+	forks_in_flight--;
+	pthread_mutex_unlock(&share_lock);
+	if (pid > 0 && shares)
 		wake_server(); /* it watches the child's pidfd */
-	}
-	handoff_report_holder(pid); /* streams this process shares as a sharer */
+	if (pid > 0)
+		handoff_report_holder(pid); /* streams this process shares as a sharer */
 }
 
 void handoff_atfork_child(void)
@@ -572,6 +609,8 @@ void handoff_atfork_child(void)
 	orphans_n = 0; /* their objects stay as the parent's copies */
 	fork_seq = 0;
 	fork_shares = false;
+	forks_in_flight = 0;
+	in_fork_wrapper = false;
 }
 
 /* ---- exit ---- */
@@ -583,7 +622,7 @@ bool handoff_at_exit(struct sdp_sock *s)
 	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
 		return false;
 	pthread_mutex_lock(&share_lock);
-	shared = sharers_alive_since(s->handoff_seq);
+	shared = sharers_alive_in(s->handoff_seq, UINT64_MAX);
 	pthread_mutex_unlock(&share_lock);
 	if (!shared)
 		return false;
@@ -601,7 +640,7 @@ void handoff_orphans_at_exit(void)
 	for (size_t i = 0; i < orphans_n; i++) {
 		struct sdp_sock *s = orphans[i];
 
-		if (sharers_alive_since(s->handoff_seq) && !sock_switch_one_to_tcp(s))
+		if (sharers_alive_in(s->handoff_seq, s->handoff_last) && !sock_switch_one_to_tcp(s))
 			set_state(s, HANDOFF_LOST);
 	}
 	pthread_mutex_unlock(&share_lock);

@@ -16,7 +16,7 @@ enum fork_mode {
 	FORK_KEEP,    /* streams stay on RDMA; a child that uses one gets EIO */
 };
 
-/* SDPSHIM_FORK, read at each fork (an unknown value warns once: switch). */
+/* SDPSHIM_FORK, read at each fork (an unknown value warns once: handoff). */
 enum fork_mode fork_mode(void);
 
 /* daemon(): its child outlives a parent that leaves by _exit, with no
@@ -27,12 +27,17 @@ void fork_force_switch(bool on);
  * its sharers to ask for it (a request socket, a shared state byte); one
  * that cannot moves to TCP now, as under FORK_SWITCH. */
 void handoff_atfork_prepare(void);
-/* The fork handlers' first and last steps (the sharer and orphan lists
- * are copied whole). */
+/* The fork handlers' first and last steps (one fork at a time stamps, the
+ * sharer and orphan lists are copied whole, and until the child is
+ * recorded every socket counts as shared). */
 void handoff_lock_for_fork(void);
 void handoff_unlock_after_fork(void);
-/* After a successful fork, in the parent: the child is a sharer. */
-void handoff_after_fork_parent(pid_t pid);
+/* Around real.fork() in our fork(): afterwards, in the parent, the child
+ * is recorded as a sharer (pid > 0) and told of to the owners of the
+ * streams this process shares; a fork that did not go through it (forkpty)
+ * leaves a child that counts as a sharer for good. */
+void handoff_fork_begin(void);
+void handoff_fork_end(pid_t pid);
 /* Child, after fork: the parent's server, sharers and orphans are not ours. */
 void handoff_atfork_child(void);
 

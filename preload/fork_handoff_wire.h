@@ -22,12 +22,15 @@ enum handoff_kind {
 	HANDOFF_HOLDER = 2, /* a sharer forked: its child (holder_pid) shares too */
 };
 
-/* Reply to a CLAIM: one byte, 0 = the stream is on kernel TCP now. */
+/* A request; the reply to a CLAIM is one byte on the fd it carries:
+ * 0 = the stream is on kernel TCP now. */
 struct handoff_req {
 	uint32_t magic;
 	uint32_t owner_pid;
 	uint32_t kind;
 	uint32_t holder_pid;
+	uint32_t via_pid; /* HOLDER: the sharer that forked holder_pid */
+	uint32_t pad;
 	uint64_t sock; /* the owner's struct sdp_sock address, as a name only */
 	uint64_t id;   /* the owner's id for it: its state byte's index + 1 */
 };

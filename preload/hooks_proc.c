@@ -29,6 +29,7 @@
  * uses one gets EIO. */
 void proc_atfork_prepare(void)
 {
+	handoff_lock_for_fork(); /* first, and before the socket table's lock, as its server takes them */
 	switch (fork_mode()) {
 	case FORK_HANDOFF:
 		handoff_atfork_prepare();
@@ -39,7 +40,6 @@ void proc_atfork_prepare(void)
 	case FORK_KEEP:
 		break;
 	}
-	handoff_lock_for_fork(); /* before the socket table's lock, as its server takes them */
 	sock_atfork_prepare();
 	gate_atfork_prepare();
 }
@@ -68,9 +68,9 @@ SDP_EXPORT pid_t fork(void)
 	pid_t pid;
 
 	sdp_ensure_init();
+	handoff_fork_begin();
 	pid = real.fork(); /* the atfork handlers do the work */
-	if (pid > 0)
-		handoff_after_fork_parent(pid); /* the child may share our streams */
+	handoff_fork_end(pid); /* the parent records the child that may share its streams */
 	return pid;
 }
 

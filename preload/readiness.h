@@ -35,6 +35,9 @@ void rdy_sock_to_rdma(struct sdp_sock *s);
 void rdy_sock_to_kernel(struct sdp_sock *s);
 /* The socket's last fd is closing: drop its registrations. */
 void rdy_sock_closed(struct sdp_sock *s);
+/* Its registrations only (the socket stays on its channel: an orphan kept
+ * for a forked process, preload/fork_handoff.c). */
+void rdy_sock_regs_drop(struct sdp_sock *s);
 /* An epoll fd is closing (or being replaced by dup2). */
 void rdy_epoll_forget(int epfd);
 /* fd, if an epoll set, is watched by poll, select or another set: its

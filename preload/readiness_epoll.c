@@ -440,12 +440,17 @@ void rdy_sock_to_kernel(struct sdp_sock *s)
 	gate_release(GATE_POLL); /* the stream is the kernel socket's again */
 }
 
+void rdy_sock_regs_drop(struct sdp_sock *s)
+{
+	while (s->regs)
+		reg_unlink_free(s, s->regs);
+}
+
 void rdy_sock_closed(struct sdp_sock *s)
 {
 	if (atomic_load(&s->mode) == SOCK_MODE_RDMA)
 		gate_release(GATE_POLL);
-	while (s->regs)
-		reg_unlink_free(s, s->regs);
+	rdy_sock_regs_drop(s);
 }
 
 /* As the kernel polls a file on EPOLL_CTL_ADD and MOD: the next wait
@@ -586,6 +591,19 @@ static uint32_t reg_events_now(struct ep_reg *reg)
 	return conn_poll_mask(reg->conn) & (reg->events | EPOLLERR | EPOLLHUP);
 }
 
+/* A set a forked process shares with the channel's owner: the channel is
+ * the owner's (its lock may have been held at the fork), so the indicator
+ * that fired is all this process reads of it; its read or write then
+ * takes the socket over (preload/fork_handoff.c). */
+static uint32_t reg_events_foreign(const struct ep_reg *reg, uint64_t tag)
+{
+	if (!reg->conn || reg->disarmed)
+		return 0;
+	if (tag == IND_RD)
+		return reg->events & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP);
+	return reg->events & (EPOLLOUT | EPOLLWRNORM);
+}
+
 /* Turns shadow events into app events for the channels' sockets.  ep
  * locked.  Returns events added. */
 static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int base, int room)
@@ -598,9 +616,13 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 	n = real.epoll_wait(ep->shadow_fd, tmp, room, 0);
 	for (int i = 0; i < n; i++) {
 		struct ep_reg *reg = (struct ep_reg *)(uintptr_t)(tmp[i].data.u64 & ~REG_TAG_MASK);
-		uint32_t rev = reg_events_now(reg);
+		bool own = ep->pid == self_pid();
+		uint32_t rev = own ? reg_events_now(reg)
+				   : reg_events_foreign(reg, tmp[i].data.u64 & REG_TAG_MASK);
 
 		if (!reg->conn)
+			continue;
+		if (!rev && !own)
 			continue;
 		if (!rev) {
 			conn_prepare_wait(reg->conn); /* stale: clear it before sleeping */

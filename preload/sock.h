@@ -53,6 +53,7 @@ struct sdp_sock {
 	int handoff_fd;
 	uint64_t handoff_id;
 	uint64_t handoff_seq;       /* the owner's first fork that shared it */
+	uint64_t handoff_last;      /* and the last, once closed there */
 	_Atomic uint8_t *handoff_state;
 	int primary_fd;             /* one fd number that names the socket */
 	struct sdp_conn_stats *st;  /* live counters (never NULL: falls back to a private slot) */

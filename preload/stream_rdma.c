@@ -322,6 +322,8 @@ static int rdma_shutdown(int fd, int how, struct sdp_sock *s)
 {
 	struct channel_call k = { .step = STEP_SHUTDOWN, .fd = fd, .how = how };
 
+	if (inherited_channel(s)) /* not under the owner's live stream */
+		return -1;
 	return (int)channel_call(s, &k);
 }
 
