@@ -406,8 +406,12 @@ rstream_pp_sampled() {
   rstream_pp_sampled 12000 500 2000 b
   # A message that lands before the thread is asleep is taken in by the
   # thread before it sleeps; one that lands while it sleeps wakes it alone.
-  # The progress thread wakes for its timers and the sweep, not per message.
-  pp_samples_check "$a" "$b" 2000 0.8 10 0.05 1.3
+  # The progress thread wakes for its timers and the sweep, not per message:
+  # at most one wake-up per 5 messages.  (Runs measured 1-3 %, and 13-15 %
+  # in one of eight when the guest's scheduler kept the app thread off the
+  # CPU as answers landed: the progress thread took those in.  One per
+  # message, the failure this catches, is 100 %.)
+  pp_samples_check "$a" "$b" 2000 0.8 5 0.05 1.3
   assert_all_rdma "$STATS" rstream
 }
 
