@@ -150,6 +150,16 @@ void handoff_note_on_tcp(struct sdp_sock *s)
 	set_state(s, HANDOFF_ON_TCP);
 }
 
+/* Moves s's stream to TCP for its sharers (the move writes ON_TCP); one
+ * that cannot move is lost to them.  True if it moved. */
+static bool move_for_sharers(struct sdp_sock *s)
+{
+	if (sock_switch_one_to_tcp(s))
+		return true;
+	set_state(s, HANDOFF_LOST);
+	return false;
+}
+
 /* ---- orphans: closed here while a sharer may still use them ---- */
 
 /* Sends the server a NOP: it looks at its orphans from now on. */
@@ -223,8 +233,11 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 	if (keep) {
 		start_move(s);
 		wake_server();
-	} else if (!shared || !sock_switch_one_to_tcp(s))
-		set_state(s, HANDOFF_LOST); /* it ends here (on RDMA, or lost) */
+	} else if (!shared) {
+		set_state(s, HANDOFF_LOST); /* it ends here, on RDMA */
+	} else {
+		move_for_sharers(s); /* no room to keep it */
+	}
 	return keep;
 }
 
@@ -313,9 +326,7 @@ static char serve_claim(const struct handoff_req *req)
 		nanosleep(&(struct timespec){ 0, 5 * 1000000L }, NULL);
 	}
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
-		on_tcp = sock_switch_one_to_tcp(s);
-	if (!on_tcp)
-		set_state(s, HANDOFF_LOST);
+		on_tcp = move_for_sharers(s);
 	if (orphan)
 		orphan_end(s); /* on TCP now: its channel goes; the sharer has the socket */
 	else
@@ -626,11 +637,9 @@ bool handoff_at_exit(struct sdp_sock *s)
 	pthread_mutex_unlock(&share_lock);
 	if (!shared)
 		return false;
-	if (!sock_switch_one_to_tcp(s)) {
-		set_state(s, HANDOFF_LOST);
+	if (!move_for_sharers(s))
 		sdp_warn("fd %d: a stream shared with a child could not move to TCP within %u ms at "
 			 "exit; the child's socket fails", s->primary_fd, sdp_tun.switch_timeout_ms);
-	}
 	return true;
 }
 
@@ -640,8 +649,8 @@ void handoff_orphans_at_exit(void)
 	for (size_t i = 0; i < orphans_n; i++) {
 		struct sdp_sock *s = orphans[i];
 
-		if (sharers_alive_in(s->handoff_seq, s->handoff_last) && !sock_switch_one_to_tcp(s))
-			set_state(s, HANDOFF_LOST);
+		if (sharers_alive_in(s->handoff_seq, s->handoff_last))
+			move_for_sharers(s);
 	}
 	pthread_mutex_unlock(&share_lock);
 }

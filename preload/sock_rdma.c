@@ -188,6 +188,16 @@ static void collect_channel(int fd, void *obj, void *ctx)
 	b->conns[b->n++] = c;
 }
 
+/* After conn_switch_begin: waits for the move of s's channel c; once it
+ * is on TCP, s (and a child's copy of it) says so.  False if it is not. */
+static bool wait_moved(struct sdp_sock *s, struct sdp_conn *c, uint64_t deadline_ms)
+{
+	if (!conn_switch_wait(c, SDP_REASON_FORKED, deadline_ms))
+		return false;
+	sock_settle_fallback(s, c);
+	return true;
+}
+
 bool sock_switch_one_to_tcp(struct sdp_sock *s)
 {
 	struct sdp_conn *c = sock_conn_get(s);
@@ -196,10 +206,7 @@ bool sock_switch_one_to_tcp(struct sdp_sock *s)
 	if (!c)
 		return true;
 	conn_switch_begin(c, SDP_REASON_FORKED);
-	moved = conn_switch_wait(c, SDP_REASON_FORKED,
-				 progress_now_ms() + sdp_tun.switch_timeout_ms);
-	if (moved)
-		sock_settle_fallback(s, c);
+	moved = wait_moved(s, c, progress_now_ms() + sdp_tun.switch_timeout_ms);
 	conn_put(c);
 	return moved;
 }
@@ -225,10 +232,8 @@ void sock_switch_all_to_tcp(bool only_inheritable)
 		conn_switch_begin(b.conns[i], SDP_REASON_FORKED);
 	deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
 	for (size_t i = 0; i < b.n; i++) {
-		if (!conn_switch_wait(b.conns[i], SDP_REASON_FORKED, deadline))
+		if (!wait_moved(b.socks[i], b.conns[i], deadline))
 			stuck++;
-		else /* the child's copy must see it on TCP */
-			sock_settle_fallback(b.socks[i], b.conns[i]);
 		sock_release(b.socks[i]);
 		conn_put(b.conns[i]);
 	}
