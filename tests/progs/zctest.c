@@ -75,11 +75,15 @@ static int send_failed(int fd, unsigned block_no, int err)
 }
 
 /* ZCTEST_READ_CHUNK caps each read() (a reader with less room than the
- * zero-copy threshold never offers a sink: the sender's SrcAvail is READ). */
+ * zero-copy threshold never offers a sink: the sender's SrcAvail is READ).
+ * ZCTEST_READ_PAUSE_US sleeps after each read: a paced reader, so that a
+ * transfer is still in its READs when the test kills the reader. */
 static size_t read_full(int fd, uint8_t *buf, size_t len)
 {
 	const char *chunk_env = getenv("ZCTEST_READ_CHUNK");
+	const char *pause_env = getenv("ZCTEST_READ_PAUSE_US");
 	size_t chunk = chunk_env ? (size_t)atol(chunk_env) : 0, got = 0;
+	useconds_t pause_us = pause_env ? (useconds_t)atol(pause_env) : 0;
 
 	while (got < len) {
 		size_t ask = chunk && chunk < len - got ? chunk : len - got;
@@ -91,6 +95,8 @@ static size_t read_full(int fd, uint8_t *buf, size_t len)
 		if (n == 0)
 			break;
 		got += (size_t)n;
+		if (pause_us)
+			usleep(pause_us);
 	}
 	return got;
 }
