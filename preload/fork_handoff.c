@@ -30,6 +30,11 @@
 #define HANDOFF_SLOTS (1u << 20) /* state bytes per owner process, never reused */
 #define HANDOFF_STACK (256 * 1024)
 #define ORPHAN_SWEEP_MS 200 /* how often a sharer with no pidfd is looked at */
+/* Sharers watched one by one (a pidfd each).  Past it, every shared socket
+ * counts as shared for good: a descendant that names pid after pid (any
+ * descendant can write to the request socket) costs us no more than this
+ * many descriptors, and is told nothing. */
+#define SHARERS_MAX 1024
 
 /* A process that may hold copies of our shared sockets: a child, or a
  * child's child that a child told us of.  It holds those first shared at
@@ -96,20 +101,6 @@ static bool grow(void **arr, size_t *cap, size_t elem)
 	return true;
 }
 
-/* share_lock held */
-static void sharer_add(pid_t pid, uint64_t seq)
-{
-	int fd;
-
-	if (sharers_n == sharers_cap && !grow((void **)&sharers, &sharers_cap, sizeof(*sharers))) {
-		sharers_unknown = true;
-		return;
-	}
-	fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	sharers[sharers_n++] = (struct sharer){ .pidfd = progress_hide_fd(fd), .pid = pid,
-						.seq = seq };
-}
-
 static bool sharer_gone(const struct sharer *sh)
 {
 	struct pollfd p = { .fd = sh->pidfd, .events = POLLIN };
@@ -117,6 +108,33 @@ static bool sharer_gone(const struct sharer *sh)
 	if (sh->pidfd >= 0)
 		return real.poll(&p, 1, 0) == 1;
 	return kill(sh->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* share_lock held.  A live process named again with the same fork number
+ * is recorded once. */
+static void sharer_add(pid_t pid, uint64_t seq)
+{
+	int fd;
+
+	for (size_t i = 0; i < sharers_n; i++)
+		if (sharers[i].pid == pid && sharers[i].seq == seq && !sharer_gone(&sharers[i]))
+			return;
+	fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd < 0 && (errno == ESRCH || errno == EINVAL))
+		return; /* no such process: it holds nothing */
+	if (sharers_n >= SHARERS_MAX ||
+	    (sharers_n == sharers_cap && !grow((void **)&sharers, &sharers_cap, sizeof(*sharers)))) {
+		if (fd >= 0)
+			real.close(fd);
+		if (!sharers_unknown)
+			sdp_warn("fork: more than %u processes share this process's RDMA streams; "
+				 "each shared stream now moves to TCP when this process closes it",
+				 SHARERS_MAX);
+		sharers_unknown = true;
+		return;
+	}
+	sharers[sharers_n++] = (struct sharer){ .pidfd = progress_hide_fd(fd), .pid = pid,
+						.seq = seq };
 }
 
 /* share_lock held: forgets the sharers that are gone; true if one forked
@@ -369,6 +387,17 @@ static int take_reply_fd(struct msghdr *msg)
 	return reply_fd;
 }
 
+/* One line for the first message that is not a request (a descendant that
+ * writes anything to the request socket); the rest are dropped quietly. */
+static void note_bad_request(void)
+{
+	static _Atomic bool noted;
+
+	if (!atomic_exchange(&noted, true))
+		sdp_warn("fork: a malformed request on the fork handoff socket was ignored "
+			 "(a descendant wrote to it)");
+}
+
 /* One request; false when the socket ends. */
 static bool serve_one(int fd)
 {
@@ -381,18 +410,20 @@ static bool serve_one(int fd)
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 			      .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
 	ssize_t n = real.recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	enum handoff_req_verdict verdict;
 	int reply_fd;
-	bool valid;
 
 	if (n < 0)
 		return errno == EINTR || errno == EAGAIN;
 	reply_fd = take_reply_fd(&msg); /* an empty message is ignored: we hold the other end */
-	valid = n == (ssize_t)sizeof(req) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
-		req.magic == HANDOFF_MAGIC && req.owner_pid == (uint32_t)getpid();
-	if (valid && req.kind == HANDOFF_HOLDER)
+	verdict = handoff_req_check(&req, (size_t)n, msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC),
+				    (uint32_t)getpid());
+	if (verdict == HANDOFF_REQ_BAD && n > 0)
+		note_bad_request();
+	if (verdict == HANDOFF_REQ_HOLDER)
 		serve_holder(&req);
 	if (reply_fd >= 0) {
-		char status = valid && req.kind == HANDOFF_CLAIM ? serve_claim(&req) : 1;
+		char status = verdict == HANDOFF_REQ_CLAIM ? serve_claim(&req) : 1;
 
 		real.send(reply_fd, &status, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 		real.close(reply_fd);

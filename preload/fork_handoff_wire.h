@@ -4,6 +4,8 @@
 #ifndef SDPSHIM_FORK_HANDOFF_WIRE_H
 #define SDPSHIM_FORK_HANDOFF_WIRE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A shared socket's state byte, written by its owner only. */
@@ -34,5 +36,45 @@ struct handoff_req {
 	uint64_t sock; /* the owner's struct sdp_sock address, as a name only */
 	uint64_t id;   /* the owner's id for it: its state byte's index + 1 */
 };
+
+/* What the owner's server does with a message of `got` bytes (truncated:
+ * MSG_TRUNC or MSG_CTRUNC came back) on its request socket.  Any descendant
+ * of the owner can write there, so nothing is taken on its word: a message
+ * that is not exactly one well-formed request for this owner (self_pid) is
+ * HANDOFF_REQ_BAD and answered "no" if it carried a reply fd.
+ * Fuzzed by tests/fuzz/fuzz_handoff.c. */
+enum handoff_req_verdict {
+	HANDOFF_REQ_BAD = -1,
+	HANDOFF_REQ_NOP = HANDOFF_NOP,
+	HANDOFF_REQ_CLAIM = HANDOFF_CLAIM,
+	HANDOFF_REQ_HOLDER = HANDOFF_HOLDER,
+};
+
+/* A pid as the kernel hands them out: positive, within pid_t. */
+static inline bool handoff_pid_ok(uint32_t pid)
+{
+	return pid != 0 && pid <= 0x7fffffffu;
+}
+
+static inline enum handoff_req_verdict handoff_req_check(const struct handoff_req *r, size_t got,
+							 bool truncated, uint32_t self_pid)
+{
+	if (got != sizeof(*r) || truncated || r->magic != HANDOFF_MAGIC ||
+	    r->owner_pid != self_pid || r->pad != 0)
+		return HANDOFF_REQ_BAD;
+	switch (r->kind) {
+	case HANDOFF_NOP:
+		return HANDOFF_REQ_NOP;
+	case HANDOFF_CLAIM:
+		return r->id != 0 && r->sock != 0 ? HANDOFF_REQ_CLAIM : HANDOFF_REQ_BAD;
+	case HANDOFF_HOLDER:
+		return handoff_pid_ok(r->holder_pid) && handoff_pid_ok(r->via_pid) &&
+				       r->holder_pid != r->via_pid && r->holder_pid != self_pid
+			       ? HANDOFF_REQ_HOLDER
+			       : HANDOFF_REQ_BAD;
+	default:
+		return HANDOFF_REQ_BAD;
+	}
+}
 
 #endif

@@ -477,7 +477,40 @@ def uevent_seeds():
     }
 
 
+HANDOFF_MAGIC = 0x5344484F  # "SDHO"
+HANDOFF_OWNER = 4242
+
+
+def handoff_input(kind, holder=0, via=0, sock=0, ident=0, owner=HANDOFF_OWNER, magic=HANDOFF_MAGIC,
+                  pad=0, truncated=False, self_pid=HANDOFF_OWNER, cut=None):
+    """fuzz_handoff: flags byte, the owner's pid, then the request (native order)."""
+    req = struct.pack("=IIIIIIQQ", magic, owner, kind, holder, via, pad, sock, ident)
+    if cut is not None:
+        req = req[:cut]
+    return struct.pack("=BI", 1 if truncated else 0, self_pid) + req
+
+
+def handoff_seeds():
+    sock = 0x7F00DEADBEEF
+    return {
+        "nop": handoff_input(0),
+        "claim": handoff_input(1, sock=sock, ident=7),
+        "holder": handoff_input(2, holder=5000, via=4243),
+        "claim_id0": handoff_input(1, sock=sock, ident=0),
+        "holder_self": handoff_input(2, holder=HANDOFF_OWNER, via=4243),
+        "holder_negative": handoff_input(2, holder=0x80000001, via=4243),
+        "other_owner": handoff_input(1, sock=sock, ident=7, owner=4243),
+        "bad_magic": handoff_input(0, magic=0x5344484E),
+        "pad": handoff_input(0, pad=1),
+        "kind3": handoff_input(3),
+        "truncated": handoff_input(1, sock=sock, ident=7, truncated=True),
+        "short": handoff_input(1, sock=sock, ident=7, cut=39),
+        "long": handoff_input(1, sock=sock, ident=7) + b"\0",
+    }
+
+
 CORPORA = {
+    "fuzz_handoff": handoff_seeds,
     "fuzz_bsdh": bsdh_seeds,
     "fuzz_hello": hello_seeds,
     "fuzz_hello_ack": hello_ack_seeds,

@@ -94,6 +94,23 @@ print(cl[0].get(sys.argv[2]) if len(cl) == 1 else "lines=%d" % len(cl))' "$STATS
   assert_all_rdma "$STATS" python3
 }
 
+# A rogue descendant: any process forked from the owner can write to its
+# request socket.  What it gains by lying there: nothing.  Malformed
+# messages are dropped with one diagnostic, forged claims are refused, a
+# flood of holder reports costs the owner no descriptors, and the owner's
+# stream stays on RDMA, byte-exact.
+@test "handoff: a child that lies on the owner's request socket (junk, forged claims, 3000 holder reports) gains nothing" {
+  forkshare_case rogue
+  grep -q "^forkshare: server rogue child: 1 request socket(s), 4 forged claims refused" <<<"$SRV_LOG"
+  grep -q "^forkshare: server rogue ok" <<<"$SRV_LOG"
+  grep -q "a malformed request on the fork handoff socket was ignored" <<<"$SRV_LOG"
+  [ "$(grep -c "malformed request on the fork handoff socket" <<<"$SRV_LOG")" -eq 1 ]
+  grep -q "^forkshare: client rogue ok" <<<"$CLI_LOG"
+  [ "$(client_line path)" = rdma ]
+  [ "$(client_line switches)" = 0 ]
+  assert_all_rdma "$STATS" python3
+}
+
 @test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB, SHA-256 checked): byte-exact on TCP" {
   forkshare_case childserves
   grep -q "^forkshare: client childserves ok" <<<"$CLI_LOG"

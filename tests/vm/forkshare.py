@@ -21,6 +21,13 @@ who uses the socket after the fork:
               that daemonizes)
   parentkill  the parent waits to be killed (DIR/parent.pid); the child
               waits for DIR/go2, then reads: it must fail, not return bytes
+  rogue       the child never touches the connection; it finds the fork
+              handoff's request socket among its descriptors and lies on
+              it: malformed messages, claims of streams that are not its
+              (answered "no"), and thousands of holder reports naming
+              itself; then it exits.  The parent checks that its own
+              descriptors did not grow with the lies, then takes 1 MiB
+              and answers its SHA-256 (the stream must not have moved)
 
 Each side prints "forkshare: ... ok" last and exits 0, or exits nonzero with
 one line on stderr."""
@@ -28,6 +35,7 @@ import errno
 import hashlib
 import os
 import socket
+import struct
 import sys
 import time
 
@@ -96,6 +104,59 @@ def wait_file(path, secs=120):
         time.sleep(0.02)
 
 
+HANDOFF_MAGIC = 0x5344484F
+
+
+def handoff_sockets():
+    """The AF_UNIX SOCK_SEQPACKET sockets among our descriptors."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        if s.family == socket.AF_UNIX and s.type == socket.SOCK_SEQPACKET:
+            found.append(s)
+        else:
+            s.close()
+    return found
+
+
+def handoff_req(owner, kind, holder=0, via=0, sock=0, ident=0):
+    return struct.pack("=IIIIIIQQ", HANDOFF_MAGIC, owner, kind, holder, via, 0, sock, ident)
+
+
+def rogue_lies(owner):
+    """Lies on every request socket we find; returns a summary line."""
+    socks = handoff_sockets()
+    if not socks:
+        sys.exit("forkshare: no SOCK_SEQPACKET socket inherited (no handoff socket)")
+    answers = []
+    for s in socks:
+        for junk in (b"x", b"\0" * 39, b"\0" * 41, os.urandom(40), os.urandom(4096),
+                     handoff_req(owner + 1, 1, sock=1, ident=1)):
+            s.send(junk)
+        # Claims of streams that are not ours, each with a reply socket.
+        for sock_addr, ident in ((0xdeadbeef, 1), (0, 1), (0xdeadbeef, 1 << 40), (1, 0)):
+            a, b = socket.socketpair()
+            s.sendmsg([handoff_req(owner, 1, sock=sock_addr, ident=ident)],
+                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", b.fileno()))])
+            b.close()
+            a.settimeout(30)
+            answers.append(a.recv(1))
+            a.close()
+        for i in range(3000):
+            s.send(handoff_req(owner, 2, holder=os.getpid(), via=100000 + i))
+    if any(x != b"\x01" for x in answers):
+        sys.exit("forkshare: a forged claim was not refused: %r" % answers)
+    return "%d request socket(s), %d forged claims refused" % (len(socks), len(answers))
+
+
+def fd_count():
+    return len(os.listdir("/proc/self/fd"))
+
+
 def server(host, port, tdir, mode):
     lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,6 +170,7 @@ def server(host, port, tdir, mode):
     wait_file(os.path.join(tdir, "go"))
     with open(os.path.join(tdir, "parent.pid"), "w") as f:
         f.write("%d\n" % os.getpid())
+    fds_before = fd_count()
     pid = os.fork()
     if mode == "both":
         writer = b"C"[0] if pid == 0 else b"P"[0]
@@ -162,6 +224,26 @@ def server(host, port, tdir, mode):
                   % (errno.errorcode.get(e.errno, e.errno), (time.time() - t0) * 1000), flush=True)
             os._exit(0)
         sys.exit("forkshare: the child's recv returned %d bytes, not an error" % len(data))
+    elif mode == "rogue":
+        if pid == 0:
+            line = rogue_lies(os.getppid())
+            print("forkshare: server rogue child: %s" % line, flush=True)
+            open(os.path.join(tdir, "lied"), "w").close()
+            time.sleep(1)  # alive while the parent counts its descriptors
+            os._exit(0)
+        wait_file(os.path.join(tdir, "lied"))
+        time.sleep(0.5)  # the server thread has taken every message by now
+        grown = fd_count() - fds_before
+        _, status = os.waitpid(pid, 0)
+        if status:
+            sys.exit("forkshare: the rogue child failed (status %d)" % status)
+        # The fork itself adds three (the request socket pair, the child's
+        # pidfd); each holder report recorded would add one more.
+        if grown > 10:
+            sys.exit("forkshare: the lies cost the owner %d descriptors" % grown)
+        digest_peer(conn, ECHO_BYTES)
+        conn.close()
+        print("forkshare: server rogue ok: %d descriptors more while the liar lived" % grown)
     else:
         sys.exit("forkshare: unknown mode %s" % mode)
 
@@ -198,7 +280,7 @@ def client(host, port, mode):
             got += chunk
         runs = check_records(bytes(got))
         print("forkshare: client both ok: %d records each, in writer order, %d runs" % (RECORDS, runs))
-    elif mode in ("childonly", "childserves", "parentexit"):
+    elif mode in ("childonly", "childserves", "parentexit", "rogue"):
         digest_check(sock, ECHO_BYTES, "after the fork")
         sock.shutdown(socket.SHUT_WR)
         if sock.recv(1):
