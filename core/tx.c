@@ -322,6 +322,17 @@ static bool sq_has_room(const struct sdp_conn *c)
 	return c->sq_outstanding < c->sq_depth;
 }
 
+/* An RdmaRdCompl releases the peer's writer, whose app may read nothing
+ * until then: an echo server that filled the writer's receive ring up to our
+ * reserve would otherwise wait for the writer's app, and the writer for this
+ * answer.  It may take the last credit when the ack it carries leaves the
+ * peer a credit toward us: it asks for an ack (STARVING), and the peer's
+ * credit update, which may take its own last credit, gives ours back. */
+static bool rd_compl_may_take_last(const struct sdp_conn *c)
+{
+	return peer_view_of_credits(c->buf_count, c->rx_seq, c->rx_ack) >= 1;
+}
+
 /* Sends pending control messages in `allowed`, lowest mid first. */
 static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 {
@@ -331,7 +342,8 @@ static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 		/* A keepalive probe too: like TCP's window probe, it must go while
 		 * the peer's app reads nothing (its answer is the RC ack). */
 		bool may_take_last = mid == SDP_MID_CREDIT_UPDATE || mid == SDP_MID_ABORT ||
-				     mid == SDP_MID_KEEPALIVE;
+				     mid == SDP_MID_KEEPALIVE ||
+				     (mid == SDP_MID_RDMA_RD_COMPL && rd_compl_may_take_last(c));
 
 		if (!(c->ctrl_pending & allowed & CTRL_BIT(mid)))
 			continue;
