@@ -12,21 +12,27 @@ IP=$RXE_IP
 N=${FORK_CONNS:-50}
 export SDPSHIM_CONNECT_TIMEOUT_MS=10000 SDPSHIM_ACK_TIMEOUT=19
 
-# fork_case LABEL PRELOAD_CLIENT: N connections to a preloaded forkecho server
+# fork_case LABEL PRELOAD_CLIENT [FORK_MODE]: N connections to a preloaded
+# forkecho server (SDPSHIM_FORK=FORK_MODE, default the library's: handoff)
 fork_case() {
-	local port pre=() line
+	local port pre=() line t0 t1
 	port=$(free_port)
 	[ "$2" = yes ] && pre=("$B/sdpshim" run --)
-	"$B/sdpshim" run -- "$P/forkecho" -s "$port" -a "$IP" -n "$N" >/tmp/fs.server 2>&1 &
+	SDPSHIM_FORK=${3:-handoff} "$B/sdpshim" run -- "$P/forkecho" -s "$port" -a "$IP" -n "$N" \
+		>/tmp/fs.server 2>&1 &
 	wait_port "$IP" "$port" || { echo "$1: server did not listen"; return 1; }
+	t0=$(date +%s%N)
 	"${pre[@]}" "$P/forkecho" -c "$IP" -p "$port" -n "$N" -b 65536 >/tmp/fs.client 2>&1 ||
 		echo "$1: client failed: $(tail -2 /tmp/fs.client)"
+	t1=$(date +%s%N)
 	wait
 	line=$(sed -n 's/^forkecho: server: fork() took //p' /tmp/fs.server)
-	echo "$1: ${line:-no timing}; client: $(tail -1 /tmp/fs.client)"
+	echo "$1: ${line:-no timing}; client: $(tail -1 /tmp/fs.client);" \
+	     "$(awk -v d=$((t1 - t0)) -v n="$N" 'BEGIN { printf "%.1f ms a connection, whole run", d / 1e6 / n }')"
 }
 
-fork_case "fork() with the accepted connection on RDMA (moved to TCP first)" yes
+fork_case "fork() with the accepted connection on RDMA, SDPSHIM_FORK=switch (moved to TCP first)" yes switch
+fork_case "fork() with the accepted connection on RDMA, SDPSHIM_FORK=handoff (moved when the child uses it)" yes handoff
 fork_case "fork() with the accepted connection on TCP (client not preloaded)" no
 
 # RDMA channel setup: one process, 20 connects (the first opens the device).

@@ -288,7 +288,6 @@ struct sdp_conn {
 	uint8_t *stage;            /* staging buffer for READs nobody waits for */
 	struct ibv_mr *stage_mr;
 	uint32_t stage_len, stage_off, stage_fill;
-	bool stage_peeked; /* MSG_PEEK showed staged bytes: they are the app's now */
 	int rx_waiters;            /* threads blocked in recv (they READ directly; conn_io.c) */
 	bool rx_wants_open;        /* one of them found the channel still binding: the channel
 				    * reads as readable once open, so it wakes and may offer

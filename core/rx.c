@@ -481,5 +481,4 @@ void rx_drop_unread(struct sdp_conn *c)
 	c->rx_tail = c->rx_head;
 	c->rx_bytes_ready = 0;
 	c->stage_off = c->stage_fill = 0;
-	c->stage_peeked = false;
 }

@@ -158,20 +158,12 @@ int conn_setup_linked_rx(struct sdp_conn *c)
 	return 0;
 }
 
-/* A linked stream's send slots are heap memory, allocated as they fill and
- * freed once the peer consumed them, so they can hold more than the peer's
- * credits: like a TCP send buffer, they take an app's bytes while the
- * peer's app reads nothing.  Without that room an echo server whose client
- * writes a few MiB before it reads (a load TCP's buffers absorb) waits on
- * credits while its client waits for it to read. */
-#define LINKED_TX_SLOTS_PER_CREDIT 4u
-
 static int alloc_tx_linked(struct sdp_conn *c)
 {
 	uint32_t count = c->peer_buf_count < c->buf_count ? c->peer_buf_count : c->buf_count;
 
 	c->tx_slot_size = c->peer_buf_size < c->buf_size ? c->peer_buf_size : c->buf_size;
-	c->tx_nslots = count * LINKED_TX_SLOTS_PER_CREDIT + 1;
+	c->tx_nslots = count + 1;
 	c->tx_heap = calloc(c->tx_nslots, sizeof(*c->tx_heap));
 	c->tx_slots = calloc(c->tx_nslots, sizeof(*c->tx_slots));
 	return c->tx_heap && c->tx_slots ? 0 : -ENOMEM;

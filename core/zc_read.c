@@ -184,7 +184,6 @@ void zc_stage_kick(struct sdp_conn *c)
 		return;
 	}
 	c->stage_off = c->stage_fill = 0;
-	c->stage_peeked = false;
 }
 
 static bool read_done(struct sdp_conn *c)
@@ -284,8 +283,6 @@ size_t zc_copy_staged(struct sdp_conn *c, struct rx_entry *e, const struct iovec
 			skip = 0;
 		}
 	}
-	if (peek && copied)
-		c->stage_peeked = true;
 	if (peek || !copied)
 		return copied;
 	c->stage_off = off;
@@ -294,7 +291,6 @@ size_t zc_copy_staged(struct sdp_conn *c, struct rx_entry *e, const struct iovec
 	COUNT(c, copy_bytes_received, copied);
 	if (c->stage_off == c->stage_fill) {
 		c->stage_off = c->stage_fill = 0;
-		c->stage_peeked = false;
 		source_maybe_consumed(c, e);
 		if (c->rx_waiters == 0)
 			zc_stage_kick(c);
@@ -354,28 +350,15 @@ bool zc_on_rd_compl(struct sdp_conn *c, const struct sdp_ext *x)
 	return true;
 }
 
-/* The sender withdrew its SrcAvail (or we decline the rest of it): what our
- * app took stays ours and the rest leaves the stream, READ or not.  The
- * source is the stream's last entry (nothing may follow it unanswered), so
- * its unread bytes, then those staged here that no call returned, are the
- * stream's end; the sender still holds them and sends them again.  So the
- * answer never waits for our app: an app blocked in a send to the peer,
- * whose reads would have freed the staged bytes, cannot hold the peer's
- * writer (an echo server under a non-blocking client).  Staged bytes that
- * MSG_PEEK showed stay: the app saw them.  With a READ in flight the cut
- * waits for its completion. */
+/* The sender withdrew its SrcAvail: what we READ (or are READing) stays
+ * ours and the rest leaves the stream.  The source is the stream's last
+ * entry (nothing may follow it unanswered), so its unread bytes are the
+ * stream's end.  With a READ in flight the cut waits for its completion. */
 static void source_cut(struct sdp_conn *c, struct rx_entry *e)
 {
-	uint32_t staged = c->stage_fill > c->stage_off ? c->stage_fill - c->stage_off : 0;
-	uint32_t drop = e->unread + (c->stage_peeked ? 0 : staged);
-
-	if (!c->stage_peeked && staged) {
-		c->rx_bytes_ready -= staged;
-		c->stage_off = c->stage_fill = 0;
-	}
-	c->rx_stream_off -= drop;
-	e->total -= drop;
-	e->len -= drop;
+	c->rx_stream_off -= e->unread;
+	e->total -= e->unread;
+	e->len -= e->unread;
 	e->unread = 0;
 	source_maybe_consumed(c, e);
 }

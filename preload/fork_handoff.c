@@ -47,6 +47,8 @@ struct sharer {
 
 /* This process's server (server_pid): its request socket, state bytes. */
 static pid_t server_pid;
+static pthread_t server_thread;     /* joinable: exit stops it (handoff_stop_server) */
+static _Atomic bool server_stopping;
 static int server_rx = -1, server_tx = -1;
 static _Atomic uint8_t *slots;
 static uint32_t slots_used;
@@ -483,6 +485,8 @@ static void *server_main(void *arg)
 			break;
 		if ((set[0].revents & (POLLIN | POLLHUP | POLLERR)) && !serve_one(rx))
 			break;
+		if (atomic_load(&server_stopping))
+			break;
 		ended = timed;
 		for (size_t i = 1; i < n; i++)
 			ended |= set[i].revents != 0;
@@ -496,16 +500,15 @@ static void *server_main(void *arg)
 static bool start_server_thread(int fd)
 {
 	pthread_attr_t attr;
-	pthread_t thread;
 	sigset_t all, old;
 	int err;
 
 	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, HANDOFF_STACK);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
-	err = pthread_create(&thread, &attr, server_main, (void *)(intptr_t)fd);
+	atomic_store(&server_stopping, false);
+	err = pthread_create(&server_thread, &attr, server_main, (void *)(intptr_t)fd);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
 	if (err)
@@ -656,6 +659,25 @@ void handoff_atfork_child(void)
 }
 
 /* ---- exit ---- */
+
+/* At exit, before the streams shared with live sharers move: the server
+ * finishes the request it serves and ends, so that no claim runs while the
+ * library tears down.  A claim that comes later finds the state byte the
+ * exit's own move writes (its reply fd closes with us).  Bounded: a server
+ * still busy after a second is left to the exit. */
+void handoff_stop_server(void)
+{
+	struct timespec until;
+
+	if (server_pid != getpid() || server_tx < 0)
+		return;
+	atomic_store(&server_stopping, true);
+	wake_server();
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	if (pthread_timedjoin_np(server_thread, NULL, &until) == 0)
+		server_pid = 0;
+}
 
 bool handoff_at_exit(struct sdp_sock *s)
 {

@@ -47,6 +47,8 @@ void handoff_note_on_tcp(struct sdp_sock *s);
  * and s is kept (an orphan) until that sharer claims it or is gone, as a
  * kernel socket stays open while any process holds it. */
 bool handoff_keep_orphan(struct sdp_sock *s);
+/* At exit: the owner's request server ends (bounded) before the moves. */
+void handoff_stop_server(void);
 /* Owner, at exit: true if s is shared with a live sharer (and has been
  * moved to TCP for it, or could not be); then it is not closed here. */
 bool handoff_at_exit(struct sdp_sock *s);

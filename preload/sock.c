@@ -509,6 +509,7 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 
 void sock_close_all_rdma(void)
 {
+	handoff_stop_server();
 	fdt_for_each(FDT_SOCK, close_rdma_at_exit, NULL);
 	handoff_orphans_at_exit();
 }

@@ -2,9 +2,11 @@
 """make_seeds.py: writes the seed corpus of the libFuzzer harnesses,
 tests/fuzz/corpus/<harness>/, from the layouts of core/wire.h (and of the
 stats segment, base/stats_shm.h): a few valid
-inputs per harness and a few that break exactly one rule (near-valid).  Each
-corpus directory is rewritten whole, so the output depends on this file (and
-the reason list of base/reason.h) only.  Also makes sure every
+inputs per harness and a few that break exactly one rule (near-valid).  The
+named seeds of each corpus directory are rewritten whole, so they depend on
+this file (and the reason list of base/reason.h) only; inputs named by their
+SHA-1, as libFuzzer names what a run adds and what was committed from such
+runs, are left alone.  Also makes sure every
 harness has tests/fuzz/regressions/<harness>/ (with a .gitkeep); it never
 touches the inputs kept there.
 
@@ -477,6 +479,7 @@ def uevent_seeds():
     }
 
 
+LIBFUZZER_NAME = re.compile(r"^[0-9a-f]{40}$")  # how libFuzzer names what it adds
 HANDOFF_MAGIC = 0x5344484F  # "SDHO"
 HANDOFF_OWNER = 4242
 
@@ -531,7 +534,8 @@ def main():
         d = os.path.join(HERE, "corpus", harness)
         os.makedirs(d, exist_ok=True)
         for old in os.listdir(d):
-            os.unlink(os.path.join(d, old))
+            if not LIBFUZZER_NAME.match(old):  # inputs a fuzzing run kept stay
+                os.unlink(os.path.join(d, old))
         seeds = make()
         for name, data in sorted(seeds.items()):
             with open(os.path.join(d, name), "wb") as f:

@@ -314,13 +314,9 @@ static void on_our_rd_compl(const struct sdp_ext *x)
 	}
 	if (x->a > s->len)
 		zcm_finding("RdmaRdCompl says %u bytes of a %u-byte SrcAvail", x->a, s->len);
-	else if (x->a > w->read_bytes)
-		zcm_finding("RdmaRdCompl says %u bytes, we READ only %u of that SrcAvail", x->a,
+	else if (x->a != w->read_bytes)
+		zcm_finding("RdmaRdCompl says %u bytes, we READ %u of that SrcAvail", x->a,
 			    w->read_bytes);
-	/* Fewer is allowed: a cancelled source's READ bytes that our app did
-	 * not take leave the stream (core/zc_read.c, source_cut), and the
-	 * peer sends them again; the app's bytes are checked against the
-	 * stream, so an answer below what the app took shows as a duplicate. */
 	if (P.nsrc > 1 && x->a != s->len)
 		P.tx_ambiguous = true; /* its later SrcAvails assumed all of this one */
 	if (x->a < s->len)

@@ -12,9 +12,9 @@ Modes:
   echo-nb   the same with a non-blocking client socket (a timeout set):
             each large send offers zero-copy for a few ms, then cancels
   slow      the non-blocking client writes BYTES; the server reads one
-            byte, sleeps SLOW_S seconds (longer than the zero-copy answer
-            bound the test sets), then reads the rest and answers its
-            SHA-256; the client checks it
+            byte, sleeps ZCPAIR_SLOW_S seconds, then reads the rest and
+            answers its SHA-256; the client checks it
+(The suite runs echo; echo-nb and slow at 4 MiB show the limits in README.)
 
 Each side prints "zcpair: ... ok" last and exits 0, or exits nonzero with one
 line on stderr."""
