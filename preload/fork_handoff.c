@@ -139,24 +139,38 @@ static void sharer_add(pid_t pid, uint64_t seq)
 						.seq = seq };
 }
 
-/* share_lock held: forgets the sharers that are gone; true if one forked
- * while a socket was open here (forks first..last) is alive, or a fork is
- * under way (its child is not recorded yet). */
-static bool sharers_alive_in(uint64_t first, uint64_t last)
+/* share_lock held: forgets the sharers that are gone. */
+static void sharers_prune(void)
 {
-	bool alive = sharers_unknown || forks_in_flight > 0;
 	size_t i = 0;
 
 	while (i < sharers_n) {
 		if (sharer_gone(&sharers[i])) {
 			progress_close_hidden(sharers[i].pidfd);
 			sharers[i] = sharers[--sharers_n];
-			continue;
+		} else {
+			i++;
 		}
-		alive |= sharers[i].seq >= first && sharers[i].seq <= last;
-		i++;
 	}
+}
+
+/* share_lock held, the list pruned: true if a sharer forked while a socket
+ * was open here (forks first..last) is recorded, or a fork is under way
+ * (its child is not recorded yet). */
+static bool sharer_in_forks(uint64_t first, uint64_t last)
+{
+	bool alive = sharers_unknown || forks_in_flight > 0;
+
+	for (size_t i = 0; !alive && i < sharers_n; i++)
+		alive = sharers[i].seq >= first && sharers[i].seq <= last;
 	return alive;
+}
+
+/* share_lock held: sharer_in_forks over the sharers still alive. */
+static bool sharers_alive_in(uint64_t first, uint64_t last)
+{
+	sharers_prune();
+	return sharer_in_forks(first, last);
 }
 
 static void set_state(struct sdp_sock *s, enum handoff_state st)
@@ -244,13 +258,11 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 		orphans[orphans_n++] = s;
 	}
 	pthread_mutex_unlock(&share_lock);
-	if (keep) { /* the app's fd is gone: so are its epoll registrations */
-		pthread_mutex_lock(&s->lock);
+	if (keep) {
+		pthread_mutex_lock(&s->lock); /* the app's fd is gone: so are its epoll registrations */
 		rdy_sock_regs_drop(s);
 		s->primary_fd = -1;
 		pthread_mutex_unlock(&s->lock);
-	}
-	if (keep) {
 		start_move(s);
 		wake_server();
 	} else if (!shared) {
@@ -269,9 +281,9 @@ static void sweep_orphans(void)
 	size_t n = 0;
 
 	pthread_mutex_lock(&share_lock);
-	sharers_alive_in(UINT64_MAX, 0); /* forgets those gone */
+	sharers_prune();
 	for (size_t i = 0; i < orphans_n && n < 64;) {
-		if (!sharers_alive_in(orphans[i]->handoff_seq, orphans[i]->handoff_last))
+		if (!sharer_in_forks(orphans[i]->handoff_seq, orphans[i]->handoff_last))
 			done[n++] = orphan_take(i);
 		else
 			i++;
@@ -699,10 +711,11 @@ bool handoff_at_exit(struct sdp_sock *s)
 void handoff_orphans_at_exit(void)
 {
 	pthread_mutex_lock(&share_lock);
+	sharers_prune();
 	for (size_t i = 0; i < orphans_n; i++) {
 		struct sdp_sock *s = orphans[i];
 
-		if (sharers_alive_in(s->handoff_seq, s->handoff_last))
+		if (sharer_in_forks(s->handoff_seq, s->handoff_last))
 			move_for_sharers(s);
 	}
 	pthread_mutex_unlock(&share_lock);

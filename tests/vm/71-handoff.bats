@@ -79,6 +79,14 @@ cl = [c for c in lines if c["role"] == "client"]
 print(cl[0].get(sys.argv[2]) if len(cl) == 1 else "lines=%d" % len(cl))' "$STATS" "$1"
 }
 
+# assert_stayed_on_rdma: the client's one stats line is on RDMA with no
+# switch, and every line of python3 is on RDMA, paired
+assert_stayed_on_rdma() {
+  [ "$(client_line path)" = rdma ]
+  [ "$(client_line switches)" = 0 ]
+  assert_all_rdma "$STATS" python3
+}
+
 @test "handoff: parent and child both write on one socket after fork: every record once, in writer order" {
   forkshare_case both
   grep -q "^forkshare: client both ok: 4000 records each, in writer order" <<<"$CLI_LOG"
@@ -89,9 +97,7 @@ print(cl[0].get(sys.argv[2]) if len(cl) == 1 else "lines=%d" % len(cl))' "$STATS
 @test "handoff: a child that never touches the socket (redis BGSAVE) leaves it on RDMA, no switch" {
   forkshare_case childonly
   grep -q "^forkshare: client childonly ok" <<<"$CLI_LOG"
-  [ "$(client_line path)" = rdma ]
-  [ "$(client_line switches)" = 0 ]
-  assert_all_rdma "$STATS" python3
+  assert_stayed_on_rdma
 }
 
 # A rogue descendant: any process forked from the owner can write to its
@@ -106,9 +112,7 @@ print(cl[0].get(sys.argv[2]) if len(cl) == 1 else "lines=%d" % len(cl))' "$STATS
   grep -q "a malformed request on the fork handoff socket was ignored" <<<"$SRV_LOG"
   [ "$(grep -c "malformed request on the fork handoff socket" <<<"$SRV_LOG")" -eq 1 ]
   grep -q "^forkshare: client rogue ok" <<<"$CLI_LOG"
-  [ "$(client_line path)" = rdma ]
-  [ "$(client_line switches)" = 0 ]
-  assert_all_rdma "$STATS" python3
+  assert_stayed_on_rdma
 }
 
 @test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB, SHA-256 checked): byte-exact on TCP" {
