@@ -45,7 +45,7 @@ CLI_SRCS  := $(wildcard tools/*.c)
 # Pure modules: no interposition, no global state that needs the preload.
 # Unit tests and the launcher link these.
 PURE_SRCS := base/log.c base/policy.c base/stats_shm.c base/stats_read.c base/config.c base/reason.c base/fdtable.c \
-             base/pin_budget.c base/self.c \
+             base/pin_budget.c base/self.c base/sha256.c base/hmac.c \
              core/wire.c core/switch_reader.c core/geometry.c core/timer_heap.c core/uevent.c \
              ipoib_fallback/rules.c ipoib_fallback/rules_match.c ipoib_fallback/negcache.c \
              ipoib_fallback/path.c
@@ -60,6 +60,8 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%)
 TLIB_SRCS := $(wildcard tests/lib/*.c)
 TLIB_OBJS := $(TLIB_SRCS:%.c=$(BUILD)/pure/%.o)
 PROG_SRCS := $(wildcard tests/progs/*.c)
+# The test programs check their streams with the library's own SHA-256.
+PROG_BASE_OBJS := $(BUILD)/pure/base/sha256.o
 PROG_BINS := $(PROG_SRCS:tests/progs/%.c=$(BUILD)/tests/progs/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
@@ -101,10 +103,10 @@ $(BUILD)/sdpshim: $(CLI_OBJS) $(PURE_OBJS)
 
 progs: $(PROG_BINS)
 
-$(BUILD)/tests/progs/%: tests/progs/%.c $(TLIB_OBJS)
+$(BUILD)/tests/progs/%: tests/progs/%.c $(TLIB_OBJS) $(PROG_BASE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(PROG_CFLAGS_$*) \
-	  $(if $(SANPROGS),$(SANFLAGS)) -o $@ $< $(PROG_OBJS_$*) $(TLIB_OBJS) \
+	  $(if $(SANPROGS),$(SANFLAGS)) -o $@ $< $(PROG_OBJS_$*) $(TLIB_OBJS) $(PROG_BASE_OBJS) \
 	  $(RDMA_LIBS) -lpthread
 
 # One program is built twice: with and without _FORTIFY_SOURCE=2 (issue 3).
@@ -125,6 +127,9 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard core/
 	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
 	  -o $@ $< $(PURE_SRCS) $(TLIB_SRCS) $(UNIT_EXTRA_$*) -lpthread
+
+# test_sha256 and test_hmac need nothing more: base/sha256.c and base/hmac.c
+# are pure modules.
 
 # A unit test of a module that calls libc through base/real.h fills that
 # table itself.
@@ -147,7 +152,7 @@ ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
 ZCM_CORE := core/phase.c core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
             core/notify.c core/timers.c core/switch.c core/wire.c base/config.c base/log.c base/policy.c \
-            base/reason.c $(wildcard core/switch_reader.c)
+            base/reason.c core/climb.c base/hmac.c base/sha256.c $(wildcard core/switch_reader.c)
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
             -Wl,--wrap=pthread_cond_wait -Wl,--wrap=pthread_cond_broadcast \
             -Wl,--wrap=pthread_cond_signal

@@ -19,6 +19,8 @@ struct tunable_spec {
 STORE_FN(connect_timeout_ms, unsigned)
 STORE_FN(negcache_ttl_ms, unsigned)
 STORE_FN(spin_us, unsigned)
+STORE_FN(climb, unsigned)
+STORE_FN(debug_climb_lie, unsigned)
 STORE_FN(buf_size, unsigned)
 STORE_FN(buf_count, unsigned)
 STORE_FN(zcopy_thresh, int64_t)
@@ -76,6 +78,8 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 20000, store_link_idle_ms },
 	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
 	{ "SDPSHIM_CHILD_DEVICE_WATCH", 0, 1, 1, store_child_device_watch },
+	{ "SDPSHIM_CLIMB", 0, 1, 1, store_climb },
+	{ "SDPSHIM_DEBUG_CLIMB_LIE", 0, 3, 0, store_debug_climb_lie },
 };
 
 /* Sizes in bytes: a K, M or G suffix is accepted. */

@@ -35,6 +35,11 @@ struct sdp_tunables {
 	unsigned link_max;           /* SDPSHIM_LINK_MAX: links (QPs) per process */
 	unsigned link_idle_ms;       /* SDPSHIM_LINK_IDLE_MS: an unused client link closes after */
 	unsigned link_slots;         /* SDPSHIM_LINK_SLOTS: link records in the stats segment */
+	unsigned debug_climb_lie;    /* SDPSHIM_DEBUG_CLIMB_LIE: tests only, this end lies in the
+				      * climb (core/climb.c): 1 its MAC, 2 its cut, 3 a server
+				      * that never answers a REQ */
+	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
+				      * to RDMA (1), or stays (0); a peer asking is refused */
 	unsigned child_device_watch; /* SDPSHIM_CHILD_DEVICE_WATCH: a forked child lets its
 				      * inherited device files go when the device is removed */
 	uint64_t pin_budget;         /* SDPSHIM_PIN_BUDGET: bytes this process may pin, before the

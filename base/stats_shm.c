@@ -446,7 +446,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     "\"zcopy_ops\":%llu,\"zcopy_cancels\":%llu,"
 		     "\"mr_cache_hits\":%llu,\"mr_cache_misses\":%llu,"
 		     "\"credit_updates_sent\":%llu,\"credit_stalls\":%llu,"
-		     "\"tx_credits\":%u,\"rx_posted\":%u,\"switches\":%u,"
+		     "\"tx_credits\":%u,\"rx_posted\":%u,\"switches\":%u,\"climbs\":%u,"
 		     "\"opened_ms\":%llu%s}",
 		     (int)pid, comm ? comm : "", s->fd, stats_role_name(s->role), local, remote,
 		     sdp_path_name((enum sdp_path)s->path),
@@ -456,7 +456,8 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     U64(zcopy_ops), U64(zcopy_cancels), U64(mr_cache_hits), U64(mr_cache_misses),
 		     U64(credit_updates_sent), U64(credit_stalls),
 		     (unsigned)atomic_load(&s->tx_credits), (unsigned)atomic_load(&s->rx_posted),
-		     (unsigned)atomic_load(&s->switches), (unsigned long long)s->opened_ms, closed);
+		     (unsigned)atomic_load(&s->switches), (unsigned)atomic_load(&s->climbs),
+		     (unsigned long long)s->opened_ms, closed);
 	return (n < 0 || (size_t)n >= len) ? -1 : n;
 }
 

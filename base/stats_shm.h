@@ -84,8 +84,8 @@ struct sdp_conn_stats {
 	_Atomic uint64_t mr_cache_hits, mr_cache_misses;
 	_Atomic uint64_t credit_updates_sent, credit_stalls;
 	_Atomic uint32_t tx_credits, rx_posted;
-	_Atomic uint32_t switches;
-	uint32_t pad2;
+	_Atomic uint32_t switches;  /* path moves, both ways */
+	_Atomic uint32_t climbs;    /* of them, moves back to RDMA (core/climb.c) */
 };
 
 struct sdp_proc_stats {

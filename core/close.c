@@ -198,6 +198,10 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 {
 	enum conn_close_state old = c->close_state;
 
+	if (c->phase == CONN_HELD || c->phase == CONN_CLIMB_HALF) {
+		climb_link_lost(c, why); /* the attempt's link, or the new channel's */
+		return;
+	}
 	if (!c->carrier_why)
 		c->carrier_why = why;
 	if (c->carrier_dead || c->carrier_reaping)
@@ -229,6 +233,8 @@ void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why)
 	case CONN_SWITCHING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:
+	case CONN_HELD:
+	case CONN_CLIMB_HALF:
 		return;
 	}
 	if (c->sw.started)

@@ -360,6 +360,10 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 	enum conn_phase was = c->phase;
 
 	switch (was) {
+	case CONN_HELD:
+	case CONN_CLIMB_HALF:
+		climb_link_lost(c, sdp_reason_name(reason)); /* a climb's link never came up */
+		return;
 	case CONN_DRAINING:
 	case CONN_SWITCHING:
 	case CONN_FALLBACK:

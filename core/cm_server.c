@@ -106,6 +106,42 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	return l;
 }
 
+/* Listeners waiting to listen again, each with a reference (progress
+ * thread only: it drops ids, fires the timers and reads uevents). */
+static struct sdp_listener *relisten_waiting;
+
+static void relisten_list(struct sdp_listener *l)
+{
+	if (l->relisten_listed)
+		return;
+	listener_hold(l);
+	l->relisten_next = relisten_waiting;
+	relisten_waiting = l;
+	l->relisten_listed = true;
+}
+
+static void relisten_unlist(struct sdp_listener *l)
+{
+	if (!l->relisten_listed)
+		return;
+	for (struct sdp_listener **p = &relisten_waiting; *p; p = &(*p)->relisten_next) {
+		if (*p == l) {
+			*p = l->relisten_next;
+			break;
+		}
+	}
+	l->relisten_listed = false;
+	listener_put(l);
+}
+
+void cm_server_device_added(void)
+{
+	for (struct sdp_listener *l = relisten_waiting; l; l = l->relisten_next) {
+		l->relisten_ms = RELISTEN_FIRST_MS;
+		progress_timer_arm(&l->relisten, progress_now_ms());
+	}
+}
+
 /* Its device went: the id goes (it holds the device), and rdma_cm listens
  * again, with a backoff, until the address is on an RDMA device again.
  * Meanwhile clients' channels are refused and they use TCP.  Progress
@@ -116,11 +152,14 @@ static void relisten_fired(void *arg)
 	struct rdma_event_channel *ch;
 	int err;
 
-	if (l->closing || l->id)
+	if (l->closing || l->id) {
+		relisten_unlist(l);
 		return;
+	}
 	err = cm_channel_ensure(&ch) != 0 ? EIO : listen_on(l, ch);
 	if (!err) {
 		sdp_info("port %u listens for RDMA channels again", l->port);
+		relisten_unlist(l); /* the last reference may go: l is not used after */
 		return;
 	}
 	sdp_debug("port %u: no RDMA listener yet: %s", l->port, strerror(err));
@@ -142,6 +181,7 @@ static void drop_id_on_progress(void *arg)
 		l->relisten.arg = l;
 		l->relisten_ms = RELISTEN_FIRST_MS;
 		progress_timer_arm(&l->relisten, progress_now_ms() + l->relisten_ms);
+		relisten_list(l);
 	}
 	listener_put(l);
 }
@@ -187,6 +227,7 @@ static void destroy_listener_on_progress(void *arg)
 	}
 	pthread_mutex_unlock(&l->lock);
 	progress_timer_cancel(&l->relisten);
+	relisten_unlist(l);
 	SDP_GUARD_ENTER();
 	if (l->id)
 		rdma_destroy_id(l->id);

@@ -25,6 +25,8 @@ struct sdp_listener;
  *   any phase up to OPEN -> FALLBACK (the stream continues on kernel TCP)
  *   AWAIT_ATTACH, ATTACHING -> DRAINING -> FALLBACK (the app's buffered bytes go to TCP first)
  *   OPEN  -> SWITCHING -> FALLBACK (the stream moves to TCP mid-way: core/switch.c)
+ *   SWITCHING -> HELD -> CLIMB_HALF -> OPEN (a failover's stream climbs back: core/climb.c)
+ *   HELD -> FALLBACK (it stays on TCP: fork, exec, shutdown, a refusal)
  *   any but FALLBACK -> DEAD (both sides closed, reset, given up, or torn down;
  *                             resources released).  FALLBACK and DEAD are final. */
 enum conn_phase {
@@ -38,6 +40,10 @@ enum conn_phase {
 	CONN_SWITCHING,      /* moving an open stream to TCP: SWITCH records and resends */
 	CONN_FALLBACK,       /* channel abandoned; the socket uses kernel TCP */
 	CONN_DEAD,           /* channel torn down */
+	CONN_HELD,           /* a failover moved the stream to TCP; the channel does its TCP
+			      * I/O, counting offsets, and climbs back (core/climb.c) */
+	CONN_CLIMB_HALF,     /* climbed: writes go on the new channel, reads take TCP up to
+			      * the peer's cut first */
 };
 
 /* Why the owner is being called back. */

@@ -53,6 +53,7 @@ struct conn_carrier {
 };
 extern const struct conn_carrier channel_carrier;
 extern const struct conn_carrier switch_carrier;
+extern const struct conn_carrier held_carrier; /* HELD and CLIMB_HALF (climb.c) */
 /* A carrier's table from its functions, named PREFIX_recv_step and so on. */
 #define CONN_CARRIER(prefix)                                                             \
 	{                                                                                \
@@ -86,6 +87,8 @@ int conn_setup_linked_rx(struct sdp_conn *c);
 int conn_repost_recv(struct sdp_conn *c, uint32_t slot);
 /* Releases every RDMA resource; progress thread only; lock not held. */
 void conn_destroy_resources(struct sdp_conn *c);
+/* The same but the TCP socket (a held stream keeps it: climb.c). */
+void conn_release_channel(struct sdp_conn *c);
 /* Queues destruction on the progress thread (idempotent). */
 void conn_schedule_destroy(struct sdp_conn *c);
 
@@ -284,6 +287,33 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
  * app thread is inside a zero-copy operation. */
 void switch_maybe_finish(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
+
+/* climb.c: a stream held on TCP after a failover, and its way back. */
+/* switch_start: may this stream be held (its TCP I/O done here)? */
+void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason);
+/* The stream will not climb (it falls back for good, or the peer forked). */
+void climb_not_eligible(struct sdp_conn *c);
+/* The switch is through: HELD instead of FALLBACK?  True if held. */
+bool climb_hold(struct sdp_conn *c);
+/* HELD -> FALLBACK (fork, exec, shutdown, a refusal). */
+void climb_give_up(struct sdp_conn *c, const char *why);
+/* The app closed a HELD stream. */
+void climb_closed(struct sdp_conn *c);
+void climb_on_timer(struct sdp_conn *c);
+/* Progress thread: an RDMA device came (a uevent): held streams try now,
+ * and listeners whose device went listen again now (cm_server.c). */
+void climb_device_added(void);
+void cm_server_device_added(void);
+void climb_on_tcp_ready(struct sdp_conn *c);
+/* The link of an attempt (HELD) or of the new channel (CLIMB_HALF) failed. */
+void climb_link_lost(struct sdp_conn *c, const char *why);
+void climb_half_lost(struct sdp_conn *c, const char *why);
+/* The held stream's own TCP I/O, non-blocking, counting its offsets
+ * (SWITCHING uses them too once its records are through). */
+ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+		       size_t total, int flags, bool *again);
+ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+		       size_t total, int flags, bool *again);
 /* SDPSHIM_DEBUG_FAIL_AFTER: fail this channel's QP once it sent that much. */
 void switch_debug_maybe_fail(struct sdp_conn *c);
 void qp_force_error(struct sdp_conn *c);

@@ -30,7 +30,8 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 
 static bool has_qp_phase(enum conn_phase phase)
 {
-	return phase == CONN_OPEN || phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING;
+	return phase == CONN_OPEN || phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING ||
+	       phase == CONN_CLIMB_HALF;
 }
 
 uint64_t conn_now_us(void)
@@ -519,9 +520,14 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 	c->owner_ops = NULL;
 	c->st = NULL; /* the slot belongs to the socket, which is going away */
 	switch (c->phase) {
+	case CONN_HELD:
+		climb_closed(c);
+		conn_schedule_destroy(c); /* every byte is in the kernel socket already */
+		break;
 	case CONN_OPEN:
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:
+	case CONN_CLIMB_HALF:
 		/* Closing with unread bytes resets the connection, as TCP does. */
 		if (c->rx_bytes_ready > 0 || zc_head_source(c))
 			abort = true;

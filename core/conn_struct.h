@@ -129,6 +129,35 @@ struct conn_switch {
 	size_t local_len, local_off;
 };
 
+/* The climb back to RDMA of a stream a failover moved to TCP (climb.c
+ * owns it all; docs/upgrade.md).  The client starts it; each step has a
+ * bound (the main timer). */
+enum climb_step {
+	CLIMB_IDLE,      /* held; a retry may be armed */
+	CLIMB_DIALING,   /* client: on a link, REQ sent once it is up; CHAL awaited */
+	CLIMB_CHAL_SENT, /* server: CHAL sent, PROVE awaited */
+	CLIMB_CUT_SENT,  /* client: PROVE sent and its writes go on the channel; ACK awaited */
+	CLIMB_DONE,      /* both cuts known */
+};
+
+#define CLIMB_KEY_SIZE 32
+#define CLIMB_CUT_UNKNOWN UINT64_MAX
+
+struct conn_climb {
+	enum climb_step step;
+	bool eligible;             /* held with a key (a bound stream, one process) */
+	bool refused;              /* the peer or a rule said no: it stays on TCP */
+	bool registered;           /* in climb.c's list of held streams */
+	bool released;             /* the last channel's resources are gone: it may dial */
+	uint8_t key[CLIMB_KEY_SIZE];
+	uint8_t nonce_i[SDP_NONCE_SIZE], nonce_r[SDP_NONCE_SIZE];
+	uint64_t tcp_rx_off;       /* stream offset of the next byte read from TCP */
+	uint64_t rx_cut;           /* CLIMB_HALF: reads take TCP up to here (or UNKNOWN) */
+	unsigned attempts;         /* since the stream was held */
+	unsigned backoff_ms;
+	struct sdp_conn *held_next; /* climb.c's list */
+};
+
 struct sdp_conn {
 	/* ---- Life and state (setup.c allocates; notify.c locks and tells the
 	 * owner; phase.c alone writes phase and carrier). */
@@ -298,6 +327,9 @@ struct sdp_conn {
 	struct conn_switch sw;
 	bool write_rolled_back;    /* the switch took our unconfirmed WRITE's bytes back */
 	bool debug_failed;         /* SDPSHIM_DEBUG_FAIL_AFTER fired */
+
+	/* ---- The climb back to RDMA (climb.c). */
+	struct conn_climb climb;
 
 	/* ---- Readiness indicators (notify.c): level-triggered eventfds. */
 	int rd_fd, wr_fd;

@@ -1,4 +1,5 @@
-/* Watches the kernel's uevents for an RDMA device that goes away.  A
+/* Watches the kernel's uevents for an RDMA device that goes away (or comes
+ * back: core/climb.c and the listeners try again at once).  A
  * process with no rdma_cm id on the device when it goes gets no
  * DEVICE_REMOVAL (its connections ended before, or the peer's disconnect
  * tore its link down first), yet holds the device until it lets go: the
@@ -15,6 +16,7 @@
 
 #include "base/log.h"
 #include "base/real.h"
+#include "core/conn_internal.h" /* cm_server_device_added, climb_device_added */
 #include "core/dev.h"
 #include "core/progress.h"
 #include "core/uevent.h"
@@ -46,13 +48,15 @@ static int read_one(int fd, char *buf, size_t size, bool *from_kernel)
 }
 
 /* Reads every queued message of fd: did one say an RDMA device went (or
- * were some lost)? */
-static bool removal_seen(int fd, char *buf, size_t size)
+ * were some lost)?  *added: did one say a device came (NULL: not asked). */
+static bool removal_seen_added(int fd, char *buf, size_t size, bool *added)
 {
 	bool look = false, from_kernel = false;
 	int n;
 
 	while ((n = read_one(fd, buf, size, &from_kernel)) >= 0) {
+		if (n > 0 && added && from_kernel && uevent_is_rdma_addition(buf, (size_t)n))
+			*added = true;
 		if (n == 0)
 			look = true;
 		else if (from_kernel && uevent_is_rdma_removal(buf, (size_t)n))
@@ -61,14 +65,26 @@ static bool removal_seen(int fd, char *buf, size_t size)
 	return look;
 }
 
+static bool removal_seen(int fd, char *buf, size_t size)
+{
+	return removal_seen_added(fd, buf, size, NULL);
+}
+
+/* A device that came back: listeners listen again, held streams climb,
+ * at once rather than at their next backoff. */
 static void on_uevents(struct progress_source *src, uint32_t events)
 {
 	static char buf[UEVENT_MSG_MAX];
+	bool added = false;
 
 	(void)src;
 	(void)events;
-	if (removal_seen(uevent_fd, buf, sizeof(buf)))
+	if (removal_seen_added(uevent_fd, buf, sizeof(buf), &added))
 		dev_check_listed();
+	if (added) {
+		cm_server_device_added();
+		climb_device_added();
+	}
 }
 
 /* A non-blocking uevent socket (hidden), or -1. */

@@ -53,8 +53,14 @@ struct link_job {
 	struct ibv_sge sge;
 	uint8_t lkind;             /* LINK */
 	uint16_t stream;
-	uint8_t payload[48];
+	uint8_t payload[64];       /* the largest link message's */
 };
+
+_Static_assert(sizeof(struct sdp_open_wire) <= 64 && sizeof(struct sdp_open_ack_wire) <= 64 &&
+		       sizeof(struct sdp_climb_req_wire) <= 64 &&
+		       sizeof(struct sdp_climb_chal_wire) <= 64 &&
+		       sizeof(struct sdp_climb_prove_wire) <= 64,
+	       "a link message's payload fits a job");
 
 /* A posted send-queue entry: whose it is, and its send slot. */
 struct link_wr {
@@ -681,7 +687,7 @@ int link_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 static struct link_job *link_msg_job(uint8_t kind, uint16_t stream, const void *payload,
 				     uint32_t len)
 {
-	struct link_job *j = job_new(JOB_LINK, NULL);
+	struct link_job *j = len <= sizeof(j->payload) ? job_new(JOB_LINK, NULL) : NULL;
 
 	if (!j)
 		return NULL;
@@ -1144,6 +1150,11 @@ static void send_open(struct sdp_link *link, struct sdp_conn *c)
 	struct sdp_open o = { .tuple = c->tuple, .buf_count = c->buf_count, .buf_size = c->buf_size };
 	uint8_t payload[sizeof(struct sdp_open_wire)];
 
+	if (c->phase == CONN_HELD && !c->link_open_sent && c->link == link) {
+		c->link_open_sent = true;
+		climb_send_req(c, link->local_addr);
+		return;
+	}
 	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)
 		return;
 	c->link_open_sent = true;
@@ -1310,7 +1321,8 @@ static void open_waiting_streams(struct sdp_link *link)
 		struct sdp_conn *c = list[i];
 
 		conn_lock(c);
-		if (c->phase == CONN_RESOLVING && c->link == link && !c->link_open_sent) {
+		if ((c->phase == CONN_RESOLVING || c->phase == CONN_HELD) && c->link == link &&
+		    !c->link_open_sent) {
 			if (stream_rings(c, link) != 0)
 				conn_fallback(c, SDP_REASON_RESOURCES);
 			else
@@ -1628,6 +1640,67 @@ static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const
 	conn_put(c);
 }
 
+/* A climb REQ names a held stream of this process (core/climb.c); the
+ * link's own checks first: a listener, the tuple's port is its port and
+ * the tuple's client is the link's peer, as for an OPEN. */
+static void on_climb_req(struct sdp_link *link, uint16_t idx, const uint8_t *payload, uint32_t len)
+{
+	struct sdp_climb_req r;
+	uint8_t peer[16];
+	uint16_t port;
+
+	if (sdp_climb_req_from_wire(payload, len, &r) != SDP_WIRE_OK) {
+		protocol_violation(link, "malformed CLIMB_REQ");
+		return;
+	}
+	sockaddr_to_tuple_addr((const struct sockaddr *)&link->peer, peer, &port);
+	if (!link->lsn || r.tuple.dst_port != link->lsn->port ||
+	    memcmp(r.tuple.src_addr, peer, 16) != 0 || idx >= link->streams_max) {
+		climb_refuse(link, idx, SDP_REJECT_TUPLE);
+		return;
+	}
+	if (r.buf_size > link_msg_max(link))
+		r.buf_size = link_msg_max(link);
+	climb_on_req(link, idx, &r);
+}
+
+/* CHAL, ACK, NAK (client) and PROVE (server): the stream's next step. */
+static void on_climb_step(struct sdp_link *link, const struct sdp_lh *lh, const uint8_t *payload)
+{
+	struct sdp_conn *c;
+
+	pthread_mutex_lock(&link->lock);
+	c = stream_ref(link, lh->stream);
+	if (lh->kind == SDP_LINK_CLIMB_NAK && !link->is_server && lh->stream < link->streams_max)
+		link->peer_holds[lh->stream] = 0;
+	pthread_mutex_unlock(&link->lock);
+	if (!c)
+		return;
+	conn_lock(c);
+	if (c->link == link && !c->link_stopped && !climb_on_step(c, lh->kind, payload)) {
+		conn_unlock(c);
+		conn_put(c);
+		protocol_violation(link, "a climb message out of turn");
+		return;
+	}
+	conn_unlock(c);
+	conn_put(c);
+}
+
+void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code)
+{
+	struct sdp_open_nak_wire nak = { .code = code };
+
+	send_link_msg(link, SDP_LINK_CLIMB_NAK, idx, &nak, sizeof(nak));
+}
+
+int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len)
+{
+	if (!c->link)
+		return -EPIPE;
+	return send_link_msg(c->link, kind, c->link_idx, payload, len);
+}
+
 static void on_released(struct sdp_link *link, uint16_t idx)
 {
 	struct sdp_conn *c;
@@ -1707,11 +1780,23 @@ static bool take_header(struct sdp_link *link, const struct sdp_lh *lh)
 
 static bool kind_allowed(const struct sdp_link *link, uint8_t kind)
 {
-	if (kind == SDP_LINK_OPEN)
+	switch ((enum sdp_link_kind)kind) {
+	case SDP_LINK_OPEN:
+	case SDP_LINK_CLIMB_REQ:
+	case SDP_LINK_CLIMB_PROVE:
 		return link->is_server;
-	if (kind == SDP_LINK_OPEN_ACK || kind == SDP_LINK_OPEN_NAK)
+	case SDP_LINK_OPEN_ACK:
+	case SDP_LINK_OPEN_NAK:
+	case SDP_LINK_CLIMB_CHAL:
+	case SDP_LINK_CLIMB_ACK:
+	case SDP_LINK_CLIMB_NAK:
 		return !link->is_server;
-	return true;
+	case SDP_LINK_STREAM:
+	case SDP_LINK_CREDIT:
+	case SDP_LINK_RELEASED:
+		return true;
+	}
+	return false;
 }
 
 /* The buffer goes back, then its message counts as taken: the peer may
@@ -1778,6 +1863,15 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 			break;
 		case SDP_LINK_RELEASED:
 			on_released(link, lh.stream);
+			break;
+		case SDP_LINK_CLIMB_REQ:
+			on_climb_req(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+			break;
+		case SDP_LINK_CLIMB_CHAL:
+		case SDP_LINK_CLIMB_PROVE:
+		case SDP_LINK_CLIMB_ACK:
+		case SDP_LINK_CLIMB_NAK:
+			on_climb_step(link, &lh, msg + SDP_LH_SIZE);
 			break;
 		}
 		repost_taken(link, idx, lh.lseq);

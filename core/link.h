@@ -29,6 +29,19 @@ struct ibv_send_wr;
 int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t dst_len,
 		     enum sdp_reason *reason);
 
+/* The climb (core/climb.c).  A held stream (phase HELD) goes on a link
+ * with link_client_open as a new one would; once the link is up its REQ
+ * goes (climb_send_req) instead of an OPEN.  climb_refuse answers a REQ
+ * with a NAK; link_stream_send_kind sends a message of the given kind
+ * for c's index on c's link. */
+void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code);
+int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
+/* climb.c's, called by the link (c locked where c is named). */
+void climb_send_req(struct sdp_conn *c, const uint8_t local_addr[16]);
+void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r);
+/* False: the message is not one c expects now (a protocol violation). */
+bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);
+
 /* Server: a Hello with SDP_HELLO_FLAG_LINK arrived on listener l. */
 void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev,
 			const struct sdp_hello *h);

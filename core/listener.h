@@ -24,6 +24,8 @@ struct sdp_listener {
 	int backlog;
 	struct progress_timer relisten; /* the next try once the device went */
 	unsigned relisten_ms;
+	struct sdp_listener *relisten_next; /* cm_server.c's list of those waiting */
+	bool relisten_listed;
 	struct sdp_conn *pending; /* channels waiting for accept() */
 	unsigned pending_count, pending_max;
 	uint16_t port;

@@ -72,6 +72,8 @@ static bool phase_wakes_everyone(enum conn_phase phase)
 	case CONN_DEAD:
 		return true;
 	case CONN_SWITCHING: /* precise: see switch_carrier's poll mask */
+	case CONN_HELD:      /* and the held carrier's */
+	case CONN_CLIMB_HALF:
 	case CONN_RESOLVING:
 	case CONN_TCP_CONNECTING:
 	case CONN_AWAIT_ATTACH:
@@ -102,7 +104,8 @@ bool channel_readable(struct sdp_conn *c)
 
 static bool phase_takes_writes(enum conn_phase phase)
 {
-	return phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING || phase == CONN_OPEN;
+	return phase == CONN_AWAIT_ATTACH || phase == CONN_ATTACHING || phase == CONN_OPEN ||
+	       phase == CONN_CLIMB_HALF;
 }
 
 bool conn_writable_locked(const struct sdp_conn *c)
@@ -354,7 +357,9 @@ void conn_update_readiness(struct sdp_conn *c, bool new_data)
  * would wake the next wait for nothing (a wake-up, a look, then the clear). */
 void conn_settle_readable(struct sdp_conn *c)
 {
-	if ((c->rd_set || c->rd_owed) && c->phase == CONN_OPEN && !conn_readable_locked(c))
+	bool settles = c->phase == CONN_OPEN || c->phase == CONN_HELD || c->phase == CONN_CLIMB_HALF;
+
+	if ((c->rd_set || c->rd_owed) && settles && !conn_readable_locked(c))
 		indicator_clear(c, true);
 }
 

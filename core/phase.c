@@ -21,6 +21,8 @@ const char *conn_phase_name(enum conn_phase phase)
 	case CONN_SWITCHING:      return "switching";
 	case CONN_FALLBACK:       return "fallback";
 	case CONN_DEAD:           return "dead";
+	case CONN_HELD:           return "held";
+	case CONN_CLIMB_HALF:     return "climb_half";
 	}
 	return "unknown";
 }
@@ -36,21 +38,28 @@ static const unsigned phase_next[] = {
 	[CONN_ATTACHING]      = TO(CONN_OPEN) | TO(CONN_DRAINING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
 	[CONN_OPEN]           = TO(CONN_SWITCHING) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
 	[CONN_DRAINING]       = TO(CONN_FALLBACK) | TO(CONN_DEAD),
-	[CONN_SWITCHING]      = TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_SWITCHING]      = TO(CONN_FALLBACK) | TO(CONN_HELD) | TO(CONN_DEAD),
 	[CONN_FALLBACK]       = 0,
 	[CONN_DEAD]           = TO(CONN_DEAD), /* the teardown marks a dead channel again */
+	[CONN_HELD]           = TO(CONN_CLIMB_HALF) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
+	[CONN_CLIMB_HALF]     = TO(CONN_OPEN) | TO(CONN_DEAD),
 };
 
 bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to)
 {
-	if ((unsigned)from >= sizeof(phase_next) / sizeof(phase_next[0]) || (unsigned)to > CONN_DEAD)
+	if ((unsigned)from >= sizeof(phase_next) / sizeof(phase_next[0]) ||
+	    (unsigned)to > CONN_CLIMB_HALF)
 		return false;
 	return (phase_next[from] & TO(to)) != 0;
 }
 
 static const struct conn_carrier *carrier_of(enum conn_phase phase)
 {
-	return phase == CONN_SWITCHING ? &switch_carrier : &channel_carrier;
+	if (phase == CONN_SWITCHING)
+		return &switch_carrier;
+	if (phase == CONN_HELD || phase == CONN_CLIMB_HALF)
+		return &held_carrier;
+	return &channel_carrier;
 }
 
 void conn_phase_start(struct sdp_conn *c, enum conn_phase phase)

@@ -292,7 +292,7 @@ void conn_post_all_recvs(struct sdp_conn *c)
 		atomic_store(&c->st->rx_posted, c->buf_count);
 }
 
-void conn_destroy_resources(struct sdp_conn *c)
+void conn_release_channel(struct sdp_conn *c)
 {
 	link_stream_fence(c); /* app threads poll the link too: nothing reaches c past here */
 	zc_release(c);
@@ -326,6 +326,11 @@ void conn_destroy_resources(struct sdp_conn *c)
 	free(c->tx_slots);
 	c->rx_ring = NULL;
 	c->tx_slots = NULL;
+}
+
+void conn_destroy_resources(struct sdp_conn *c)
+{
+	conn_release_channel(c);
 	if (c->tcp_fd >= 0) {
 		if (c->tcp_watched)
 			progress_unwatch(c->tcp_fd);
@@ -343,6 +348,7 @@ static void destroy_on_progress(void *arg)
 	progress_timer_cancel(&c->stall_timer);
 	conn_destroy_resources(c);
 	conn_lock(c);
+	climb_closed(c);
 	if (c->lingering) {
 		c->lingering = false;
 		progress_linger_end();

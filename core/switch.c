@@ -155,6 +155,7 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 	c->sw.local_provisional = !keep_local;
 	if (keep_local)
 		c->sw.rx_have += c->sw.local_len;
+	climb_note_switch(c, reason);
 	rx_drop_unread(c);
 	if (build_resend(c) != 0) {
 		sdp_warn("out of memory moving a stream to TCP; resetting it");
@@ -235,6 +236,13 @@ static void on_peer_record(struct sdp_conn *c)
 	}
 	if (c->sw.by_peer)
 		c->sw.reason = rec->reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
+	if (rec->reason == SDP_REASON_FORKED) {
+		/* The peer moved it for a fork or exec (its link may have failed
+		 * first, as a consequence): that is why, and no process there
+		 * will climb back with us. */
+		c->sw.reason = SDP_REASON_FORKED;
+		climb_not_eligible(c);
+	}
 }
 
 /* Reads the peer's record and drops the resent bytes we already have. */
@@ -306,6 +314,13 @@ static void finish_if_done(struct sdp_conn *c)
 	}
 	if (!c->sw.tx_done || !c->sw.peer_done || local_left(c) || c->sw.peer_err || c->zc_threads)
 		return;
+	if (climb_hold(c)) {
+		conn_update_readiness(c, true);
+		conn_signal_owner(c, CONN_EV_STATE);
+		pthread_cond_broadcast(&c->cond);
+		return;
+	}
+	climb_not_eligible(c); /* from here on the owner does the TCP I/O */
 	free(c->sw.local);
 	c->sw.local = NULL;
 	conn_set_phase(c, CONN_FALLBACK);
@@ -414,6 +429,8 @@ static ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int
 		finish_if_done(c);
 		return -err;
 	}
+	if (c->climb.eligible)
+		return climb_tcp_recv(c, iov, iovcnt, done, total, flags, again);
 	return CONN_USE_TCP;
 }
 
@@ -462,6 +479,8 @@ static ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int
 		return (ssize_t)done;
 	}
 	finish_if_done(c);
+	if (c->climb.eligible && done < total)
+		return climb_tcp_send(c, iov, iovcnt, done, total, flags, again);
 	if (!done)
 		return CONN_USE_TCP;
 	if (done == total || nonblock)
@@ -580,6 +599,8 @@ static bool phase_settling(enum conn_phase phase)
 	case CONN_SWITCHING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:
+	case CONN_HELD:
+	case CONN_CLIMB_HALF:
 		return false;
 	}
 	return false;
@@ -639,6 +660,8 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
 				break;
 		} else if (c->phase == CONN_SWITCHING && !(c->sw.tx_done && c->sw.peer_done)) {
 			drive_switch(c, now, deadline_ms);
+		} else if (c->phase == CONN_HELD) {
+			climb_give_up(c, "fork or exec");
 		} else {
 			break;
 		}

@@ -128,6 +128,10 @@ static void on_tcp_ready(struct progress_source *src, uint32_t events)
 	case CONN_SWITCHING:
 		switch_on_tcp_ready(c, events);
 		break;
+	case CONN_HELD:
+	case CONN_CLIMB_HALF:
+		climb_on_tcp_ready(c);
+		break;
 	case CONN_PENDING:
 	case CONN_RESOLVING:
 	case CONN_FALLBACK:

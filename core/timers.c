@@ -76,6 +76,10 @@ void conn_on_timer(struct sdp_conn *c)
 	case CONN_SWITCHING:
 		switch_on_timer(c);
 		break;
+	case CONN_HELD:
+	case CONN_CLIMB_HALF:
+		climb_on_timer(c);
+		break;
 	case CONN_AWAIT_ATTACH:
 	case CONN_ATTACHING:
 		bind_on_timer(c); /* the binding handshake's bounds */

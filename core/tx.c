@@ -363,15 +363,16 @@ static void send_ctrls(struct sdp_conn *c, uint32_t allowed)
 	}
 }
 
+/* CLIMB_HALF (core/climb.c): the new channel carries our writes already. */
 static bool phase_sends_data(enum conn_phase phase)
 {
-	return phase == CONN_OPEN;
+	return phase == CONN_OPEN || phase == CONN_CLIMB_HALF;
 }
 
 static bool phase_sends_ctrl(enum conn_phase phase)
 {
 	return phase == CONN_OPEN || phase == CONN_ATTACHING || phase == CONN_PENDING ||
-	       phase == CONN_AWAIT_ATTACH || phase == CONN_TCP_CONNECTING;
+	       phase == CONN_AWAIT_ATTACH || phase == CONN_TCP_CONNECTING || phase == CONN_CLIMB_HALF;
 }
 
 /* Data may not overtake a held ATTACH. */

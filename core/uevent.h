@@ -1,5 +1,5 @@
-/* Reads a kernel uevent (NETLINK_KOBJECT_UEVENT) for the one fact the
- * device watch needs: an RDMA device, or its verbs file, went away. */
+/* Reads a kernel uevent (NETLINK_KOBJECT_UEVENT) for the two facts the
+ * device watch needs: an RDMA device, or its verbs file, went away or came. */
 #ifndef SDPSHIM_UEVENT_H
 #define SDPSHIM_UEVENT_H
 
@@ -11,5 +11,7 @@
  * SUBSYSTEM=infiniband or SUBSYSTEM=infiniband_verbs.  Reads only the len
  * bytes; NULL is false. */
 bool uevent_is_rdma_removal(const char *msg, size_t len);
+/* The same for ACTION=add: an RDMA device (or its verbs file) came. */
+bool uevent_is_rdma_addition(const char *msg, size_t len);
 
 #endif

@@ -352,7 +352,16 @@ size_t sdp_link_payload_len(uint8_t kind)
 	case SDP_LINK_OPEN_ACK:
 		return sizeof(struct sdp_open_ack_wire);
 	case SDP_LINK_OPEN_NAK:
+	case SDP_LINK_CLIMB_NAK:
 		return sizeof(struct sdp_open_nak_wire);
+	case SDP_LINK_CLIMB_REQ:
+		return sizeof(struct sdp_climb_req_wire);
+	case SDP_LINK_CLIMB_CHAL:
+		return sizeof(struct sdp_climb_chal_wire);
+	case SDP_LINK_CLIMB_PROVE:
+		return sizeof(struct sdp_climb_prove_wire);
+	case SDP_LINK_CLIMB_ACK:
+		return sizeof(struct sdp_climb_ack_wire);
 	}
 	return (size_t)-1;
 }
@@ -458,4 +467,113 @@ enum sdp_wire_error sdp_open_ack_from_wire(const void *in, size_t len, struct sd
 	if (w.pad != 0)
 		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(a->buf_count, a->buf_size);
+}
+
+/* ------------------------------------------------------------ climb */
+
+void sdp_climb_req_to_wire(const struct sdp_climb_req *r, void *out)
+{
+	struct sdp_climb_req_wire w;
+
+	memset(&w, 0, sizeof(w));
+	memcpy(w.src_addr, r->tuple.src_addr, 16);
+	memcpy(w.dst_addr, r->tuple.dst_addr, 16);
+	w.src_port = htons(r->tuple.src_port);
+	w.dst_port = htons(r->tuple.dst_port);
+	w.buf_count = htons(r->buf_count);
+	w.buf_size = htonl(r->buf_size);
+	memcpy(w.nonce, r->nonce, SDP_NONCE_SIZE);
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_climb_req_from_wire(const void *in, size_t len, struct sdp_climb_req *r)
+{
+	struct sdp_climb_req_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	memset(r, 0, sizeof(*r));
+	memcpy(r->tuple.src_addr, w.src_addr, 16);
+	memcpy(r->tuple.dst_addr, w.dst_addr, 16);
+	r->tuple.src_port = ntohs(w.src_port);
+	r->tuple.dst_port = ntohs(w.dst_port);
+	r->buf_count = ntohs(w.buf_count);
+	r->buf_size = ntohl(w.buf_size);
+	memcpy(r->nonce, w.nonce, SDP_NONCE_SIZE);
+	if (r->tuple.src_port == 0 || r->tuple.dst_port == 0 || w.pad != 0)
+		return SDP_WIRE_BAD_FIELD;
+	return check_buffers(r->buf_count, r->buf_size);
+}
+
+void sdp_climb_chal_to_wire(const struct sdp_climb_chal *ch, void *out)
+{
+	struct sdp_climb_chal_wire w;
+
+	memset(&w, 0, sizeof(w));
+	memcpy(w.nonce, ch->nonce, SDP_NONCE_SIZE);
+	memcpy(w.mac, ch->mac, SDP_CLIMB_MAC_SIZE);
+	w.buf_count = htons(ch->buf_count);
+	w.buf_size = htonl(ch->buf_size);
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_climb_chal_from_wire(const void *in, size_t len, struct sdp_climb_chal *ch)
+{
+	struct sdp_climb_chal_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	memcpy(ch->nonce, w.nonce, SDP_NONCE_SIZE);
+	memcpy(ch->mac, w.mac, SDP_CLIMB_MAC_SIZE);
+	ch->buf_count = ntohs(w.buf_count);
+	ch->buf_size = ntohl(w.buf_size);
+	if (w.pad != 0)
+		return SDP_WIRE_BAD_FIELD;
+	return check_buffers(ch->buf_count, ch->buf_size);
+}
+
+static uint64_t be64_load(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void be64_store(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+void sdp_climb_cut_to_wire(const uint8_t *mac, uint64_t cut, void *out)
+{
+	uint8_t *p = out;
+
+	if (mac) {
+		memcpy(p, mac, SDP_CLIMB_MAC_SIZE);
+		p += SDP_CLIMB_MAC_SIZE;
+	}
+	be64_store(p, cut);
+}
+
+enum sdp_wire_error sdp_climb_cut_from_wire(const void *in, size_t len, bool with_mac,
+					    uint8_t *mac, uint64_t *cut)
+{
+	const uint8_t *p = in;
+	size_t need = with_mac ? sizeof(struct sdp_climb_prove_wire) : sizeof(struct sdp_climb_ack_wire);
+
+	if (!in || len < need)
+		return SDP_WIRE_SHORT;
+	if (with_mac) {
+		memcpy(mac, p, SDP_CLIMB_MAC_SIZE);
+		p += SDP_CLIMB_MAC_SIZE;
+	}
+	*cut = be64_load(p);
+	if (*cut > (1ull << 62))
+		return SDP_WIRE_BAD_FIELD; /* no stream gets there */
+	return SDP_WIRE_OK;
 }

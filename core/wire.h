@@ -226,6 +226,12 @@ enum sdp_link_kind {
 	SDP_LINK_OPEN_ACK = 4, /* server -> client: opened (struct sdp_open_ack_wire) */
 	SDP_LINK_OPEN_NAK = 5, /* server -> client: refused (struct sdp_open_nak_wire) */
 	SDP_LINK_RELEASED = 6, /* either: my end of `stream` is gone; the index is free here */
+	/* The climb back to RDMA of a stream that moved to TCP (docs/upgrade.md) */
+	SDP_LINK_CLIMB_REQ   = 7,  /* client -> server (struct sdp_climb_req_wire) */
+	SDP_LINK_CLIMB_CHAL  = 8,  /* server -> client (struct sdp_climb_chal_wire) */
+	SDP_LINK_CLIMB_PROVE = 9,  /* client -> server (struct sdp_climb_prove_wire) */
+	SDP_LINK_CLIMB_ACK   = 10, /* server -> client (struct sdp_climb_ack_wire) */
+	SDP_LINK_CLIMB_NAK   = 11, /* server -> client (struct sdp_open_nak_wire) */
 };
 
 #define SDP_LINK_FLAG_STARVING 0x01 /* sender is low on link credits: send LINK_CREDIT */
@@ -289,6 +295,66 @@ struct sdp_open_nak_wire {
 	uint8_t code; /* enum sdp_reject_code */
 	uint8_t pad[7];
 } __attribute__((packed));
+
+/* The climb (core/climb.c, docs/upgrade.md).  REQ names the TCP
+ * connection, the client's receive geometry for the new stream and its
+ * nonce Ni; CHAL answers with the server's nonce Nr, geometry, and its MAC
+ * over both nonces and the tuple (the server proves it holds the stream's
+ * key first); PROVE carries the client's MAC and T, the stream offset
+ * where its bytes leave TCP; ACK carries the server's T. */
+#define SDP_CLIMB_MAC_SIZE 32
+
+struct sdp_climb_req_wire {
+	uint8_t  src_addr[16];
+	uint8_t  dst_addr[16];
+	uint16_t src_port;
+	uint16_t dst_port;
+	uint16_t buf_count;
+	uint16_t pad;
+	uint32_t buf_size;
+	uint8_t  nonce[SDP_NONCE_SIZE];
+} __attribute__((packed));
+
+struct sdp_climb_req {
+	struct sdp_tuple tuple;
+	uint16_t buf_count;
+	uint32_t buf_size;
+	uint8_t  nonce[SDP_NONCE_SIZE];
+};
+
+struct sdp_climb_chal_wire {
+	uint8_t  nonce[SDP_NONCE_SIZE];
+	uint8_t  mac[SDP_CLIMB_MAC_SIZE];
+	uint16_t buf_count;
+	uint16_t pad;
+	uint32_t buf_size;
+} __attribute__((packed));
+
+struct sdp_climb_chal {
+	uint8_t  nonce[SDP_NONCE_SIZE];
+	uint8_t  mac[SDP_CLIMB_MAC_SIZE];
+	uint16_t buf_count;
+	uint32_t buf_size;
+};
+
+struct sdp_climb_prove_wire {
+	uint8_t  mac[SDP_CLIMB_MAC_SIZE];
+	uint64_t cut; /* big-endian */
+} __attribute__((packed));
+
+struct sdp_climb_ack_wire {
+	uint64_t cut; /* big-endian */
+} __attribute__((packed));
+
+void sdp_climb_req_to_wire(const struct sdp_climb_req *r, void *out);
+/* Checks ports (both non-zero), the padding and the geometry. */
+enum sdp_wire_error sdp_climb_req_from_wire(const void *in, size_t len, struct sdp_climb_req *r);
+void sdp_climb_chal_to_wire(const struct sdp_climb_chal *ch, void *out);
+enum sdp_wire_error sdp_climb_chal_from_wire(const void *in, size_t len, struct sdp_climb_chal *ch);
+/* PROVE and ACK: the MAC (PROVE only, may be NULL) and the cut. */
+void sdp_climb_cut_to_wire(const uint8_t *mac, uint64_t cut, void *out);
+enum sdp_wire_error sdp_climb_cut_from_wire(const void *in, size_t len, bool with_mac,
+					    uint8_t *mac, uint64_t *cut);
 
 /* The immediate of a WRITE into a stream's sink: the stream's index and
  * the low 16 bits of the stream sequence number the WRITE takes. */

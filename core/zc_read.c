@@ -314,8 +314,10 @@ bool zc_on_src_avail(struct sdp_conn *c, const struct sdp_ext *x, struct rx_entr
 {
 	if (c->close_state == CLOSE_ABORTED)
 		return true; /* after a reset: nobody's bytes, never READ (e stays consumed) */
+	/* CLIMB_HALF: the peer is back on RDMA first; its SrcAvail waits behind
+	 * the TCP bytes still to read here (core/climb.c). */
 	if (x->a == 0 || x->a > MAX_ZC_LEN || x->d != c->rx_stream_off || unanswered_source(c) ||
-	    c->rx_eof || c->phase != CONN_OPEN) {
+	    c->rx_eof || (c->phase != CONN_OPEN && c->phase != CONN_CLIMB_HALF)) {
 		zc_violation(c, "SrcAvail out of place");
 		return false;
 	}

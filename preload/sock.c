@@ -376,13 +376,18 @@ void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
 {
+	sock_note_moved(s, reason);
+	sock_set_mode(s, SOCK_MODE_TCP);
+}
+
+void sock_note_moved(struct sdp_sock *s, enum sdp_reason reason)
+{
 	struct stats_seg *seg;
 
 	stats_slot_begin(s->st);
 	s->st->path = SDP_PATH_TCP;
 	s->st->reason = (uint16_t)reason;
 	stats_slot_end(s->st);
-	sock_set_mode(s, SOCK_MODE_TCP);
 	sock_table_lock();
 	seg = seg_locked();
 	if (seg && reason < STATS_REASON_SLOTS)
@@ -395,6 +400,18 @@ void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
 			 sdp_reason_name(reason), sdp_reason_text(reason));
 		log_path(s, what);
 	}
+}
+
+void sock_note_back_on_rdma(struct sdp_sock *s)
+{
+	if (s->st->path != SDP_PATH_TCP)
+		return;
+	stats_slot_begin(s->st);
+	s->st->path = SDP_PATH_RDMA;
+	s->st->reason = SDP_REASON_NONE;
+	stats_slot_end(s->st);
+	if (sdp_log_level >= SDP_LOG_INFO)
+		log_path(s, "moved back from tcp to rdma");
 }
 
 void sock_set_rdma(struct sdp_sock *s)

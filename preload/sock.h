@@ -116,6 +116,11 @@ void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached);
 /* An RDMA connection whose stream moved to TCP mid-way (failover, fork):
  * path tcp with the reason; counted once more by reason, not by path. */
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);
+/* The same in the stats alone: the channel still carries the socket and
+ * does its TCP I/O (core's HELD phase: it climbs back to RDMA). */
+void sock_note_moved(struct sdp_sock *s, enum sdp_reason reason);
+/* ... and it climbed back: path rdma again (not counted as a new path). */
+void sock_note_back_on_rdma(struct sdp_sock *s);
 /* The channel is attached: path rdma, counted and logged once. */
 void sock_set_rdma(struct sdp_sock *s);
 void sock_set_role(struct sdp_sock *s, enum stats_role role);

@@ -93,9 +93,19 @@ void sock_settle_path(struct sdp_sock *s, struct sdp_conn *c)
 
 static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 {
-	if (conn_get_phase(c) == CONN_OPEN && s->conn == c) {
-		sock_set_rdma(s);
+	enum conn_phase phase = conn_get_phase(c);
+
+	if (s->conn != c)
+		return;
+	if (phase == CONN_OPEN) {
+		if (s->st->path == SDP_PATH_TCP)
+			sock_note_back_on_rdma(s); /* it climbed (core/climb.c) */
+		else
+			sock_set_rdma(s);
 		sock_refresh_local(s);
+	} else if (phase == CONN_HELD && s->st->path != SDP_PATH_TCP) {
+		sock_set_rdma(s); /* it opened before it moved, if no event said so yet */
+		sock_note_moved(s, conn_get_fail_reason(c));
 	}
 }
 

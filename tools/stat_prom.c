@@ -221,11 +221,18 @@ static void put_conn_families(const struct conn_ref *refs, size_t n)
 				   stat_u64((const _Atomic uint64_t *)(base + fam->counter)));
 		}
 	}
-	put_family("sdpshim_connection_switches_total", "counter", "Path switches (RDMA to TCP).");
+	put_family("sdpshim_connection_switches_total", "counter", "Path switches, both ways.");
 	for (size_t i = 0; i < n; i++) {
 		conn_labels(&cl, &refs[i]);
 		put_sample("sdpshim_connection_switches_total", cl.l, 8,
 			   atomic_load_explicit(&refs[i].conn->switches, memory_order_relaxed));
+	}
+	put_family("sdpshim_connection_climbs_total", "counter",
+		   "Path switches back from TCP to RDMA.");
+	for (size_t i = 0; i < n; i++) {
+		conn_labels(&cl, &refs[i]);
+		put_sample("sdpshim_connection_climbs_total", cl.l, 8,
+			   atomic_load_explicit(&refs[i].conn->climbs, memory_order_relaxed));
 	}
 }
 

@@ -61,7 +61,8 @@ static void fill_row(char *row, const struct conn_ref *r, bool raw)
 	stat_format_size(stat_u64(&s->bytes_received), raw, grid_cell(row, COL_RECV), CELL_MAX);
 	format_zcopy(s, grid_cell(row, COL_ZCOPY), CELL_MAX);
 	format_credits(s, grid_cell(row, COL_CREDITS), CELL_MAX);
-	snprintf(grid_cell(row, COL_SWITCHES), CELL_MAX, "%u", (unsigned)atomic_load(&s->switches));
+	snprintf(grid_cell(row, COL_SWITCHES), CELL_MAX, "%u/%u", (unsigned)atomic_load(&s->switches),
+		 (unsigned)atomic_load(&s->climbs));
 }
 
 /* "(loopback 2, no_device 1)" for the connections that stayed on TCP. */

@@ -15,7 +15,8 @@
  * accepted header has every field equal to the bytes and re-encodes to the
  * same 16 bytes.  For OPEN and OPEN_ACK payloads the decoders accept exactly
  * non-zero ports (OPEN), a zero pad, and buffers within SDP_MIN/MAX_BUF_*,
- * and re-encode to the same bytes. */
+ * and re-encode to the same bytes; so do the climb's REQ and CHAL
+ * (core/climb.c), and its PROVE and ACK accept exactly a cut at most 2^62. */
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -24,6 +25,10 @@
 _Static_assert(SDP_LH_SIZE == 16, "link header is 16 bytes on the wire");
 _Static_assert(sizeof(struct sdp_open_wire) == 44, "OPEN payload");
 _Static_assert(sizeof(struct sdp_open_ack_wire) == 24, "OPEN_ACK payload");
+_Static_assert(sizeof(struct sdp_climb_req_wire) == 60, "CLIMB_REQ payload");
+_Static_assert(sizeof(struct sdp_climb_chal_wire) == 56, "CLIMB_CHAL payload");
+_Static_assert(sizeof(struct sdp_climb_prove_wire) == 40, "CLIMB_PROVE payload");
+_Static_assert(sizeof(struct sdp_climb_ack_wire) == 8, "CLIMB_ACK payload");
 
 /* Payload a kind requires: -1 unknown, -2 STREAM (at least a base header). */
 static long model_payload(uint8_t kind)
@@ -35,6 +40,11 @@ static long model_payload(uint8_t kind)
 	case SDP_LINK_OPEN:     return 44;
 	case SDP_LINK_OPEN_ACK: return 24;
 	case SDP_LINK_OPEN_NAK: return 8;
+	case SDP_LINK_CLIMB_REQ:   return 60;
+	case SDP_LINK_CLIMB_CHAL:  return 56;
+	case SDP_LINK_CLIMB_PROVE: return 40;
+	case SDP_LINK_CLIMB_ACK:   return 8;
+	case SDP_LINK_CLIMB_NAK:   return 8;
 	}
 	return -1;
 }
@@ -128,6 +138,66 @@ static void check_open_ack(const uint8_t *p, size_t n)
 	CHECK(memcmp(out, p, sizeof(out)) == 0);
 }
 
+static void check_climb_req(const uint8_t *p, size_t n)
+{
+	struct sdp_climb_req r;
+	uint8_t out[60];
+	enum sdp_wire_error err = sdp_climb_req_from_wire(p, n, &r);
+	bool ok;
+
+	if (n < 60) {
+		CHECK(err == SDP_WIRE_SHORT);
+		return;
+	}
+	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 && be16_at(p + 38) == 0 &&
+	     buffers_ok(be16_at(p + 36), be32_at(p + 40));
+	CHECK((err == SDP_WIRE_OK) == ok);
+	if (!ok)
+		return;
+	CHECK(memcmp(r.nonce, p + 44, SDP_NONCE_SIZE) == 0);
+	sdp_climb_req_to_wire(&r, out);
+	CHECK(memcmp(out, p, sizeof(out)) == 0);
+}
+
+static void check_climb_chal(const uint8_t *p, size_t n)
+{
+	struct sdp_climb_chal ch;
+	uint8_t out[56];
+	enum sdp_wire_error err = sdp_climb_chal_from_wire(p, n, &ch);
+	bool ok;
+
+	if (n < 56) {
+		CHECK(err == SDP_WIRE_SHORT);
+		return;
+	}
+	ok = be16_at(p + 50) == 0 && buffers_ok(be16_at(p + 48), be32_at(p + 52));
+	CHECK((err == SDP_WIRE_OK) == ok);
+	if (!ok)
+		return;
+	sdp_climb_chal_to_wire(&ch, out);
+	CHECK(memcmp(out, p, sizeof(out)) == 0);
+}
+
+static void check_climb_cut(const uint8_t *p, size_t n, bool with_mac)
+{
+	size_t need = with_mac ? 40 : 8, at = with_mac ? 32 : 0;
+	uint8_t mac[SDP_CLIMB_MAC_SIZE], out[40];
+	uint64_t cut = 0, want;
+	enum sdp_wire_error err = sdp_climb_cut_from_wire(p, n, with_mac, mac, &cut);
+
+	if (n < need) {
+		CHECK(err == SDP_WIRE_SHORT);
+		return;
+	}
+	want = (uint64_t)be32_at(p + at) << 32 | be32_at(p + at + 4);
+	CHECK((err == SDP_WIRE_OK) == (want <= (1ull << 62)));
+	if (err != SDP_WIRE_OK)
+		return;
+	CHECK(cut == want);
+	sdp_climb_cut_to_wire(with_mac ? mac : NULL, cut, out);
+	CHECK(memcmp(out, p, need) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct sdp_lh h;
@@ -156,6 +226,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size > 16) {
 		check_open(data + 16, size - 16);
 		check_open_ack(data + 16, size - 16);
+		check_climb_req(data + 16, size - 16);
+		check_climb_chal(data + 16, size - 16);
+		check_climb_cut(data + 16, size - 16, true);
+		check_climb_cut(data + 16, size - 16, false);
 	}
 	if (!ok)
 		return 0;

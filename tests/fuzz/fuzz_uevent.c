@@ -1,12 +1,13 @@
-/* libFuzzer harness for core/uevent.c: uevent_is_rdma_removal, whether a
- * kernel uevent names an RDMA device's (or its verbs file's) removal.
+/* libFuzzer harness for core/uevent.c: uevent_is_rdma_removal and
+ * uevent_is_rdma_addition, whether a kernel uevent names an RDMA device's
+ * (or its verbs file's) removal or addition.
  *
  * Input: the message bytes as recv() returned them.
  *
  * Checked: the verdict is the model's below (the bytes cut at every NUL
  * into fields, the last one ending at the end; true exactly when one field
  * is "ACTION=remove" and one is "SUBSYSTEM=infiniband" or
- * "SUBSYSTEM=infiniband_verbs"), read from a buffer of exactly the input's
+ * "SUBSYSTEM=infiniband_verbs"; the same with "ACTION=add"), read from a buffer of exactly the input's
  * size so ASan sees any read past it; appending a NUL changes nothing;
  * NULL is false. */
 #include "core/uevent.h"
@@ -21,7 +22,7 @@ static bool model_field_is(const uint8_t *f, size_t n, const char *want)
 	return i == n && want[i] == '\0';
 }
 
-static bool model(const uint8_t *data, size_t size)
+static bool model(const uint8_t *data, size_t size, const char *action)
 {
 	bool removal = false, rdma = false;
 	size_t start = 0;
@@ -30,7 +31,7 @@ static bool model(const uint8_t *data, size_t size)
 		if (i < size && data[i] != 0)
 			continue;
 		if (i > start || i < size) {
-			removal |= model_field_is(data + start, i - start, "ACTION=remove");
+			removal |= model_field_is(data + start, i - start, action);
 			rdma |= model_field_is(data + start, i - start, "SUBSYSTEM=infiniband") ||
 				model_field_is(data + start, i - start, "SUBSYSTEM=infiniband_verbs");
 		}
@@ -50,9 +51,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(longer, data, size);
 	longer[size] = '\0';
 	verdict = uevent_is_rdma_removal(exact, size);
-	CHECK(verdict == model(data, size));
+	CHECK(verdict == model(data, size, "ACTION=remove"));
 	CHECK(uevent_is_rdma_removal(longer, size + 1) == verdict);
 	CHECK(!uevent_is_rdma_removal(NULL, size));
+	verdict = uevent_is_rdma_addition(exact, size);
+	CHECK(verdict == model(data, size, "ACTION=add"));
+	CHECK(uevent_is_rdma_addition(longer, size + 1) == verdict);
+	CHECK(!uevent_is_rdma_addition(NULL, size));
 	free(exact);
 	free(longer);
 	return 0;

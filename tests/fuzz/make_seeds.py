@@ -150,7 +150,8 @@ def hello_seeds():
     }
 
 
-LINK_KIND = {"STREAM": 1, "CREDIT": 2, "OPEN": 3, "OPEN_ACK": 4, "OPEN_NAK": 5, "RELEASED": 6}
+LINK_KIND = {"STREAM": 1, "CREDIT": 2, "OPEN": 3, "OPEN_ACK": 4, "OPEN_NAK": 5, "RELEASED": 6,
+             "CLIMB_REQ": 7, "CLIMB_CHAL": 8, "CLIMB_PROVE": 9, "CLIMB_ACK": 10, "CLIMB_NAK": 11}
 
 
 def lh(kind, payload=b"", flags=0, stream=0, lseq=1, lack=0, length=None):
@@ -168,6 +169,10 @@ def open_ack_payload(count=32, size=32768, pad=0):
     return NONCE_A + struct.pack(">HHI", count, pad, size)
 
 
+def climb_chal_payload(count=32, size=32768, pad=0):
+    return NONCE_A + bytes(range(32)) + struct.pack(">HHI", count, pad, size)
+
+
 def link_seeds():
     sel = b"\x07"  # buf_size 32 KiB + 16
     k = LINK_KIND
@@ -183,7 +188,15 @@ def link_seeds():
         "open-nak": sel + lh(k["OPEN_NAK"], bytes([4]) + bytes(7)),
         "released": sel + lh(k["RELEASED"], stream=4095),
         "bad-stream-index": sel + lh(k["RELEASED"], stream=4096),
-        "bad-kind": sel + lh(9),
+        "climb-req": sel + lh(k["CLIMB_REQ"], open_payload() + NONCE_B, stream=2),
+        "climb-req-bad-pad": sel + lh(k["CLIMB_REQ"], open_payload(pad=1) + NONCE_B),
+        "climb-chal": sel + lh(k["CLIMB_CHAL"], climb_chal_payload(), stream=2),
+        "climb-chal-bad-size": sel + lh(k["CLIMB_CHAL"], climb_chal_payload(size=1 << 21)),
+        "climb-prove": sel + lh(k["CLIMB_PROVE"], bytes(range(32)) + struct.pack(">Q", 1 << 24)),
+        "climb-ack": sel + lh(k["CLIMB_ACK"], struct.pack(">Q", 123456)),
+        "climb-ack-bad-cut": sel + lh(k["CLIMB_ACK"], struct.pack(">Q", (1 << 62) + 1)),
+        "climb-nak": sel + lh(k["CLIMB_NAK"], bytes([7]) + bytes(7)),
+        "bad-kind": sel + lh(12),
         "bad-flags": sel + lh(k["CREDIT"], flags=2),
         "bad-len": sel + lh(k["CREDIT"], length=17),
         "bad-stream-short": sel + lh(k["STREAM"], b"abc"),

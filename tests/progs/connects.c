@@ -35,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "progutil.h"
-#include "sha256.h"
 
 #define GUARD_SECS 120
 #define CHUNK      16384

@@ -60,7 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 #define CHUNK      65536
 #define STALL_SECS 120

@@ -68,9 +68,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "progutil.h"
 #include "seedpat.h"
-#include "sha256.h"
 
 #define GUARD_SECS  600
 #define CHUNK       65536

@@ -16,7 +16,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 /* ------------------------------------------------------------------------ */
 /* Wire protocol.  Every message starts with a header; all fields big-endian.

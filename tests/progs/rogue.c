@@ -931,6 +931,13 @@ static void link_on_recv(struct rconn *c, uint32_t slot, uint32_t len)
 		if (stream_find(c, lh.stream))
 			stream_find(c, lh.stream)->released = true;
 		break;
+	case SDP_LINK_CLIMB_REQ:
+	case SDP_LINK_CLIMB_CHAL:
+	case SDP_LINK_CLIMB_PROVE:
+	case SDP_LINK_CLIMB_ACK:
+	case SDP_LINK_CLIMB_NAK:
+		logline("climb_msg conn=%d kind=%u stream=%u", c->idx, lh.kind, lh.stream);
+		break;
 	}
 repost:
 	if (post_recv(c, slot) != 0)

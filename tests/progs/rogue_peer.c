@@ -1343,9 +1343,16 @@ static void link_on_recv(struct peer *p, uint32_t slot, uint32_t len)
 	case SDP_LINK_RELEASED:
 		on_released(p, lh.stream);
 		break;
+	case SDP_LINK_CLIMB_CHAL:
+	case SDP_LINK_CLIMB_ACK:
+	case SDP_LINK_CLIMB_NAK:
+		logline("climb_msg conn=0 kind=%u stream=%u", lh.kind, lh.stream);
+		break;
+	case SDP_LINK_CLIMB_REQ:
+	case SDP_LINK_CLIMB_PROVE:
 	case SDP_LINK_OPEN:
 		p->t.unexpected++;
-		logline("unexpected conn=0 link_kind=OPEN stream=%u", lh.stream);
+		logline("unexpected conn=0 link_kind=%u stream=%u", lh.kind, lh.stream);
 		break;
 	}
 	repost(p, slot);

@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 #define GUARD_SECS     30
 #define PAYLOAD_BYTES  (1u << 20)

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 #define MAGIC 0x5354524dU /* "STRM" */
 

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 static uint64_t word_of(uint64_t seed, uint64_t j)
 {

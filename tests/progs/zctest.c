@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sha256.h"
+#include "base/sha256.h"
 
 static void die(const char *what)
 {

@@ -14,11 +14,12 @@
 #include "tap.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define PHASES        (CONN_DEAD + 1)
+#define PHASES        (CONN_CLIMB_HALF + 1)
 
 /* The two carriers, as the setter sees them: only their addresses count. */
 const struct conn_carrier channel_carrier = { 0 };
 const struct conn_carrier switch_carrier = { 0 };
+const struct conn_carrier held_carrier = { 0 };
 
 struct edge {
 	enum conn_phase from, to;
@@ -57,6 +58,14 @@ static const struct edge documented[] = {
 	{ CONN_DRAINING, CONN_DEAD },
 	{ CONN_SWITCHING, CONN_DEAD },
 	{ CONN_DEAD, CONN_DEAD },
+	/* the climb (core/climb.c): SWITCHING -> HELD -> CLIMB_HALF -> OPEN;
+	 * HELD -> FALLBACK (it stays on TCP) or DEAD; CLIMB_HALF -> DEAD */
+	{ CONN_SWITCHING, CONN_HELD },
+	{ CONN_HELD, CONN_CLIMB_HALF },
+	{ CONN_HELD, CONN_FALLBACK },
+	{ CONN_HELD, CONN_DEAD },
+	{ CONN_CLIMB_HALF, CONN_OPEN },
+	{ CONN_CLIMB_HALF, CONN_DEAD },
 };
 
 static bool is_documented(enum conn_phase from, enum conn_phase to)
@@ -159,7 +168,9 @@ static int test_carrier_follows_phase(void)
 
 	for (int phase = 0; phase < PHASES; phase++) {
 		const struct conn_carrier *want =
-			phase == CONN_SWITCHING ? &switch_carrier : &channel_carrier;
+			phase == CONN_SWITCHING ? &switch_carrier
+			: (phase == CONN_HELD || phase == CONN_CLIMB_HALF) ? &held_carrier
+									 : &channel_carrier;
 
 		conn_phase_start(c, phase);
 		ok &= check(c->carrier == want, "start in %s", conn_phase_name(phase));

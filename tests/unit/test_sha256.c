@@ -1,6 +1,6 @@
-/* Unit test for tests/lib/sha256.c: FIPS 180 test vectors (one-shot and
+/* Unit test for base/sha256.c: FIPS 180 test vectors (one-shot and
  * streamed in odd-sized pieces), block-boundary lengths and the hex helper. TAP. */
-#include "sha256.h"
+#include "base/sha256.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -67,12 +67,31 @@ static int test_bounds(void)
 	return ok;
 }
 
+/* What brings held streams back (core/climb.c): a device's addition. */
+static int test_additions(void)
+{
+	static const char add[] = "add@/devices/virtual/infiniband_verbs/uverbs0\0ACTION=add\0"
+				  "SUBSYSTEM=infiniband_verbs\0";
+	static const char ibdev[] = "add@/devices/virtual/infiniband/rxe0\0ACTION=add\0"
+				    "SUBSYSTEM=infiniband\0NAME=rxe0\0";
+	static const char net[] = "add@/devices/virtual/net/rxenet0\0ACTION=add\0SUBSYSTEM=net\0";
+	int ok = 1;
+
+	ok &= check(uevent_is_rdma_addition(add, sizeof(add) - 1), "the verbs file's addition");
+	ok &= check(uevent_is_rdma_addition(ibdev, sizeof(ibdev) - 1), "the device's addition");
+	ok &= check(!uevent_is_rdma_addition(net, sizeof(net) - 1), "a netdev's addition");
+	ok &= check(!uevent_is_rdma_addition(IBDEV_REMOVE, sizeof(IBDEV_REMOVE) - 1), "a removal");
+	ok &= check(!uevent_is_rdma_addition(NULL, 10), "NULL");
+	return ok;
+}
+
 int main(void)
 {
 	static const struct tap_case cases[] = {
 		{ "an RDMA device's or verbs file's removal is one", test_removals },
 		{ "additions, other subsystems and near misses are not", test_not_removals },
 		{ "only the given bytes are read; a last field may lack its NUL", test_bounds },
+		{ "an RDMA device's or verbs file's addition is one; a removal is not", test_additions },
 	};
 
 	return tap_run(cases, sizeof(cases) / sizeof(cases[0]));

@@ -287,8 +287,11 @@ static int test_link_header(void)
 		    "a STREAM shorter than a base header");
 	n = link_msg(buf, SDP_LINK_STREAM, 4096, data, sizeof(data), 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_FIELD, "index 4096");
-	n = link_msg(buf, 7, 0, NULL, 0, 1, 0);
+	n = link_msg(buf, 12, 0, NULL, 0, 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_MID, "unknown kind");
+	n = link_msg(buf, SDP_LINK_CLIMB_ACK, 0, data, 7, 1, 0);
+	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_LENGTH,
+		    "a CLIMB_ACK one byte short");
 	n = link_msg(buf, SDP_LINK_CREDIT, 0, "x", 1, 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_LENGTH,
 		    "a CREDIT with a payload");
@@ -368,6 +371,56 @@ static int test_link_hello(void)
 	return ok;
 }
 
+static int test_climb_messages(void)
+{
+	struct sdp_climb_req r = { .tuple = { .src_port = 40000, .dst_port = 6379 },
+				   .buf_count = 32, .buf_size = 32768 }, rg;
+	struct sdp_climb_chal ch = { .buf_count = 64, .buf_size = 16384 }, cg;
+	uint8_t w[sizeof(struct sdp_climb_req_wire)], mac[SDP_CLIMB_MAC_SIZE], mg[SDP_CLIMB_MAC_SIZE];
+	uint8_t cw[sizeof(struct sdp_climb_chal_wire)], pw[sizeof(struct sdp_climb_prove_wire)];
+	uint64_t cut = 0;
+	int ok = 1;
+
+	memset(r.tuple.src_addr, 1, 16);
+	memset(r.tuple.dst_addr, 2, 16);
+	memset(r.nonce, 3, sizeof(r.nonce));
+	sdp_climb_req_to_wire(&r, w);
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_OK &&
+			    memcmp(&rg.tuple, &r.tuple, sizeof(r.tuple)) == 0 && rg.buf_count == 32 &&
+			    rg.buf_size == 32768 && memcmp(rg.nonce, r.nonce, 16) == 0,
+		    "REQ round trip");
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w) - 1, &rg) == SDP_WIRE_SHORT, "REQ short");
+	w[38] = 1; /* pad */
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_BAD_FIELD, "REQ padding");
+	r.tuple.src_port = 0;
+	sdp_climb_req_to_wire(&r, w);
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_BAD_FIELD, "REQ port 0");
+	r.tuple.src_port = 1;
+	r.buf_count = 2;
+	sdp_climb_req_to_wire(&r, w);
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) != SDP_WIRE_OK, "REQ 2 buffers");
+	memset(ch.nonce, 4, 16);
+	memset(ch.mac, 5, sizeof(ch.mac));
+	sdp_climb_chal_to_wire(&ch, cw);
+	ok &= check(sdp_climb_chal_from_wire(cw, sizeof(cw), &cg) == SDP_WIRE_OK && cg.buf_count == 64 &&
+			    cg.buf_size == 16384 && memcmp(cg.mac, ch.mac, sizeof(ch.mac)) == 0,
+		    "CHAL round trip");
+	ch.buf_size = 1u << 21;
+	sdp_climb_chal_to_wire(&ch, cw);
+	ok &= check(sdp_climb_chal_from_wire(cw, sizeof(cw), &cg) != SDP_WIRE_OK, "CHAL 2 MiB buffers");
+	memset(mac, 6, sizeof(mac));
+	sdp_climb_cut_to_wire(mac, 0x0102030405060708ull, pw);
+	ok &= check(pw[SDP_CLIMB_MAC_SIZE] == 1 && pw[SDP_CLIMB_MAC_SIZE + 7] == 8, "cut big-endian");
+	ok &= check(sdp_climb_cut_from_wire(pw, sizeof(pw), true, mg, &cut) == SDP_WIRE_OK &&
+			    cut == 0x0102030405060708ull && memcmp(mg, mac, sizeof(mac)) == 0,
+		    "PROVE round trip");
+	sdp_climb_cut_to_wire(NULL, UINT64_MAX, pw);
+	ok &= check(sdp_climb_cut_from_wire(pw, 8, false, NULL, &cut) == SDP_WIRE_BAD_FIELD,
+		    "ACK cut past 2^62");
+	ok &= check(sdp_climb_cut_from_wire(pw, 7, false, NULL, &cut) == SDP_WIRE_SHORT, "ACK short");
+	return ok;
+}
+
 static int test_link_hello_ack(void)
 {
 	struct sdp_hello_ack a = { .version = SDP_WIRE_VERSION, .buf_count = 64, .buf_size = 32784 },
@@ -392,6 +445,8 @@ static int test_link_hello_ack(void)
 
 static const struct tap_case cases[] = {
 	{ "link header: round trip; length, index, kind, payload and flags checked", test_link_header },
+	{ "climb messages: round trips; short, padding, ports, geometry and cut checked",
+	  test_climb_messages },
 	{ "link OPEN and OPEN_ACK: round trip; ports and geometry checked", test_link_open },
 	{ "link Hello: no source port exactly when LINK is set", test_link_hello },
 	{ "link HelloAck: SOLICITED only with LINK, no unknown flag", test_link_hello_ack },

@@ -12,7 +12,8 @@
 #    of 1 MiB, and 20 where the child execs `sh -c 'exec cat <&3 >&3'` on the
 #    inherited socket (fd 3) so an exec'd image does the echo; then 10 each
 #    where posix_spawn (a dup2 action) or system() makes that child instead.
-#  - failover: SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
+#  - failover (SDPSHIM_CLIMB=0: the move alone; tests/vm/73-climb.bats has the
+#    way back): SDPSHIM_DEBUG_FAIL_AFTER=N makes a process force the QP of each of
 #    its RDMA connections into the error state once it has sent N bytes over
 #    RDMA; a $BIG_STREAM stream (tests/progs/stream) with the failure on the sending
 #    end, up and down, must finish byte-exact on TCP (SHA-256 = tests/progs/
@@ -244,10 +245,13 @@ forkchild_case() {
 failover_stream() {
   local dir=$1 port t0 ms crc=0 src=0 senv=() cenv=() sender receiver out got want
   local total=$BIG_BYTES rdma_sent
+  # The move to TCP alone: SDPSHIM_CLIMB=0 (73-climb.bats has the way back).
   if [ "$dir" = up ]; then
-    cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER"); sender=client; receiver=server; out=$T/server.log
+    cenv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER" SDPSHIM_CLIMB=0); sender=client; receiver=server
+    senv=(SDPSHIM_CLIMB=0); out=$T/server.log
   else
-    senv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER"); sender=server; receiver=client; out=$T/client.out
+    senv=("SDPSHIM_DEBUG_FAIL_AFTER=$FAIL_AFTER" SDPSHIM_CLIMB=0); sender=server; receiver=client
+    cenv=(SDPSHIM_CLIMB=0); out=$T/client.out
   fi
   port=$(free_port)
   start_bg server timeout -k 5 600 env "${senv[@]}" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
@@ -320,6 +324,34 @@ failover_stream() {
 
 # --- soak ------------------------------------------------------------------------
 
+# assert_moved_over N FILTER...: N stats lines match, each moved to TCP by a
+# failover and either still there (path tcp, reason failover, switches 1) or
+# back on RDMA (path rdma, climbs 1, switches 2: core/climb.c); the soak's
+# streams end before or after their climb, as it happens.
+assert_moved_over() {
+  run "$PY" -S - "$STATS" "$@" <<'EOF'
+import json, os, sys
+path, want = sys.argv[1], int(sys.argv[2])
+filters = [a.split("=", 1) for a in sys.argv[3:]]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+sel = [c for c in lines if all(str(c.get(k)) == v for k, v in filters)]
+bad = [c for c in sel if not (
+    (c["path"] == "tcp" and c["reason"] == "failover" and c.get("switches") == 1
+     and c.get("climbs") == 0) or
+    (c["path"] == "rdma" and c["reason"] == "none" and c.get("switches") == 2
+     and c.get("climbs") == 1))]
+climbed = sum(1 for c in sel if c.get("climbs") == 1)
+print("%d lines (%d expected), %d back on RDMA, %d wrong" % (len(sel), want, climbed, len(bad)))
+for c in bad[:12]:
+    print("ERROR: %s %s %s -> %s: path=%s reason=%s switches=%s climbs=%s" % (
+        c["comm"], c["role"], c["local"], c["remote"], c["path"], c["reason"],
+        c.get("switches"), c.get("climbs")))
+sys.exit(1 if bad or len(sel) != want else 0)
+EOF
+  show "moved over: $output"
+  [ "$status" -eq 0 ]
+}
+
 # soak_stream N: an 8 MiB stream failing over after 1 MiB; odd N up (failure on
 # the client), even N down (failure on the server); checks rc and sha256.
 soak_stream() {
@@ -383,7 +415,7 @@ wait_le() {
   for i in $(seq 1 24); do
     soak_stream "$i"
   done
-  [ "$(stats_lines "$STATS" comm=stream path=tcp reason=failover | wc -l)" -eq 48 ]
+  assert_moved_over 48 comm=stream
 }
 
 @test "switch: fork and failover load for ${SDPSHIM_SOAK_S:-60} s leaks no fd, MR or QP" {
@@ -433,7 +465,7 @@ wait_le() {
   [ "$sqps2" -eq 0 ]
   [ "$smrs2" -le "$smrs1" ]
   assert_switched forked "$conns" comm=forkecho role=client
-  assert_switched failover $(( 2 * i )) comm=stream
+  assert_moved_over $(( 2 * i )) comm=stream
   # Everything exits: RC QPs and MRs back to where they were before the test.
   kill -TERM "$(cat "$T/server.pid")"
   wait_bg server || true
@@ -518,7 +550,8 @@ link_delete_case() {
 
 # A listener bound to the device's address, and a client process, live
 # through the device's removal and return: what they open afterwards is on
-# RDMA again.  (A stream that moved to TCP stays there: issue 17's upgrade.)
+# RDMA again, and so is the connection they held (it climbs back:
+# core/climb.c, tests/vm/73-climb.bats).
 @test "switch: rdma link delete, then add: the same server and client processes open RDMA channels again" {
   local port go crc=0 src=0 c2=0 del paths
   rxe_link_pick || true
@@ -552,8 +585,10 @@ link_delete_case() {
   [ "$src" -eq 0 ]
   grep -q "^ok 2$" "$T/client.log"
   grep -q "^ok 1$" "$T/client2.log"
-  # The held connection moved; the two made after the return are on RDMA.
-  [ "$paths" = "2 client rdma none;1 client tcp failover;2 server rdma none;1 server tcp failover" ]
+  # The held connection moved and came back; the two made after the return are on RDMA.
+  [ "$paths" = "3 client rdma none;3 server rdma none" ]
+  [ "$(stats_lines "$STATS" | wc -l)" -eq 6 ]
+  [ "$("$PY" -S -c 'import json,sys; print(sorted(json.loads(l)["climbs"] for l in open(sys.argv[1])))' "$STATS")" = "[0, 0, 0, 0, 1, 1]" ]
 }
 
 # The echo children of a fork-per-connection server hold the files they

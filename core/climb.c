@@ -1,0 +1,893 @@
+/* The climb back to RDMA (docs/upgrade.md): a stream that a failover moved
+ * to TCP stays its channel's (phase HELD), which does its TCP I/O itself
+ * and so knows the stream offset on TCP in each direction.  The client
+ * dials a link again with a backoff and proves, with a key only the two
+ * ends of the binding know, that the held stream is the one it names; each
+ * end then writes on the new stream from its cut and reads TCP up to the
+ * peer's (CLIMB_HALF), then the channel alone (OPEN).  Owns struct
+ * conn_climb, the held carrier and the list of held streams. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include "base/config.h"
+#include "base/hmac.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "core/conn_internal.h"
+#include "core/link.h"
+
+#define CLIMB_FIRST_MS   250u
+#define CLIMB_BACKOFF_MAX_MS 1000u
+/* A cut further ahead of what we read than any TCP buffers hold is a lie. */
+#define CLIMB_MAX_AHEAD  (256ull << 20)
+
+static const char key_label[] = "sdpshim climb v1";
+
+/* ------------------------------------------------------- held streams */
+
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sdp_conn *held_list;
+
+static void held_register(struct sdp_conn *c)
+{
+	if (c->climb.registered)
+		return;
+	conn_get(c);
+	pthread_mutex_lock(&held_lock);
+	c->climb.held_next = held_list;
+	held_list = c;
+	c->climb.registered = true;
+	pthread_mutex_unlock(&held_lock);
+}
+
+/* c locked. */
+static void held_unregister(struct sdp_conn *c)
+{
+	bool found = false;
+
+	if (!c->climb.registered)
+		return;
+	pthread_mutex_lock(&held_lock);
+	for (struct sdp_conn **p = &held_list; *p; p = &(*p)->climb.held_next) {
+		if (*p == c) {
+			*p = c->climb.held_next;
+			found = true;
+			break;
+		}
+	}
+	c->climb.registered = false;
+	pthread_mutex_unlock(&held_lock);
+	if (found)
+		conn_put(c); /* never the last: the caller holds c */
+}
+
+static bool same_tuple(const struct sdp_tuple *a, const struct sdp_tuple *b)
+{
+	return memcmp(a->src_addr, b->src_addr, 16) == 0 && memcmp(a->dst_addr, b->dst_addr, 16) == 0 &&
+	       a->src_port == b->src_port && a->dst_port == b->dst_port;
+}
+
+/* The server's held stream of that tuple, with a reference, or NULL. */
+static struct sdp_conn *held_find_server(const struct sdp_tuple *t)
+{
+	struct sdp_conn *found = NULL;
+
+	pthread_mutex_lock(&held_lock);
+	for (struct sdp_conn *c = held_list; c; c = c->climb.held_next) {
+		if (c->is_server && same_tuple(&c->tuple, t)) {
+			found = c;
+			conn_get(c);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&held_lock);
+	return found;
+}
+
+/* ------------------------------------------------------------ the key */
+
+static size_t tuple_bytes(const struct sdp_tuple *t, uint8_t out[36])
+{
+	memcpy(out, t->src_addr, 16);
+	memcpy(out + 16, t->dst_addr, 16);
+	out[32] = (uint8_t)(t->src_port >> 8);
+	out[33] = (uint8_t)t->src_port;
+	out[34] = (uint8_t)(t->dst_port >> 8);
+	out[35] = (uint8_t)t->dst_port;
+	return 36;
+}
+
+/* K = HMAC(Ns || Nc, label || tuple): both nonces of the binding, which
+ * only its two ends saw (docs/trust.md). */
+static void derive_key(struct sdp_conn *c)
+{
+	uint8_t secret[2 * SDP_NONCE_SIZE], msg[sizeof(key_label) + 36];
+	const uint8_t *ns = c->is_server ? c->nonce_local : c->nonce_peer;
+	const uint8_t *nc = c->is_server ? c->nonce_peer : c->nonce_local;
+	size_t len = sizeof(key_label) - 1;
+
+	memcpy(secret, ns, SDP_NONCE_SIZE);
+	memcpy(secret + SDP_NONCE_SIZE, nc, SDP_NONCE_SIZE);
+	memcpy(msg, key_label, len);
+	len += tuple_bytes(&c->tuple, msg + len);
+	hmac_sha256(secret, sizeof(secret), msg, len, c->climb.key);
+	memset(secret, 0, sizeof(secret));
+}
+
+/* MAC(K, role || Ni || Nr || tuple [|| cut]): role 'r' in the CHAL, 'i'
+ * with the client's cut in the PROVE. */
+static void climb_mac(const struct sdp_conn *c, char role, const uint64_t *cut,
+		      uint8_t out[SDP_CLIMB_MAC_SIZE])
+{
+	uint8_t msg[1 + 2 * SDP_NONCE_SIZE + 36 + 8];
+	size_t len = 0;
+
+	msg[len++] = (uint8_t)role;
+	memcpy(msg + len, c->climb.nonce_i, SDP_NONCE_SIZE);
+	len += SDP_NONCE_SIZE;
+	memcpy(msg + len, c->climb.nonce_r, SDP_NONCE_SIZE);
+	len += SDP_NONCE_SIZE;
+	len += tuple_bytes(&c->tuple, msg + len);
+	if (cut) {
+		for (int i = 7; i >= 0; i--)
+			msg[len + (size_t)(7 - i)] = (uint8_t)(*cut >> (8 * i));
+		len += 8;
+	}
+	hmac_sha256(c->climb.key, CLIMB_KEY_SIZE, msg, len, out);
+}
+
+/* SDPSHIM_DEBUG_CLIMB_LIE (tests only): this end plays a liar. */
+enum { LIE_NONE, LIE_MAC, LIE_CUT, LIE_SILENT };
+
+static void lie_about_mac(uint8_t mac[SDP_CLIMB_MAC_SIZE])
+{
+	if (sdp_tun.debug_climb_lie == LIE_MAC)
+		mac[0] ^= 0x01;
+}
+
+static uint64_t lie_about_cut(uint64_t cut)
+{
+	return sdp_tun.debug_climb_lie == LIE_CUT ? cut + (1ull << 30) : cut;
+}
+
+/* ------------------------------------------------------- the TCP side */
+
+/* The part of iov past skip, at most max bytes, into out (at most 64). */
+static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, size_t max,
+		      struct iovec *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < iovcnt && max && n < 64; i++) {
+		size_t len = iov[i].iov_len;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		len -= skip;
+		if (len > max)
+			len = max;
+		out[n].iov_base = (uint8_t *)iov[i].iov_base + skip;
+		out[n++].iov_len = len;
+		max -= len;
+		skip = 0;
+	}
+	return n;
+}
+
+static bool prefix_left(const struct sdp_conn *c)
+{
+	return c->climb.rx_cut == CLIMB_CUT_UNKNOWN || c->climb.tcp_rx_off < c->climb.rx_cut;
+}
+
+static void back_on_rdma(struct sdp_conn *c);
+
+/* Reads TCP (non-blocking; c locked): at most up to the peer's cut. */
+ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+		       size_t total, int flags, bool *again)
+{
+	struct iovec win[64];
+	struct msghdr msg = { .msg_iov = win };
+	size_t want = total - done;
+	ssize_t n;
+
+	*again = false;
+	if (c->close_state == CLOSE_ABORTED || c->hard_error) {
+		int err = c->hard_error ? c->hard_error : ECONNRESET;
+
+		if (done)
+			return (ssize_t)done;
+		c->hard_error = 0;
+		c->rx_eof = true;
+		return -err;
+	}
+	if (c->rd_shut || c->tcp_fd < 0)
+		return (ssize_t)done;
+	if (c->phase == CONN_CLIMB_HALF && c->climb.rx_cut != CLIMB_CUT_UNKNOWN &&
+	    want > c->climb.rx_cut - c->climb.tcp_rx_off)
+		want = (size_t)(c->climb.rx_cut - c->climb.tcp_rx_off);
+	if (!want)
+		return (ssize_t)done;
+	if (flags & MSG_TRUNC) {
+		n = real.recv(c->tcp_fd, NULL, want, MSG_TRUNC | MSG_DONTWAIT | (flags & MSG_PEEK));
+	} else {
+		msg.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, want, win);
+		n = real.recvmsg(c->tcp_fd, &msg, MSG_DONTWAIT | (flags & MSG_PEEK));
+	}
+	if (n > 0) {
+		if (!(flags & MSG_PEEK)) {
+			c->climb.tcp_rx_off += (uint64_t)n;
+			if (c->st)
+				atomic_fetch_add_explicit(&c->st->bytes_received, (uint64_t)n,
+							  memory_order_relaxed);
+			if (c->phase == CONN_CLIMB_HALF && !prefix_left(c))
+				back_on_rdma(c);
+		}
+		done += (size_t)n;
+		*again = done < total && (flags & MSG_WAITALL) && !(flags & MSG_PEEK) &&
+			 c->phase != CONN_OPEN;
+		return (ssize_t)done;
+	}
+	if (n == 0)
+		return (ssize_t)done; /* the peer's FIN */
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+		*again = !done || (flags & MSG_WAITALL);
+		return (ssize_t)done;
+	}
+	return done ? (ssize_t)done : -errno;
+}
+
+/* Writes TCP (non-blocking; c locked), counting the stream offset. */
+ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+		       size_t total, int flags, bool *again)
+{
+	struct iovec win[64];
+	struct msghdr msg = { .msg_iov = win };
+	ssize_t n;
+
+	*again = false;
+	if (c->close_state == CLOSE_ABORTED || c->hard_error)
+		return done ? (ssize_t)done : -(c->hard_error ? c->hard_error : ECONNRESET);
+	if (c->tcp_fd < 0)
+		return done ? (ssize_t)done : -EPIPE;
+	msg.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, total - done, win);
+	n = real.sendmsg(c->tcp_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL | (flags & MSG_MORE));
+	if (n > 0) {
+		c->tx_stream_off += (uint64_t)n;
+		if (c->st)
+			atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
+		done += (size_t)n;
+		*again = done < total;
+		return (ssize_t)done;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+		*again = true;
+		return (ssize_t)done;
+	}
+	return done ? (ssize_t)done : -(n < 0 ? errno : EPIPE);
+}
+
+/* ------------------------------------------------ the held carrier */
+
+static ssize_t held_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			      size_t total, int flags, bool *again)
+{
+	if (c->phase == CONN_CLIMB_HALF && !prefix_left(c)) {
+		back_on_rdma(c);
+		return c->carrier->recv_step(c, iov, iovcnt, done, total, flags, again);
+	}
+	return climb_tcp_recv(c, iov, iovcnt, done, total, flags, again);
+}
+
+static ssize_t held_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
+			      size_t total, bool nonblock, int flags, bool *again)
+{
+	if (c->phase == CONN_CLIMB_HALF)
+		return channel_carrier.send_step(c, iov, iovcnt, done, total, nonblock, flags, again);
+	return climb_tcp_send(c, iov, iovcnt, done, total, flags, again);
+}
+
+static unsigned tcp_mask(const struct sdp_conn *c)
+{
+	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
+
+	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
+		return 0;
+	return (unsigned)p.revents;
+}
+
+#define READ_BITS  (POLLIN | POLLRDNORM | POLLRDHUP)
+#define WRITE_BITS (POLLOUT | POLLWRNORM)
+
+static unsigned held_poll_mask(struct sdp_conn *c)
+{
+	unsigned tcp, mask;
+
+	if (c->close_state == CLOSE_ABORTED)
+		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
+	tcp = tcp_mask(c);
+	if (c->phase != CONN_CLIMB_HALF)
+		return tcp | ((tcp & POLLIN) ? POLLRDNORM : 0) | ((tcp & POLLOUT) ? POLLWRNORM : 0);
+	mask = channel_poll_mask(c) & (WRITE_BITS | POLLERR | POLLHUP);
+	if (tcp & (POLLIN | POLLRDHUP | POLLHUP))
+		mask |= POLLIN | POLLRDNORM | (tcp & POLLRDHUP);
+	return mask;
+}
+
+static bool held_readable(struct sdp_conn *c)
+{
+	return held_poll_mask(c) & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
+}
+
+static bool held_writable(struct sdp_conn *c)
+{
+	return held_poll_mask(c) & (POLLOUT | POLLHUP | POLLERR);
+}
+
+static void held_readiness(struct sdp_conn *c, bool *readable, bool *writable)
+{
+	unsigned mask = held_poll_mask(c);
+
+	*readable = mask & (POLLIN | POLLHUP | POLLERR | POLLRDHUP);
+	*writable = mask & (POLLOUT | POLLHUP | POLLERR);
+}
+
+/* A shutdown ends the climb: the stream stays on TCP (FALLBACK) and the
+ * owner shuts the kernel socket. */
+static int held_shutdown(struct sdp_conn *c, int how)
+{
+	if (c->phase == CONN_CLIMB_HALF)
+		return channel_carrier.shutdown(c, how);
+	climb_give_up(c, "shutdown");
+	return CONN_USE_TCP;
+}
+
+static uint64_t held_readable_bytes(struct sdp_conn *c)
+{
+	int kernel = 0;
+
+	if (c->tcp_fd >= 0)
+		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
+	if (kernel < 0)
+		kernel = 0;
+	if (c->phase == CONN_CLIMB_HALF && c->climb.rx_cut != CLIMB_CUT_UNKNOWN &&
+	    (uint64_t)kernel > c->climb.rx_cut - c->climb.tcp_rx_off)
+		kernel = (int)(c->climb.rx_cut - c->climb.tcp_rx_off);
+	return (uint64_t)kernel;
+}
+
+const struct conn_carrier held_carrier = CONN_CARRIER(held);
+
+/* --------------------------------------------------------- holding */
+
+/* Listed from the switch's start: a client's REQ that comes before our
+ * end of the switch is through is told to try again, not refused. */
+void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason)
+{
+	c->climb.eligible = sdp_tun.climb && reason == SDP_REASON_FAILOVER && !c->fork_shared &&
+			    !c->app_closed && c->tuple.src_port && c->tuple.dst_port &&
+			    c->owner_ops != NULL;
+	c->climb.tcp_rx_off = c->sw.rx_have;
+	c->climb.rx_cut = CLIMB_CUT_UNKNOWN;
+	if (c->climb.eligible)
+		held_register(c);
+}
+
+void climb_not_eligible(struct sdp_conn *c)
+{
+	c->climb.eligible = false;
+	held_unregister(c);
+}
+
+static void release_on_progress(void *arg)
+{
+	struct sdp_conn *c = arg;
+
+	conn_release_channel(c);
+	conn_lock(c);
+	c->climb.released = true;
+	if (c->phase == CONN_HELD && !c->is_server && c->climb.step == CLIMB_IDLE && !c->app_closed)
+		conn_arm_timer(c, c->climb.backoff_ms);
+	conn_unlock(c);
+	conn_put(c);
+}
+
+/* The channel's RDMA resources go (on the progress thread: the device
+ * may be leaving); the stream stays held.  c locked. */
+static void release_channel(struct sdp_conn *c)
+{
+	c->climb.released = false;
+	conn_get(c);
+	if (progress_defer(release_on_progress, c) != 0) {
+		conn_put(c);
+		c->climb.refused = true; /* no memory: it stays on TCP */
+	}
+}
+
+bool climb_hold(struct sdp_conn *c)
+{
+	if (!c->climb.eligible || c->app_closed || c->sw.shut_wr || c->rd_shut || c->sw.peer_err ||
+	    c->close_state != CLOSE_ACTIVE || c->tcp_fd < 0 || c->hard_error)
+		return false;
+	derive_key(c);
+	free(c->sw.local);
+	c->sw.local = NULL;
+	conn_set_phase(c, CONN_HELD);
+	c->fail_reason = c->sw.reason;
+	c->climb.step = CLIMB_IDLE;
+	c->climb.backoff_ms = CLIMB_FIRST_MS;
+	c->climb.attempts = 0;
+	held_register(c);
+	release_channel(c);
+	sdp_info("the stream now runs on TCP (failover); it goes back to RDMA when it can");
+	return true;
+}
+
+/* HELD: the stream stays on TCP for good (plain FALLBACK). */
+void climb_give_up(struct sdp_conn *c, const char *why)
+{
+	if (c->phase != CONN_HELD)
+		return;
+	sdp_debug("a held stream stays on TCP: %s", why);
+	held_unregister(c);
+	c->climb.eligible = false;
+	conn_set_phase(c, CONN_FALLBACK);
+	c->fail_reason = SDP_REASON_FAILOVER;
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_FALLBACK);
+	pthread_cond_broadcast(&c->cond);
+	conn_schedule_destroy(c);
+}
+
+/* ------------------------------------------------------- the channel */
+
+/* A fresh channel state for the next attempt (c locked, resources
+ * released): what conn_alloc leaves, but the stream offsets. */
+static void reset_channel(struct sdp_conn *c)
+{
+	c->rx_head = c->rx_tail = c->rx_seq = c->rx_ack = c->rx_ack_sent = 0;
+	c->rx_bytes_ready = 0;
+	c->rx_new_data = c->rx_eof = c->peer_starving = false;
+	c->tx_tail = c->tx_posted = c->tx_head = c->tx_seq = c->tx_peer_ack = 0;
+	c->ctrl_pending = c->ctrl_next = c->ctrl_outstanding = 0;
+	c->tx_nslots = 0;
+	c->tx_peer_bufs = 0;
+	c->sq_outstanding = 0;
+	c->carrier_dead = c->qp_in_error = c->carrier_reaping = false;
+	c->carrier_why = NULL;
+	c->link_stopped = c->link_fenced = c->link_open_sent = false;
+	memset(&c->src, 0, sizeof(c->src));
+	memset(&c->rd, 0, sizeof(c->rd));
+	memset(&c->sink, 0, sizeof(c->sink));
+	memset(&c->psink, 0, sizeof(c->psink));
+	memset(c->win, 0, sizeof(c->win));
+	c->zc_nb_backoff = 0;
+	c->zc_interrupted = c->sink_voided = c->write_active = c->wr_unconfirmed = false;
+	c->src_cancel_pending = false;
+	c->rd_compl_bytes = c->wr_compl_bytes = 0;
+	c->rd_compl_off = c->sink_ack_off = 0;
+	c->rx_wants_open = false;
+	c->stage_len = c->stage_off = c->stage_fill = 0;
+	memset(&c->sw, 0, sizeof(c->sw));
+	c->write_rolled_back = false;
+	c->attach_unconfirmed = c->attach_posted = c->attach_held = false;
+	c->error = 0;
+	c->established = false;
+	c->rx_stream_off = c->climb.tcp_rx_off;
+	c->climb.rx_cut = CLIMB_CUT_UNKNOWN;
+}
+
+/* The attempt ended without a new channel: its stream index goes, and
+ * the client tries again after the backoff.  c locked. */
+static void attempt_over(struct sdp_conn *c, const char *why)
+{
+	if (c->climb.step != CLIMB_IDLE)
+		sdp_debug("climb attempt over: %s", why);
+	c->climb.step = CLIMB_IDLE;
+	c->climb.attempts++;
+	if (c->climb.backoff_ms < CLIMB_BACKOFF_MAX_MS)
+		c->climb.backoff_ms *= 2;
+	if (c->climb.backoff_ms > CLIMB_BACKOFF_MAX_MS)
+		c->climb.backoff_ms = CLIMB_BACKOFF_MAX_MS;
+	progress_timer_cancel(&c->timer);
+	if (c->climb.refused) {
+		climb_give_up(c, why);
+		return;
+	}
+	release_channel(c);
+}
+
+static void start_attempt(void *arg)
+{
+	struct sdp_conn *c = arg;
+	enum sdp_reason reason = SDP_REASON_NONE;
+	int rc;
+
+	conn_lock(c);
+	if (c->phase != CONN_HELD || c->climb.step != CLIMB_IDLE || !c->climb.released ||
+	    c->app_closed) {
+		conn_unlock(c);
+		conn_put(c);
+		return;
+	}
+	reset_channel(c);
+	bind_make_nonce(c->climb.nonce_i);
+	c->climb.step = CLIMB_DIALING;
+	c->climb.released = false;
+	conn_arm_timer(c, sdp_tun.connect_timeout_ms);
+	conn_unlock(c);
+	rc = link_client_open(c, (const struct sockaddr *)&c->peer_addr, c->peer_addr_len, &reason);
+	if (rc) {
+		conn_lock(c);
+		if (c->phase == CONN_HELD && c->climb.step == CLIMB_DIALING)
+			attempt_over(c, "no link");
+		conn_unlock(c);
+	}
+	conn_put(c);
+}
+
+void climb_on_timer(struct sdp_conn *c)
+{
+	if (c->app_closed) {
+		conn_schedule_destroy(c);
+		return;
+	}
+	if (c->phase == CONN_CLIMB_HALF) {
+		if (c->climb.step == CLIMB_CUT_SENT) {
+			sdp_warn("the peer never confirmed the stream's move back to RDMA; resetting it");
+			climb_half_lost(c, "no ACK");
+		}
+		return;
+	}
+	switch (c->climb.step) {
+	case CLIMB_IDLE:
+		if (c->is_server || !c->climb.released)
+			return;
+		conn_get(c);
+		if (progress_defer(start_attempt, c) != 0)
+			conn_put(c);
+		return;
+	case CLIMB_DIALING:
+	case CLIMB_CHAL_SENT:
+		attempt_over(c, "no answer within the connect bound");
+		return;
+	case CLIMB_CUT_SENT:
+	case CLIMB_DONE:
+		return;
+	}
+}
+
+/* The link of an attempt failed (or never came up).  c locked. */
+void climb_link_lost(struct sdp_conn *c, const char *why)
+{
+	if (c->phase == CONN_CLIMB_HALF) {
+		climb_half_lost(c, why);
+		return;
+	}
+	if (c->phase == CONN_HELD && c->climb.step != CLIMB_IDLE)
+		attempt_over(c, why);
+}
+
+/* The new channel failed while TCP still had bytes to read, or before the
+ * server's cut was known: which bytes went where is not known to both
+ * ends, so the connection is reset (never guessed). */
+void climb_half_lost(struct sdp_conn *c, const char *why)
+{
+	sdp_warn("the channel failed while the stream was moving back to RDMA (%s); resetting "
+		 "the connection", why);
+	c->fail_reason = SDP_REASON_FAILOVER;
+	c->close_state = CLOSE_ABORTED;
+	c->hard_error = ECONNRESET;
+	c->carrier_dead = true;
+	tcp_send_reset(c);
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	pthread_cond_broadcast(&c->cond);
+}
+
+static void back_on_rdma(struct sdp_conn *c)
+{
+	conn_set_phase(c, CONN_OPEN);
+	tx_kick(c);
+	progress_timer_cancel(&c->timer);
+	if (c->keepalive)
+		conn_arm_timer(c, c->keepidle_s * 1000);
+	held_unregister(c);
+	c->fail_reason = SDP_REASON_NONE;
+	c->last_rx_ms = progress_coarse_ms();
+	if (c->st) {
+		atomic_fetch_add_explicit(&c->st->switches, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&c->st->climbs, 1, memory_order_relaxed);
+	}
+	sdp_info("the stream is back on RDMA (%u attempts)", c->climb.attempts + 1);
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	pthread_cond_broadcast(&c->cond);
+}
+
+/* Writes from now on go on the new channel (c locked). */
+static void cut_sender(struct sdp_conn *c)
+{
+	conn_set_phase(c, CONN_CLIMB_HALF);
+	c->established = true;
+	tx_kick(c);
+	conn_update_readiness(c, true);
+	pthread_cond_broadcast(&c->cond);
+}
+
+static bool cut_plausible(const struct sdp_conn *c, uint64_t cut)
+{
+	return cut >= c->climb.tcp_rx_off && cut - c->climb.tcp_rx_off <= CLIMB_MAX_AHEAD;
+}
+
+/* The peer's first byte on the channel is at its cut: the channel's
+ * offsets (a SrcAvail's, a sink's) count from there.  Nothing of the peer's
+ * can be queued yet, its cut precedes its stream messages on the link. */
+static bool take_peer_cut(struct sdp_conn *c, uint64_t cut)
+{
+	if (c->rx_head != c->rx_tail)
+		return false;
+	c->climb.rx_cut = cut;
+	c->rx_stream_off = cut;
+	c->climb.step = CLIMB_DONE;
+	return true;
+}
+
+/* ------------------------------------------------------- the client */
+
+void climb_send_req(struct sdp_conn *c, const uint8_t local_addr[16])
+{
+	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = c->buf_count,
+				   .buf_size = c->buf_size };
+	uint8_t payload[sizeof(struct sdp_climb_req_wire)];
+
+	(void)local_addr;
+	if (c->climb.step != CLIMB_DIALING)
+		return;
+	memcpy(r.nonce, c->climb.nonce_i, SDP_NONCE_SIZE);
+	sdp_climb_req_to_wire(&r, payload);
+	if (link_stream_send_kind(c, SDP_LINK_CLIMB_REQ, payload, sizeof(payload)) != 0)
+		attempt_over(c, "the link went");
+}
+
+static bool on_chal(struct sdp_conn *c, const uint8_t *payload)
+{
+	struct sdp_climb_chal ch;
+	uint8_t mac[SDP_CLIMB_MAC_SIZE], payload_out[sizeof(struct sdp_climb_prove_wire)];
+	uint64_t cut;
+
+	if (c->phase != CONN_HELD || c->climb.step != CLIMB_DIALING ||
+	    sdp_climb_chal_from_wire(payload, sizeof(struct sdp_climb_chal_wire), &ch) != SDP_WIRE_OK)
+		return false;
+	memcpy(c->climb.nonce_r, ch.nonce, SDP_NONCE_SIZE);
+	climb_mac(c, 'r', NULL, mac);
+	if (!ct_equal(mac, ch.mac, sizeof(mac))) {
+		sdp_warn("the peer could not prove it holds this stream (climb MAC); it stays on TCP");
+		c->climb.refused = true;
+		return false; /* the link fails: nothing more from that peer */
+	}
+	if (conn_setup_tx(c, ch.buf_size, ch.buf_count) != 0) {
+		attempt_over(c, "no memory for send slots");
+		return true;
+	}
+	cut = lie_about_cut(c->tx_stream_off);
+	climb_mac(c, 'i', &cut, mac);
+	lie_about_mac(mac);
+	sdp_climb_cut_to_wire(mac, cut, payload_out);
+	if (link_stream_send_kind(c, SDP_LINK_CLIMB_PROVE, payload_out, sizeof(payload_out)) != 0) {
+		attempt_over(c, "the link went");
+		return true;
+	}
+	c->climb.step = CLIMB_CUT_SENT;
+	cut_sender(c);
+	return true;
+}
+
+static bool on_ack(struct sdp_conn *c, const uint8_t *payload)
+{
+	uint64_t cut;
+
+	if (c->phase != CONN_CLIMB_HALF || c->climb.step != CLIMB_CUT_SENT ||
+	    sdp_climb_cut_from_wire(payload, sizeof(struct sdp_climb_ack_wire), false, NULL, &cut) !=
+		    SDP_WIRE_OK)
+		return false;
+	if (!cut_plausible(c, cut)) {
+		sdp_warn("the peer's cut (%llu) is not in this stream's window (%llu read); resetting",
+			 (unsigned long long)cut, (unsigned long long)c->climb.tcp_rx_off);
+		climb_half_lost(c, "implausible cut");
+		return false;
+	}
+	if (!take_peer_cut(c, cut))
+		return false;
+	progress_timer_cancel(&c->timer);
+	if (!prefix_left(c))
+		back_on_rdma(c);
+	else
+		conn_update_readiness(c, true);
+	return true;
+}
+
+static bool on_nak(struct sdp_conn *c, const uint8_t *payload)
+{
+	const struct sdp_open_nak_wire *nak = (const void *)payload;
+
+	if (c->phase != CONN_HELD || c->climb.step != CLIMB_DIALING)
+		return false;
+	if (nak->code == SDP_REJECT_RULE || nak->code == SDP_REJECT_TUPLE) {
+		sdp_info("the peer will not move this stream back to RDMA (%s); it stays on TCP",
+			 nak->code == SDP_REJECT_RULE ? "refused" : "unknown stream");
+		c->climb.refused = true;
+	}
+	c->link_open_sent = false; /* the server never took the index */
+	attempt_over(c, "refused");
+	return true;
+}
+
+/* ------------------------------------------------------- the server */
+
+static void refuse_and_put(struct sdp_link *link, uint16_t idx, struct sdp_conn *c, uint8_t code)
+{
+	climb_refuse(link, idx, code);
+	if (c)
+		conn_put(c);
+}
+
+void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r)
+{
+	struct sdp_climb_chal ch;
+	uint8_t payload[sizeof(struct sdp_climb_chal_wire)];
+	struct sdp_conn *c;
+
+	if (!sdp_tun.climb) {
+		refuse_and_put(link, idx, NULL, SDP_REJECT_RULE);
+		return;
+	}
+	if (sdp_tun.debug_climb_lie == LIE_SILENT)
+		return;
+	c = held_find_server(&r->tuple);
+	if (!c) {
+		refuse_and_put(link, idx, NULL, SDP_REJECT_TUPLE);
+		return;
+	}
+	conn_lock(c);
+	if (c->phase != CONN_HELD || c->climb.step != CLIMB_IDLE || !c->climb.released ||
+	    c->app_closed) {
+		/* Still switching, or busy: the client tries again (a stream that
+		 * stays on TCP is no longer listed, and gets TUPLE). */
+		conn_unlock(c);
+		refuse_and_put(link, idx, c, SDP_REJECT_RESOURCES);
+		return;
+	}
+	reset_channel(c);
+	memcpy(c->climb.nonce_i, r->nonce, SDP_NONCE_SIZE);
+	bind_make_nonce(c->climb.nonce_r);
+	if (link_stream_setup(c, link, idx) != 0 || conn_setup_tx(c, r->buf_size, r->buf_count) != 0) {
+		conn_unlock(c);
+		refuse_and_put(link, idx, c, SDP_REJECT_RESOURCES);
+		conn_lock(c);
+		attempt_over(c, "no resources");
+		conn_unlock(c);
+		return;
+	}
+	c->climb.released = false;
+	memcpy(ch.nonce, c->climb.nonce_r, SDP_NONCE_SIZE);
+	climb_mac(c, 'r', NULL, ch.mac);
+	lie_about_mac(ch.mac);
+	ch.buf_count = c->buf_count;
+	ch.buf_size = c->buf_size;
+	sdp_climb_chal_to_wire(&ch, payload);
+	c->climb.step = CLIMB_CHAL_SENT;
+	conn_arm_timer(c, sdp_tun.connect_timeout_ms);
+	if (link_stream_send_kind(c, SDP_LINK_CLIMB_CHAL, payload, sizeof(payload)) != 0)
+		attempt_over(c, "the link went");
+	conn_unlock(c);
+	conn_put(c);
+}
+
+static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
+{
+	uint8_t mac[SDP_CLIMB_MAC_SIZE], want[SDP_CLIMB_MAC_SIZE];
+	uint8_t ack[sizeof(struct sdp_climb_ack_wire)];
+	uint64_t cut, ours;
+
+	if (c->phase != CONN_HELD || c->climb.step != CLIMB_CHAL_SENT ||
+	    sdp_climb_cut_from_wire(payload, sizeof(struct sdp_climb_prove_wire), true, mac, &cut) !=
+		    SDP_WIRE_OK)
+		return false;
+	climb_mac(c, 'i', &cut, want);
+	if (!ct_equal(mac, want, sizeof(mac))) {
+		sdp_warn("a climb to RDMA named this stream without its key; refused");
+		attempt_over(c, "bad MAC");
+		return false;
+	}
+	if (!cut_plausible(c, cut)) {
+		sdp_warn("a climb's cut (%llu) is not in this stream's window (%llu read); refused",
+			 (unsigned long long)cut, (unsigned long long)c->climb.tcp_rx_off);
+		attempt_over(c, "implausible cut");
+		return false;
+	}
+	if (!take_peer_cut(c, cut)) {
+		attempt_over(c, "stream bytes before the cut");
+		return false;
+	}
+	ours = c->tx_stream_off;
+	sdp_climb_cut_to_wire(NULL, lie_about_cut(ours), ack);
+	if (link_stream_send_kind(c, SDP_LINK_CLIMB_ACK, ack, sizeof(ack)) != 0) {
+		attempt_over(c, "the link went");
+		return true;
+	}
+	progress_timer_cancel(&c->timer);
+	cut_sender(c);
+	if (!prefix_left(c))
+		back_on_rdma(c);
+	return true;
+}
+
+bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
+{
+	switch ((enum sdp_link_kind)kind) {
+	case SDP_LINK_CLIMB_CHAL:
+		return on_chal(c, payload);
+	case SDP_LINK_CLIMB_ACK:
+		return on_ack(c, payload);
+	case SDP_LINK_CLIMB_NAK:
+		return on_nak(c, payload);
+	case SDP_LINK_CLIMB_PROVE:
+		return on_prove(c, payload);
+	default:
+		return false;
+	}
+}
+
+void climb_on_tcp_ready(struct sdp_conn *c)
+{
+	conn_update_readiness(c, true);
+	pthread_cond_broadcast(&c->cond);
+}
+
+void climb_closed(struct sdp_conn *c)
+{
+	held_unregister(c);
+}
+
+void climb_device_added(void)
+{
+	struct sdp_conn **list = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&held_lock);
+	for (struct sdp_conn *c = held_list; c; c = c->climb.held_next) {
+		if (c->is_server)
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			struct sdp_conn **grown = realloc(list, ncap * sizeof(*list));
+
+			if (!grown)
+				break; /* the rest keep their backoff */
+			list = grown;
+			cap = ncap;
+		}
+		conn_get(c);
+		list[n++] = c;
+	}
+	pthread_mutex_unlock(&held_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct sdp_conn *c = list[i];
+
+		conn_lock(c);
+		if (c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE && c->climb.released &&
+		    !c->app_closed) {
+			c->climb.backoff_ms = CLIMB_FIRST_MS;
+			conn_arm_timer(c, 0);
+		}
+		conn_unlock(c);
+		conn_put(c);
+	}
+	free(list);
+}

@@ -1,0 +1,253 @@
+#!/usr/bin/env bats
+# VM suite, part 73: a stream that a failover moved to TCP climbs back to RDMA
+# (issue 17, core/climb.c, docs/upgrade.md), both ends preloaded, on rxe0.
+#
+#  - link delete, then add: `rdma link delete` of the device under a paced
+#    $BIG_STREAM stream (tests/progs/stream, up and down) moves it to TCP; the
+#    delete must return within 1 s; `rdma link add` brings the device back and
+#    the stream must be on RDMA again within 2 s of the port being ACTIVE (the
+#    live `sdpshim stat` of the server end: path rdma, climbs 1), on a new RC
+#    QP (`rdma resource show qp`), and end byte-exact (SHA-256 against
+#    tests/progs/streamref) with switches 2 (there and back) and climbs 1 on
+#    both ends.
+#  - refusal: the same with SDPSHIM_CLIMB=0 on the server: it answers the
+#    client's climb with a NAK, the stream ends on TCP byte-exact, climbs 0.
+#  - a forced QP error (SDPSHIM_DEBUG_FAIL_AFTER on the sender) with the device
+#    still there: the stream climbs back at once, byte-exact.
+#  - liars (SDPSHIM_DEBUG_CLIMB_LIE on one end, the failure forced as above):
+#    a server whose MAC is wrong, or that never answers, leaves the client's
+#    stream on TCP, byte-exact; a client whose MAC is wrong, or a server whose
+#    cut is out of the stream's window, is refused and its connection reset:
+#    no byte is guessed (the receiver never reports a MISMATCH) and nothing
+#    hangs.
+
+load ../helpers
+load vm_helpers
+
+setup_file() {
+  requires_rdma
+  ref_digests_start "1 $BIG_STREAM"
+}
+
+teardown_file() { ref_digests_stop; }
+
+setup() {
+  vm_setup
+  unset SDPSHIM_DEBUG_FAIL_AFTER SDPSHIM_CLIMB
+  RESTORE_LINK=
+}
+
+teardown() {
+  vm_teardown
+  [ -z "${RESTORE_LINK:-}" ] || restore_link
+}
+
+# live_end ROLE PORT FIELD...: the live ROLE end of the connection to PORT:
+# "PATH FIELD1 FIELD2 ..." (none when not seen).
+live_end() {
+  local role=$1 port=$2; shift 2
+  "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
+import json, re, sys
+role, port, fields = sys.argv[1], sys.argv[2], sys.argv[3:]
+best = "none"
+for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
+    c = json.loads(m.group(0))
+    end = c.get("local" if role == "server" else "remote", "")
+    if c.get("role") == role and end.rsplit(":", 1)[-1] == port:
+        best = " ".join([c["path"]] + [str(c.get(f, "-")) for f in fields])
+print(best)' "$role" "$port" "$@"
+}
+
+# wait_live ROLE PORT WANT SECS: until live_end ROLE PORT climbs prints WANT.
+wait_live() {
+  local until=$(( $(now_ms) + $4 * 1000 ))
+  while [ "$(now_ms)" -lt "$until" ]; do
+    [ "$(live_end "$1" "$2" climbs)" = "$3" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+stats_field_of() {
+  "$PY" -S -c '
+import json, os, sys
+path, role, field = sys.argv[1:4]
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+print(" ".join(str(c.get(field, "-")) for c in lines if c["role"] == role))' "$STATS" "$1" "$2"
+}
+
+# climb_case up|down [SERVER_ENV...]: the delete-then-add case; with server
+# env (SDPSHIM_CLIMB=0) the stream must stay on TCP instead.
+climb_case() {
+  local dir=$1 field receiver port live crc=0 src=0 del t_active t_back got want refused=; shift
+  [ $# -gt 0 ] && refused=1
+  if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
+  rxe_link_pick || true
+  [ -n "$LINK_DEV" ]
+  [ -n "$LINK_NETDEV" ]
+  port=$(free_port)
+  # A paced reader: the stream lasts long enough for the device to go and come back.
+  start_bg server timeout -k 5 600 env SDPSHIM_LOG=info STREAM_READ_MAX=65536 STREAM_READ_PAUSE_US=4000 \
+    "$@" "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  stream_listening server "$port"
+  qp_watch_start
+  start_bg client timeout -k 5 600 env SDPSHIM_LOG=info STREAM_READ_MAX=65536 STREAM_READ_PAUSE_US=4000 \
+    "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d "$dir" -m 64K
+  live=$(live_rdma_wait "$port" "$field")
+  show "before the delete: server path and $field: $live; RC QPs of stream: $(count_rc_qps stream)"
+  [ "${live% *}" = rdma ]
+  RESTORE_LINK=1
+  link_delete_start "$T/linkdel.res"
+  restore_link "$T/linkdel.res"
+  t_active=$(now_ms)
+  RESTORE_LINK=
+  del=$(cat "$T/linkdel.res" 2>/dev/null)
+  if [ -z "$refused" ]; then
+    wait_live server "$port" "rdma 1" 30 || true
+    t_back=$(now_ms)
+    live="server: $(live_end server "$port" climbs switches), client: $(live_end client "$port" climbs switches)"
+  else
+    sleep 5
+    live="server: $(live_end server "$port" climbs switches), client: $(live_end client "$port" climbs switches)"
+    t_back=$t_active
+  fi
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  qp_watch_stop
+  got=$(stream_digest "$receiver" "$T/$receiver.log" "$BIG_BYTES")
+  want=$(ref_digest 1 "$BIG_STREAM")
+  show "rdma link delete $LINK_DEV: ${del:-none}" \
+       "live $(( t_back - t_active )) ms after the port was ACTIVE again: $live" \
+       "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "$receiver received sha256 ${got:-none}, reference $want" \
+       "RC QPs of stream seen: $(qp_seen stream)" \
+       "$(stats_lines "$STATS")" \
+       "switches: client $(stats_field_of client switches), server $(stats_field_of server switches);" \
+       "climbs: client $(stats_field_of client climbs), server $(stats_field_of server climbs)"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "${del%% *}" = rc=0 ]
+  del=${del#*ms=}
+  [ "$del" -le 1000 ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
+  assert_exact_bytes "$STATS"
+  if [ -z "$refused" ]; then
+    [ "$(stats_field_of client switches)" = 2 ]
+    [ "$(stats_field_of server switches)" = 2 ]
+    [ "$(( t_back - t_active ))" -le 2000 ]
+    [ "$(stats_field_of client climbs)" = 1 ]
+    [ "$(stats_field_of server climbs)" = 1 ]
+    [ "$(stats_lines "$STATS" path=rdma reason=none | wc -l)" -eq 2 ]
+  else
+    [ "$(stats_field_of client switches)" = 1 ]
+    [ "$(stats_field_of server switches)" = 1 ]
+    [ "$(stats_field_of client climbs)" = 0 ]
+    [ "$(stats_field_of server climbs)" = 0 ]
+    [ "$(stats_lines "$STATS" path=tcp reason=failover | wc -l)" -eq 2 ]
+    grep -q "will not move this stream back to RDMA (refused)" "$T/client.log"
+  fi
+}
+
+@test "climb: rdma link delete then add during a $(size_name "$BIG_STREAM") upload: back on RDMA within 2 s, byte-exact" {
+  climb_case up
+}
+
+@test "climb: rdma link delete then add during a $(size_name "$BIG_STREAM") download: back on RDMA within 2 s, byte-exact" {
+  climb_case down
+}
+
+@test "climb: a server with SDPSHIM_CLIMB=0 refuses: the stream stays on TCP, byte-exact" {
+  climb_case up SDPSHIM_CLIMB=0
+}
+
+# fail_case EXPECT SERVER_ENV CLIENT_ENV [IO]: a $BIG_STREAM upload (writes of
+# up to $FAIL_MSG, 64K by default; IO a stream -e mode) whose client
+# forces its QP into the error state after 16 MiB; each *_ENV is a list of
+# VAR=VALUE words (or "-").  EXPECT: climb (back on RDMA, byte-exact), tcp
+# (stays on TCP, byte-exact), reset (the connection is reset, no byte guessed).
+fail_case() {
+  local expect=$1 senv=() cenv=() io=() port crc=0 src=0 got want
+  [ "$2" = - ] || read -ra senv <<<"$2"
+  [ "$3" = - ] || read -ra cenv <<<"$3"
+  [ -z "${4:-}" ] || io=(-e "$4")
+  port=$(free_port)
+  start_bg server timeout -k 5 300 env SDPSHIM_LOG=info STREAM_READ_MAX=65536 STREAM_READ_PAUSE_US=2000 \
+    "${senv[@]}" "${PRE[@]}" "$PROGS/stream" "${io[@]}" -s "$port" -n 1
+  stream_listening server "$port"
+  start_bg client timeout -k 5 300 env SDPSHIM_LOG=info SDPSHIM_DEBUG_FAIL_AFTER=$((16 << 20)) \
+    "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" "${io[@]}" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d up \
+    -m "${FAIL_MSG:-64K}"
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  got=$(stream_digest server "$T/server.log" "$BIG_BYTES")
+  want=$(ref_digest 1 "$BIG_STREAM")
+  show "expect: $expect" "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "server received sha256 ${got:-none}, reference $want" "$(stats_lines "$STATS")" \
+       "switches: client $(stats_field_of client switches), server $(stats_field_of server switches);" \
+       "climbs: client $(stats_field_of client climbs), server $(stats_field_of server climbs)"
+  run grep -q MISMATCH "$T/server.log"
+  [ "$status" -eq 1 ]
+  case $expect in
+    climb|tcp)
+      [ "$crc" -eq 0 ]
+      [ "$src" -eq 0 ]
+      [ "$got" = "$want" ]
+      assert_exact_bytes "$STATS"
+      if [ "$expect" = climb ]; then
+        [ "$(stats_field_of client switches)" = 2 ]
+        [ "$(stats_field_of server switches)" = 2 ]
+        [ "$(stats_field_of client climbs)" = 1 ]
+        [ "$(stats_field_of server climbs)" = 1 ]
+      else
+        [ "$(stats_field_of client switches)" = 1 ]
+        [ "$(stats_field_of server switches)" = 1 ]
+        [ "$(stats_field_of client climbs)" = 0 ]
+        [ "$(stats_field_of server climbs)" = 0 ]
+      fi ;;
+    reset)
+      [ "$crc" -ne 0 ]
+      [ "$src" -ne 0 ]
+      [ -z "$got" ]
+      [ "$(stats_field_of client climbs)" = 0 ]
+      [ "$(stats_field_of server climbs)" = 0 ] ;;
+  esac
+}
+
+@test "climb: a forced QP error with the device still there: the stream climbs back at once, byte-exact" {
+  fail_case climb - -
+  grep -q "the stream is back on RDMA" "$T/client.log"
+}
+
+@test "climb: the same with both ends in edge-triggered epoll: readiness follows the stream there and back" {
+  fail_case climb - - epollet
+}
+
+@test "climb: the same with writes of up to 1 MiB (zero-copy before the failure and after the climb)" {
+  FAIL_MSG=1M fail_case climb - -
+  [ "$(stats_field_of client zcopy_bytes_sent)" -gt 0 ]
+}
+
+@test "climb: the same with both ends in poll()" {
+  fail_case climb - - poll
+}
+
+@test "climb: a server whose climb MAC is wrong: the client keeps the stream on TCP, byte-exact" {
+  fail_case tcp SDPSHIM_DEBUG_CLIMB_LIE=1 -
+  grep -q "could not prove it holds this stream" "$T/client.log"
+}
+
+@test "climb: a server that never answers the climb: bounded attempts, the stream stays on TCP, byte-exact" {
+  fail_case tcp SDPSHIM_DEBUG_CLIMB_LIE=3 "SDPSHIM_CONNECT_TIMEOUT_MS=1000 SDPSHIM_LOG=debug"
+  grep -q "climb attempt over: no answer" "$T/client.log"
+}
+
+@test "climb: a client whose climb MAC is wrong is refused and its connection reset: no byte guessed" {
+  fail_case reset - SDPSHIM_DEBUG_CLIMB_LIE=1
+  grep -q "named this stream without its key; refused" "$T/server.log"
+}
+
+@test "climb: a server whose cut lies outside the stream's window: the client resets, no byte guessed" {
+  fail_case reset SDPSHIM_DEBUG_CLIMB_LIE=2 -
+  grep -q "is not in this stream's window" "$T/client.log"
+}
