@@ -34,7 +34,7 @@ uint64_t stats_now_ms(void)
 }
 
 _Static_assert(sizeof(struct sdp_proc_stats) == 440, "header layout (tests/fuzz/fuzz_stats.c)");
-_Static_assert(sizeof(struct sdp_conn_stats) == 184, "slot layout");
+_Static_assert(sizeof(struct sdp_conn_stats) == 200, "slot layout");
 _Static_assert(sizeof(struct sdp_link_stats) == 136, "link record layout");
 _Static_assert(sizeof(struct sdp_link_stats) % 8 == 0 && sizeof(struct sdp_conn_stats) % 8 == 0,
 	       "records stay 8-byte aligned");
@@ -447,6 +447,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     "\"mr_cache_hits\":%llu,\"mr_cache_misses\":%llu,"
 		     "\"credit_updates_sent\":%llu,\"credit_stalls\":%llu,"
 		     "\"tx_credits\":%u,\"rx_posted\":%u,\"switches\":%u,\"climbs\":%u,"
+		     "\"tcp_bytes_sent\":%llu,\"tcp_bytes_received\":%llu,"
 		     "\"opened_ms\":%llu%s}",
 		     (int)pid, comm ? comm : "", s->fd, stats_role_name(s->role), local, remote,
 		     sdp_path_name((enum sdp_path)s->path),
@@ -457,7 +458,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     U64(credit_updates_sent), U64(credit_stalls),
 		     (unsigned)atomic_load(&s->tx_credits), (unsigned)atomic_load(&s->rx_posted),
 		     (unsigned)atomic_load(&s->switches), (unsigned)atomic_load(&s->climbs),
-		     (unsigned long long)s->opened_ms, closed);
+		     U64(tcp_bytes_sent), U64(tcp_bytes_received), (unsigned long long)s->opened_ms, closed);
 	return (n < 0 || (size_t)n >= len) ? -1 : n;
 }
 

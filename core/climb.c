@@ -222,9 +222,12 @@ ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	if (n > 0) {
 		if (!(flags & MSG_PEEK)) {
 			c->climb.tcp_rx_off += (uint64_t)n;
-			if (c->st)
+			if (c->st) {
 				atomic_fetch_add_explicit(&c->st->bytes_received, (uint64_t)n,
 							  memory_order_relaxed);
+				atomic_fetch_add_explicit(&c->st->tcp_bytes_received, (uint64_t)n,
+							  memory_order_relaxed);
+			}
 			if (c->phase == CONN_CLIMB_HALF && !prefix_left(c))
 				back_on_rdma(c);
 		}
@@ -259,8 +262,11 @@ ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	n = real.sendmsg(c->tcp_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL | (flags & MSG_MORE));
 	if (n > 0) {
 		c->tx_stream_off += (uint64_t)n;
-		if (c->st)
+		if (c->st) {
 			atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
+			atomic_fetch_add_explicit(&c->st->tcp_bytes_sent, (uint64_t)n,
+						  memory_order_relaxed);
+		}
 		done += (size_t)n;
 		*again = done < total;
 		return (ssize_t)done;

@@ -567,6 +567,8 @@ static void zero_counters(struct sdp_conn_stats *st)
 	atomic_store(&st->zcopy_bytes_received, 0);
 	atomic_store(&st->zcopy_ops, 0);
 	atomic_store(&st->zcopy_cancels, 0);
+	atomic_store(&st->tcp_bytes_sent, 0);
+	atomic_store(&st->tcp_bytes_received, 0);
 }
 
 static bool slot_in_seg(const struct sdp_conn_stats *slot, const struct stats_seg *seg)

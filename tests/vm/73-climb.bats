@@ -123,7 +123,10 @@ climb_case() {
        "RC QPs of stream seen: $(qp_seen stream)" \
        "$(stats_lines "$STATS")" \
        "switches: client $(stats_field_of client switches), server $(stats_field_of server switches);" \
-       "climbs: client $(stats_field_of client climbs), server $(stats_field_of server climbs)"
+       "climbs: client $(stats_field_of client climbs), server $(stats_field_of server climbs);" \
+       "$receiver received on TCP $(stats_field_of "$receiver" tcp_bytes_received)," \
+       "by copy $(stats_field_of "$receiver" copy_bytes_received)," \
+       "by zero-copy $(stats_field_of "$receiver" zcopy_bytes_received) of $BIG_BYTES"
   [ "$crc" -eq 0 ]
   [ "$src" -eq 0 ]
   [ "${del%% *}" = rc=0 ]
@@ -135,6 +138,10 @@ climb_case() {
   if [ -z "$refused" ]; then
     [ "$(stats_field_of client switches)" = 2 ]
     [ "$(stats_field_of server switches)" = 2 ]
+    # Bytes went each way on each path: RDMA before and after, TCP between.
+    [ "$(stats_field_of "$receiver" tcp_bytes_received)" -gt 0 ]
+    [ "$(stats_field_of "$receiver" tcp_bytes_received)" -lt "$BIG_BYTES" ]
+    [ "$(stats_field_of "$receiver" copy_bytes_received)" -gt 0 ]
     [ "$(( t_back - t_active ))" -le 2000 ]
     [ "$(stats_field_of client climbs)" = 1 ]
     [ "$(stats_field_of server climbs)" = 1 ]
