@@ -142,14 +142,14 @@ import struct, sys
 
 def image(pid, uid, slot_count=8, slots=8, links=1):
     by_reason = [0] * 32
-    hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 3, slot_count, pid, uid,
+    hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 4, slot_count, pid, uid,
                       1700000000000, b"forged", 0, 1, 0, *by_reason, 1, 1, 0, links, 0,
                       268435456, 0, 0, 0)
     addr = struct.pack("<HH16s", 2, 666, bytes((6, 6, 6, 6)))
     live = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 1, 0, 0, 0, 0) + addr + addr + bytes(4) +
-            struct.pack("<13Q", 1, 666, 666, *([0] * 10)) + bytes(16))
-    assert len(hdr) == 440 and len(live) == 184
-    return hdr + live + bytes(184 * (slots - 1)) + bytes(136 * links)
+            struct.pack("<13Q", 1, 666, 666, *([0] * 10)) + bytes(32))
+    assert len(hdr) == 440 and len(live) == 200
+    return hdr + live + bytes(200 * (slots - 1)) + bytes(136 * links)
 
 if __name__ == "__main__":
     path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
