@@ -222,12 +222,7 @@ ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	if (n > 0) {
 		if (!(flags & MSG_PEEK)) {
 			c->climb.tcp_rx_off += (uint64_t)n;
-			if (c->st) {
-				atomic_fetch_add_explicit(&c->st->bytes_received, (uint64_t)n,
-							  memory_order_relaxed);
-				atomic_fetch_add_explicit(&c->st->tcp_bytes_received, (uint64_t)n,
-							  memory_order_relaxed);
-			}
+			conn_count_tcp(c, false, (size_t)n);
 			if (c->phase == CONN_CLIMB_HALF && !prefix_left(c))
 				back_on_rdma(c);
 		}
@@ -262,11 +257,7 @@ ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	n = real.sendmsg(c->tcp_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL | (flags & MSG_MORE));
 	if (n > 0) {
 		c->tx_stream_off += (uint64_t)n;
-		if (c->st) {
-			atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
-			atomic_fetch_add_explicit(&c->st->tcp_bytes_sent, (uint64_t)n,
-						  memory_order_relaxed);
-		}
+		conn_count_tcp(c, true, (size_t)n);
 		done += (size_t)n;
 		*again = done < total;
 		return (ssize_t)done;
@@ -646,13 +637,12 @@ static bool take_peer_cut(struct sdp_conn *c, uint64_t cut)
 
 /* ------------------------------------------------------- the client */
 
-void climb_send_req(struct sdp_conn *c, const uint8_t local_addr[16])
+void climb_send_req(struct sdp_conn *c)
 {
 	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = c->buf_count,
 				   .buf_size = c->buf_size };
 	uint8_t payload[sizeof(struct sdp_climb_req_wire)];
 
-	(void)local_addr;
 	if (c->climb.step != CLIMB_DIALING)
 		return;
 	memcpy(r.nonce, c->climb.nonce_i, SDP_NONCE_SIZE);

@@ -1152,7 +1152,7 @@ static void send_open(struct sdp_link *link, struct sdp_conn *c)
 
 	if (c->phase == CONN_HELD && !c->link_open_sent && c->link == link) {
 		c->link_open_sent = true;
-		climb_send_req(c, link->local_addr);
+		climb_send_req(c);
 		return;
 	}
 	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)

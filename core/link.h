@@ -37,7 +37,7 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code);
 int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
 /* climb.c's, called by the link (c locked where c is named). */
-void climb_send_req(struct sdp_conn *c, const uint8_t local_addr[16]);
+void climb_send_req(struct sdp_conn *c);
 void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r);
 /* False: the message is not one c expects now (a protocol violation). */
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);

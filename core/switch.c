@@ -460,11 +460,7 @@ static ssize_t send_rest_on_tcp(struct sdp_conn *c, const struct iovec *iov, int
 	pthread_mutex_lock(&c->lock);
 	free(rest);
 	if (n > 0) {
-		if (c->st) {
-			atomic_fetch_add_explicit(&c->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
-			atomic_fetch_add_explicit(&c->st->tcp_bytes_sent, (uint64_t)n,
-						  memory_order_relaxed);
-		}
+		conn_count_tcp(c, true, (size_t)n);
 		done += (size_t)n;
 	}
 	return (ssize_t)done;
