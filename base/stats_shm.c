@@ -34,7 +34,7 @@ uint64_t stats_now_ms(void)
 }
 
 _Static_assert(sizeof(struct sdp_proc_stats) == 440, "header layout (tests/fuzz/fuzz_stats.c)");
-_Static_assert(sizeof(struct sdp_conn_stats) == 200, "slot layout");
+_Static_assert(sizeof(struct sdp_conn_stats) == 208, "slot layout");
 _Static_assert(sizeof(struct sdp_link_stats) == 136, "link record layout");
 _Static_assert(sizeof(struct sdp_link_stats) % 8 == 0 && sizeof(struct sdp_conn_stats) % 8 == 0,
 	       "records stay 8-byte aligned");
@@ -448,7 +448,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     "\"credit_updates_sent\":%llu,\"credit_stalls\":%llu,"
 		     "\"tx_credits\":%u,\"rx_posted\":%u,\"switches\":%u,\"climbs\":%u,"
 		     "\"tcp_bytes_sent\":%llu,\"tcp_bytes_received\":%llu,"
-		     "\"opened_ms\":%llu%s}",
+		     "\"opened_ms\":%llu,\"moved_ms\":%llu%s}",
 		     (int)pid, comm ? comm : "", s->fd, stats_role_name(s->role), local, remote,
 		     sdp_path_name((enum sdp_path)s->path),
 		     sdp_reason_name((enum sdp_reason)s->reason), s->negcached ? "true" : "false",
@@ -458,7 +458,8 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     U64(credit_updates_sent), U64(credit_stalls),
 		     (unsigned)atomic_load(&s->tx_credits), (unsigned)atomic_load(&s->rx_posted),
 		     (unsigned)atomic_load(&s->switches), (unsigned)atomic_load(&s->climbs),
-		     U64(tcp_bytes_sent), U64(tcp_bytes_received), (unsigned long long)s->opened_ms, closed);
+		     U64(tcp_bytes_sent), U64(tcp_bytes_received), (unsigned long long)s->opened_ms,
+		     U64(moved_ms), closed);
 	return (n < 0 || (size_t)n >= len) ? -1 : n;
 }
 

@@ -48,8 +48,8 @@
 #include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
-#define STATS_VERSION 4 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app,
-                          * progress_wakeups; 4: climbs, tcp_bytes_sent/received */
+#define STATS_VERSION 5 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app,
+                          * progress_wakeups; 4: climbs, tcp_bytes_sent/received; 5: moved_ms */
 #define STATS_REASON_SLOTS 32
 #define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
 #define STATS_LINKS_MAX (1u << 16) /* the largest SDPSHIM_LINK_SLOTS (base/config.c) */
@@ -89,6 +89,7 @@ struct sdp_conn_stats {
 	/* Of bytes_sent/received, those the app's calls moved through the
 	 * kernel TCP socket (the rest went over RDMA). */
 	_Atomic uint64_t tcp_bytes_sent, tcp_bytes_received;
+	_Atomic uint64_t moved_ms;  /* CLOCK_REALTIME of the latest path move; 0: none */
 };
 
 struct sdp_proc_stats {

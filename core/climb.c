@@ -600,6 +600,7 @@ static void back_on_rdma(struct sdp_conn *c)
 	if (c->st) {
 		atomic_fetch_add_explicit(&c->st->switches, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&c->st->climbs, 1, memory_order_relaxed);
+		atomic_store_explicit(&c->st->moved_ms, stats_now_ms(), memory_order_relaxed);
 	}
 	sdp_info("the stream is back on RDMA (%u attempts)", c->climb.attempts + 1);
 	conn_update_readiness(c, true);

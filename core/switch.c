@@ -166,8 +166,10 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 	conn_set_phase(c, CONN_SWITCHING);
 	if (c->rd_shut)
 		real.shutdown(c->tcp_fd, SHUT_RD);
-	if (c->st)
+	if (c->st) {
 		atomic_fetch_add_explicit(&c->st->switches, 1, memory_order_relaxed);
+		atomic_store_explicit(&c->st->moved_ms, stats_now_ms(), memory_order_relaxed);
+	}
 	if (by_peer)
 		sdp_info("the peer moved the stream to TCP; following (%zu bytes to resend)",
 			 c->drain_len - SDP_SWITCH_SIZE);

@@ -386,10 +386,10 @@ def tcp_diag_seeds():
 
 
 # The stats segment (base/stats_shm.h), little-endian as the writer lays it out
-# on the hosts sdpshim runs on: a 440-byte header, then 200-byte slots, then
+# on the hosts sdpshim runs on: a 440-byte header, then 208-byte slots, then
 # 136-byte link records.
 STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
-STATS_VERSION = 4
+STATS_VERSION = 5
 AF_INET, AF_INET6 = 2, 10
 ROLE = dict(NONE=0, CLIENT=1, SERVER=2, LISTENER=3)
 PATH = dict(UNDECIDED=0, TCP=1, RDMA=2)
@@ -415,13 +415,13 @@ def stats_addr(family=0, port=0, addr=b""):
 
 def stats_slot(in_use=1, seq=2, fd=7, role=ROLE["CLIENT"], path=PATH["TCP"],
                reason=REASON["LOOPBACK"], local=None, remote=None, sent=5000, received=7000,
-               tcp_sent=5000, tcp_received=7000):
+               tcp_sent=5000, tcp_received=7000, moved_ms=1700000000009):
     local = local if local is not None else stats_addr(AF_INET, 40000, bytes((127, 0, 0, 1)))
     remote = remote if remote is not None else stats_addr(AF_INET, 6379, bytes((127, 0, 0, 1)))
     head = struct.pack("<IIiBBHBBH", in_use, seq, fd, role, path, reason, 0, 0, 0)
     counters = struct.pack("<Q12Q", 1700000000001, sent, received, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     return (head + local + remote + b"\0" * 4 + counters + struct.pack("<IIII", 32, 32, 1, 0) +
-            struct.pack("<QQ", tcp_sent, tcp_received))
+            struct.pack("<QQQ", tcp_sent, tcp_received, moved_ms))
 
 
 def stats_link(in_use=1, seq=2, role=LINK_ROLE["CLIENT"], state=LINK_STATE["UP"], pad=0,
@@ -439,9 +439,9 @@ def stats_seeds():
     rdma = stats_slot(fd=9, role=ROLE["SERVER"], path=PATH["RDMA"], reason=REASON["NONE"],
                       local=v6, remote=v6)
     listener = stats_slot(fd=3, role=ROLE["LISTENER"], remote=stats_addr())
-    free_slot = bytes(200)
+    free_slot = bytes(208)
     free_link = bytes(136)
-    assert len(stats_header(1)) == 440 and len(stats_slot()) == 200 and len(stats_link()) == 136
+    assert len(stats_header(1)) == 440 and len(stats_slot()) == 208 and len(stats_link()) == 136
     return {
         "one-free-slot": stats_header(1) + free_slot + free_link,
         "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot +

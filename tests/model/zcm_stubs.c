@@ -62,6 +62,11 @@ WEAK uint64_t progress_coarse_slack_ms(void)
 	return 0; /* the model's clock has no ticks */
 }
 
+WEAK uint64_t stats_now_ms(void)
+{
+	return (zcm.now_us + REALTIME_BASE_US) / 1000; /* the stats' wall clock */
+}
+
 /* ------------------------------------------------------ waits and wakes */
 
 int zcm_real_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)

@@ -175,7 +175,7 @@ EOF
   [[ "$output" == *", pinned 0 of 8.0M, budget refusals 0"* ]]
 }
 
-# seg.py PATH PID UID: a segment image (base/stats_shm.h, version 4) for a
+# seg.py PATH PID UID: a segment image (base/stats_shm.h, version 5) for a
 # live process that is not preloaded: one live connection, a budget of
 # 8 MiB with 4268032 bytes pinned and 3 refusals, a live client link to
 # 10.0.0.2:6379, and a link record with a role no writer uses.
@@ -184,19 +184,19 @@ write_seg_py() {
 import struct, sys
 path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 by_reason = [0] * 32
-hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 4, 2, pid, uid, 1700000000000,
+hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 5, 2, pid, uid, 1700000000000,
                   b"linked", 0, 0, 1, *by_reason, 0, 0, 0, 3, 0, 8388608, 4268032, 3, 77)
 def addr(a, port):
     return struct.pack("<HH16s", 2, port, bytes(a))
 conn = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 2, 0, 0, 0, 0) + addr((10, 0, 0, 1), 40000) +
-        addr((10, 0, 0, 2), 6379) + bytes(4) + struct.pack("<13Q", 1, *([0] * 12)) + bytes(32))
+        addr((10, 0, 0, 2), 6379) + bytes(4) + struct.pack("<13Q", 1, *([0] * 12)) + bytes(40))
 def link(role, state=1):
     return (struct.pack("<IIBBH", 1, 2, role, state, 0) + addr((10, 0, 0, 1), 40001) +
             addr((10, 0, 0, 2), 6379) +
             struct.pack("<IQIIQIIQQQQQQ", 0, 1700000000002, 3, 255, 1 << 20, 64, 5, 1000, 999,
                         123456, 654321, 9, 400))
-img = hdr + conn + bytes(200) + link(1) + link(9) + bytes(136)
-assert len(hdr) == 440 and len(conn) == 200 and len(link(1)) == 136
+img = hdr + conn + bytes(208) + link(1) + link(9) + bytes(136)
+assert len(hdr) == 440 and len(conn) == 208 and len(link(1)) == 136
 with open(path, "wb") as f:
     f.write(img)
 PY

@@ -571,6 +571,9 @@ link_delete_case() {
   # The server's rdma_cm listener went with the device; it listens again
   # (a backoff of at most 8 s) before the next connection comes.
   wait_for_line "$T/server.log" "port $port listens for RDMA channels again" 30 || true
+  # The held connection climbs back (a backoff of at most 1 s) before the
+  # client is let go: a close while still held would end it on TCP.
+  wait_live client "$port" "rdma 1" 30 || true
   touch "$go"
   wait_bg client || crc=$?
   run_timeout 90 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 >"$T/client2.log" 2>&1 || c2=$?

@@ -439,20 +439,22 @@ for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
 print(best)' "$1" "${2:-bytes_received}"
 }
 
-# live_path ROLE PORT: the path ("rdma", "tcp", ...) of the live ROLE end of the
-# connection to PORT (the server's local port, the client's remote port) in
-# `sdpshim stat --json`, "none" while there is none
-live_path() {
+# live_end ROLE PORT [FIELD...]: the live ROLE end of the connection to
+# PORT, by `sdpshim stat --json`: "PATH FIELD1 FIELD2 ..." (the last one
+# listed; none when not seen).
+live_end() {
   "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
 import json, sys
-role, port, path = sys.argv[1], sys.argv[2], "none"
+role, port, fields, seen = sys.argv[1], sys.argv[2], sys.argv[3:], "none"
 for p in json.load(sys.stdin).get("processes", []):
     for c in p.get("connections", []):
         end = c.get("local" if role == "server" else "remote", "")
         if c.get("role") == role and end.rsplit(":", 1)[-1] == port:
-            path = c.get("path", "none")
-print(path)' "$1" "$2"
+            seen = " ".join([c.get("path", "none")] + [str(c.get(f, "-")) for f in fields])
+print(seen)' "$@"
 }
+
+live_path() { live_end "$1" "$2"; }
 
 # wait_live_path ROLE PORT PATH SECS: until live_path ROLE PORT prints PATH;
 # fails after SECS, saying what it saw
@@ -464,6 +466,17 @@ wait_live_path() {
     [ "$(date +%s)" -lt "$until" ] || { echo "wait_live_path: the $1 end on port $2 is '$seen', not '$3', after $4 s" >&2; return 1; }
     sleep 0.1
   done
+}
+
+# wait_live ROLE PORT WANT SECS: until live_end ROLE PORT climbs prints WANT
+# ("PATH CLIMBS").
+wait_live() {
+  local until=$(( $(now_ms) + $4 * 1000 ))
+  while [ "$(now_ms)" -lt "$until" ]; do
+    [ "$(live_end "$1" "$2" climbs)" = "$3" ] && return 0
+    sleep 0.05
+  done
+  return 1
 }
 
 # Reference digests (tests/progs/streamref SEED BYTES: the SHA-256 of the stream,
@@ -716,13 +729,14 @@ rxe_counter() {
 }
 
 link_delete_start() {
-  local res=$1 t0
+  local res=$1
   rm -f "$res"
-  t0=$(now_ms)
   (
-    rc=0
+    # bash's own clock: a `date` on each side would add two process starts,
+    # slow under TCG, to what is measured.
+    rc=0 t0=${EPOCHREALTIME/./}
     timeout 60 rdma link delete "$LINK_DEV" >"$res.out" 2>&1 || rc=$?
-    echo "rc=$rc ms=$(( $(now_ms) - t0 ))" >"$res"
+    echo "rc=$rc ms=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))" >"$res"
   ) 3>&- &
 }
 
@@ -758,6 +772,9 @@ link_delete_watch() {
   done
 }
 
+# restore_link [RES]: once the `rdma link delete` that writes RES is over,
+# add the device again (LINK_ADDED_MS: when the add returned) and wait, at
+# most 30 s, for its port to be ACTIVE.
 restore_link() {
   local res=${1:-$BATS_TEST_TMPDIR/linkdel.res} i
   for i in $(seq 1 600); do
@@ -768,6 +785,7 @@ restore_link() {
   if ! rdma link show "$LINK_DEV/1" >/dev/null 2>&1; then
     rdma link add "$LINK_DEV" type rxe netdev "$LINK_NETDEV" ||
       echo "restore_link: rdma link add $LINK_DEV type rxe netdev $LINK_NETDEV failed" >&2
+    LINK_ADDED_MS=$(now_ms) # the device is back (the wall clock of the stats' moved_ms)
   fi
   for i in $(seq 1 300); do
     rdma link show 2>/dev/null | grep -Eq "^link $LINK_DEV/1 state ACTIVE " && return 0
