@@ -12,6 +12,7 @@ void policy_default(struct sdp_policy *p)
 	memset(p, 0, sizeof(*p));
 	p->zcopy_thresh = sdp_tun.zcopy_thresh;
 	p->connect_timeout_ms = sdp_tun.connect_timeout_ms;
+	p->climb = sdp_tun.climb != 0;
 }
 
 bool sdp_prefix_equal(const uint8_t *a, const uint8_t *b, unsigned bits)

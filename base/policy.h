@@ -21,6 +21,8 @@ struct sdp_net {
 struct sdp_policy {
 	int64_t zcopy_thresh;              /* bytes; 0: buffer copy only */
 	unsigned connect_timeout_ms;       /* client: bound of the whole RDMA attempt, binding included */
+	bool climb;                        /* a failover's stream goes back to RDMA; a server takes
+					    * a peer's move back (core/climb.c) */
 	/* Server: the client subnets that may open RDMA channels (check with
 	 * sdp_nets_match()); 0: no restriction.  Plain TCP is never restricted
 	 * by them. */

@@ -366,7 +366,7 @@ const struct conn_carrier held_carrier = CONN_CARRIER(held);
  * end of the switch is through is told to try again, not refused. */
 void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason)
 {
-	c->climb.eligible = sdp_tun.climb && reason == SDP_REASON_FAILOVER && !c->fork_shared &&
+	c->climb.eligible = c->policy.climb && reason == SDP_REASON_FAILOVER && !c->fork_shared &&
 			    !c->app_closed && c->tuple.src_port && c->tuple.dst_port &&
 			    c->owner_ops != NULL;
 	c->climb.tcp_rx_off = c->sw.rx_have;
@@ -685,6 +685,17 @@ static bool on_chal(struct sdp_conn *c, const uint8_t *payload)
 	return true;
 }
 
+/* Both cuts are known: TCP is read up to the peer's (CLIMB_HALF), or, with
+ * nothing left there, the stream is on RDMA.  c locked. */
+static void after_peer_cut(struct sdp_conn *c)
+{
+	progress_timer_cancel(&c->timer);
+	if (!prefix_left(c))
+		back_on_rdma(c);
+	else
+		conn_update_readiness(c, true);
+}
+
 static bool on_ack(struct sdp_conn *c, const uint8_t *payload)
 {
 	uint64_t cut;
@@ -701,11 +712,7 @@ static bool on_ack(struct sdp_conn *c, const uint8_t *payload)
 	}
 	if (!take_peer_cut(c, cut))
 		return false;
-	progress_timer_cancel(&c->timer);
-	if (!prefix_left(c))
-		back_on_rdma(c);
-	else
-		conn_update_readiness(c, true);
+	after_peer_cut(c);
 	return true;
 }
 
@@ -734,13 +741,14 @@ static void refuse_and_put(struct sdp_link *link, uint16_t idx, struct sdp_conn 
 		conn_put(c);
 }
 
-void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r)
+void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r,
+		  const struct sdp_policy *listener_policy)
 {
 	struct sdp_climb_chal ch;
 	uint8_t payload[sizeof(struct sdp_climb_chal_wire)];
 	struct sdp_conn *c;
 
-	if (!sdp_tun.climb) {
+	if (!listener_policy->climb) {
 		refuse_and_put(link, idx, NULL, SDP_REJECT_RULE);
 		return;
 	}
@@ -818,10 +826,8 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 		attempt_over(c, "the link went");
 		return true;
 	}
-	progress_timer_cancel(&c->timer);
 	cut_sender(c);
-	if (!prefix_left(c))
-		back_on_rdma(c);
+	after_peer_cut(c);
 	return true;
 }
 

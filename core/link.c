@@ -1661,7 +1661,7 @@ static void on_climb_req(struct sdp_link *link, uint16_t idx, const uint8_t *pay
 	}
 	if (r.buf_size > link_msg_max(link))
 		r.buf_size = link_msg_max(link);
-	climb_on_req(link, idx, &r);
+	climb_on_req(link, idx, &r, &link->lsn->policy);
 }
 
 /* CHAL, ACK, NAK (client) and PROVE (server): the stream's next step. */

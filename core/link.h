@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "base/policy.h"
 #include "base/reason.h"
 #include "core/wire.h"
 
@@ -38,7 +39,9 @@ void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code);
 int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
 /* climb.c's, called by the link (c locked where c is named). */
 void climb_send_req(struct sdp_conn *c);
-void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r);
+/* listener_policy: the listener's the link came on (its climb=no refuses). */
+void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r,
+		  const struct sdp_policy *listener_policy);
 /* False: the message is not one c expects now (a protocol violation). */
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);
 

@@ -181,6 +181,8 @@ static bool decide_by_rules(enum rule_role role, const struct sockaddr *sa,
 			out->policy.zcopy_thresh = rule->zcopy_thresh;
 		if (rule->connect_timeout_ms > 0)
 			out->policy.connect_timeout_ms = (unsigned)rule->connect_timeout_ms;
+		if (rule->climb >= 0)
+			out->policy.climb = rule->climb != 0;
 		out->policy.client_net_count = rule->client_net_count; /* server rules only */
 		memcpy(out->policy.client_nets, rule->client_nets, sizeof(out->policy.client_nets));
 		if (path_mode == RULE_USE_BOTH)

@@ -19,7 +19,7 @@
 #define RULES_LINE_MAX       4096                 /* bytes per line, without '\n' */
 #define RULES_MAX            10000                /* rules per file */
 #define RULES_FILE_MAX       (1024 * 1024)        /* bytes per file */
-#define RULES_FIELDS_MAX     9                    /* fields kept per line, see tokenize() */
+#define RULES_FIELDS_MAX     10                   /* fields kept per line, see tokenize() */
 #define RULES_ADDRPORT_MAX   79                   /* bytes in an address:port field */
 #define RULES_NET_MAX        79                   /* bytes in one clients= entry */
 #define ZCOPY_THRESH_MAX     ((uint64_t)1 << 40)
@@ -353,12 +353,26 @@ static int parse_client_nets(const char *value, struct sdp_rule *r, char *err)
 	return LINE_RULE;
 }
 
-/* "zcopy_thresh=N", "connect_timeout_ms=N" or "clients=NET[,NET...]"; tok is
- * modified. */
+/* "climb=yes" or "climb=no". */
+static int parse_climb(const char *value, struct sdp_rule *r, char *err)
+{
+	if (r->climb >= 0)
+		return fail_token(err, "duplicate option", "climb", "each option at most once");
+	if (strcmp(value, "yes") == 0)
+		r->climb = 1;
+	else if (strcmp(value, "no") == 0)
+		r->climb = 0;
+	else
+		return fail_token(err, "bad value", value, "climb=yes or climb=no");
+	return LINE_RULE;
+}
+
+/* "zcopy_thresh=N", "connect_timeout_ms=N", "climb=yes|no" or
+ * "clients=NET[,NET...]"; tok is modified. */
 static int parse_option(char *tok, struct sdp_rule *r, char *err)
 {
-	static const char expected[] =
-		"zcopy_thresh=N, connect_timeout_ms=N or clients=addr[/n][,addr[/n]...]";
+	static const char expected[] = "zcopy_thresh=N, connect_timeout_ms=N, climb=yes|no or "
+				       "clients=addr[/n][,addr[/n]...]";
 	char *eq = strchr(tok, '=');
 
 	if (eq == NULL)
@@ -370,6 +384,8 @@ static int parse_option(char *tok, struct sdp_rule *r, char *err)
 	if (strcmp(tok, "connect_timeout_ms") == 0)
 		return parse_option_value(tok, eq + 1, 1, CONNECT_TIMEOUT_MAX,
 					  &r->connect_timeout_ms, err);
+	if (strcmp(tok, "climb") == 0)
+		return parse_climb(eq + 1, r, err);
 	if (strcmp(tok, "clients") == 0)
 		return parse_client_nets(eq + 1, r, err);
 	*eq = '=';
@@ -379,8 +395,8 @@ static int parse_option(char *tok, struct sdp_rule *r, char *err)
 /* ---- one line ----------------------------------------------------------- */
 
 /* Splits at spaces/tabs in place.  Keeps at most RULES_FIELDS_MAX fields: a
- * line with more always fails, because field 9 is a fourth option (there are
- * three), which is necessarily unknown or a duplicate. */
+ * line with more always fails, because field 10 is a fifth option (there are
+ * four), which is necessarily unknown or a duplicate. */
 static void tokenize(char *line, struct fields *fl)
 {
 	char *save = NULL;
@@ -440,6 +456,7 @@ static int parse_line(const char *raw, size_t len, struct sdp_rule *r, char *err
 	memset(r, 0, sizeof(*r));
 	r->zcopy_thresh = -1;
 	r->connect_timeout_ms = -1;
+	r->climb = -1;
 	return parse_fields(&fl, r, err);
 }
 

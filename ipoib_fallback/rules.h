@@ -1,7 +1,9 @@
 /* Path-choice rules in the style of libsdp's libsdp.conf:
  *   use rdma|tcp|both server|client <program glob> <addr[/prefix]|*>:<port[-port]|*> [key=value ...]
- * Options: zcopy_thresh=N, connect_timeout_ms=N, and on server rules only
- * clients=NET[,NET...] (the client subnets that may open RDMA channels).
+ * Options: zcopy_thresh=N, connect_timeout_ms=N, climb=yes|no (a stream a
+ * failover moved to TCP goes back to RDMA, and a server takes a peer's move
+ * back: core/climb.c), and on server rules only clients=NET[,NET...] (the
+ * client subnets that may open RDMA channels).
  * First match wins; no match means "both".  A file with a bad line, or one
  * that cannot be read, fails closed: none of its rules apply and every
  * connection matches "use tcp" instead.  Pure module: no I/O except
@@ -31,6 +33,7 @@ struct sdp_rule {
 	uint16_t port_lo, port_hi;         /* host order; 0-65535 for "*" */
 	int64_t  zcopy_thresh;             /* option zcopy_thresh=N; -1 when absent */
 	int64_t  connect_timeout_ms;       /* option connect_timeout_ms=N; -1 when absent */
+	int8_t   climb;                    /* option climb=yes|no: 1 or 0; -1 when absent */
 	unsigned client_net_count;         /* option clients=; 0 when absent (server rules only) */
 	struct sdp_net client_nets[SDP_CLIENT_NETS_MAX];
 	unsigned line;                     /* source line number, for diagnostics */

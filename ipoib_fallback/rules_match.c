@@ -68,9 +68,11 @@ static bool program_matches(const struct sdp_rule *r, const char *progname)
 /* What a fail_closed set matches: "use tcp <role> * *:*", of no line. */
 static const struct sdp_rule fail_closed_rule[2] = {
 	{ .use = RULE_USE_TCP, .role = RULE_ROLE_SERVER, .prog_glob = "*", .family = AF_UNSPEC,
-	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1 },
+	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1,
+	  .climb = -1 },
 	{ .use = RULE_USE_TCP, .role = RULE_ROLE_CLIENT, .prog_glob = "*", .family = AF_UNSPEC,
-	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1 },
+	  .port_lo = 0, .port_hi = 65535, .zcopy_thresh = -1, .connect_timeout_ms = -1,
+	  .climb = -1 },
 };
 
 const struct sdp_rule *rules_match(const struct sdp_rules *rules, enum rule_role role,

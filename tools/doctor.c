@@ -722,7 +722,8 @@ static void report_verdict(const union any_addr *dst)
 	path_decide_client(&dst->sa, &d);
 	if (d.try_rdma) {
 		printf("  verdict: try RDMA first (connect timeout %u ms, zero-copy from %" PRId64
-		       " bytes)%s\n", d.policy.connect_timeout_ms, d.policy.zcopy_thresh,
+		       " bytes, %s)%s\n", d.policy.connect_timeout_ms, d.policy.zcopy_thresh,
+		       d.policy.climb ? "back to RDMA after a failover" : "stays on TCP after a failover",
 		       d.require_rdma ? "; a rule requires RDMA, so there is no TCP fallback"
 				      : "; kernel TCP if the peer does not run sdpshim");
 		return;

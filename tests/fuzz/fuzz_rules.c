@@ -38,7 +38,8 @@ static void check_rule(const struct sdp_rule *r)
 	    (r->family != AF_UNSPEC && r->family != AF_INET && r->family != AF_INET6) ||
 	    r->zcopy_thresh < -1 || r->zcopy_thresh > ((int64_t)1 << 40) ||
 	    r->connect_timeout_ms < -1 || r->connect_timeout_ms == 0 ||
-	    r->connect_timeout_ms > 600000 || r->client_net_count > SDP_CLIENT_NETS_MAX ||
+	    r->connect_timeout_ms > 600000 || r->climb < -1 || r->climb > 1 ||
+	    r->client_net_count > SDP_CLIENT_NETS_MAX ||
 	    (r->client_net_count > 0 && r->role != RULE_ROLE_SERVER))
 		__builtin_trap();
 	for (unsigned i = 0; i < r->client_net_count; i++)

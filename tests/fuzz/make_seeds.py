@@ -324,6 +324,9 @@ def rules_seeds():
                    b"connect_timeout_ms=200\n"),
         "server-clients": b"use both server memcached  *:11211 clients=10.1.0.0/16,[fd00::]/8\n",
         "one-rule": b"use both client * *:*\n",
+        "climb": (b"use both server redis-* *:6379 climb=no\n"
+                  b"use rdma server * *:* zcopy_thresh=1 climb=yes connect_timeout_ms=2 "
+                  b"clients=10.0.0.0/8\n"),
         "empty": b"",
     }
 

@@ -191,8 +191,8 @@ static const struct parse_case parse_cases[] = {
 	BAD_TEXT("option without value", "use tcp client * *:* zcopy_thresh=\n",
 		 "t.conf:1: bad value '' (expected zcopy_thresh=0..1099511627776)"),
 	BAD_TEXT("option without '='", "use tcp client * *:* zcopy_thresh\n",
-		 "t.conf:1: unknown option 'zcopy_thresh' (expected zcopy_thresh=N, connect_timeout_ms=N"
-		 " or clients=addr[/n][,addr[/n]...])"),
+		 "t.conf:1: unknown option 'zcopy_thresh' (expected zcopy_thresh=N, connect_timeout_ms=N,"
+		 " climb=yes|no or clients=addr[/n][,addr[/n]...])"),
 	BAD_TEXT("zcopy_thresh negative", "use tcp client * *:* zcopy_thresh=-1\n", "bad value '-1'"),
 	BAD_TEXT("zcopy_thresh 2^40+1", "use tcp client * *:* zcopy_thresh=1099511627777\n",
 		 "bad value '1099511627777'"),
@@ -1140,6 +1140,54 @@ static void run_client_net_case(const struct client_net_case *c)
 	tap_result(ok, c->desc);
 }
 
+/* ---- climb=yes|no: the stream's way back to RDMA (core/climb.c) ---------- */
+
+struct climb_case {
+	const char *desc;
+	const char *text;
+	int want;              /* the rule's climb (-1: absent); -2: the text is rejected */
+	const char *diag;      /* for a rejected text: a part of its diagnostic */
+};
+
+static const struct climb_case climb_cases[] = {
+	{ "climb absent: -1, SDPSHIM_CLIMB decides", "use rdma client * *:*\n", -1, NULL },
+	{ "climb=no on a server rule", "use both server redis-* *:6379 climb=no\n", 0, NULL },
+	{ "climb=yes among all four options",
+	  "use rdma server * *:* zcopy_thresh=1 climb=yes connect_timeout_ms=2 clients=10.0.0.0/8\n",
+	  1, NULL },
+	{ "climb=no on a client rule", "use both client * 10.0.0.0/8:* climb=no\n", 0, NULL },
+	{ "climb values are case-sensitive", "use rdma client * *:* climb=No\n", -2,
+	  "t.conf:1: bad value 'No' (expected climb=yes or climb=no)" },
+	{ "climb=1 is not a value", "use rdma client * *:* climb=1\n", -2, "bad value '1'" },
+	{ "climb with no value", "use rdma client * *:* climb=\n", -2, "bad value" },
+	{ "climb twice", "use rdma client * *:* climb=yes climb=no\n", -2,
+	  "t.conf:1: duplicate option 'climb' (expected each option at most once)" },
+	{ "a fifth option is a duplicate, the rest cut off",
+	  "use rdma server * *:* zcopy_thresh=1 connect_timeout_ms=2 clients=10.0.0.0/8 climb=no "
+	  "climb=no a b\n", -2, "duplicate option 'climb'" },
+	{ "the key is case-sensitive", "use rdma client * *:* Climb=no\n", -2,
+	  "unknown option 'Climb=no'" },
+};
+
+static void run_climb_case(const struct climb_case *c)
+{
+	struct diag_capture d = { 0 };
+	struct sdp_rules r;
+	int rc = rules_parse(&r, c->text, strlen(c->text), "t.conf", capture_diag, &d);
+	int ok;
+
+	if (c->want == -2) {
+		ok = check_rejected(rc, &r, &d, c->diag);
+	} else {
+		ok = check_accepted(rc, &r, &d, 1);
+		if (ok)
+			ok = check(r.rule[0].climb == c->want, "climb %d, want %d", r.rule[0].climb,
+				   c->want);
+	}
+	rules_free(&r);
+	tap_result(ok, c->desc);
+}
+
 struct nets_match_case {
 	const char *desc;
 	const char *clients;   /* the clients= value; NULL: no option */
@@ -1327,7 +1375,7 @@ int main(void)
 	printf("1..%zu\n", ARRAY_SIZE(parse_cases) + ARRAY_SIZE(field_cases) +
 	       ARRAY_SIZE(match_cases) + ARRAY_SIZE(special_cases) +
 	       ARRAY_SIZE(client_net_cases) + ARRAY_SIZE(nets_match_cases) +
-	       ARRAY_SIZE(nets_special_cases));
+	       ARRAY_SIZE(nets_special_cases) + ARRAY_SIZE(climb_cases));
 	for (size_t i = 0; i < ARRAY_SIZE(parse_cases); i++)
 		run_parse_case(&parse_cases[i]);
 	for (size_t i = 0; i < ARRAY_SIZE(field_cases); i++)
@@ -1342,6 +1390,8 @@ int main(void)
 		run_nets_match_case(&nets_match_cases[i]);
 	for (size_t i = 0; i < ARRAY_SIZE(nets_special_cases); i++)
 		tap_result(nets_special_cases[i].fn(), nets_special_cases[i].desc);
+	for (size_t i = 0; i < ARRAY_SIZE(climb_cases); i++)
+		run_climb_case(&climb_cases[i]);
 	rules_free(&match_rules);
 	remove_tmpdir();
 	return tap_exit_status();

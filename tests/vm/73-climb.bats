@@ -15,6 +15,8 @@
 #    client's climb with a NAK, the stream ends on TCP byte-exact, climbs 0.
 #  - a forced QP error (SDPSHIM_DEBUG_FAIL_AFTER on the sender) with the device
 #    still there: the stream climbs back at once, byte-exact.
+#  - rules: climb=no on a server rule refuses as SDPSHIM_CLIMB=0 does; on a
+#    client rule the client never tries; climb=yes beats SDPSHIM_CLIMB=0.
 #  - liars (SDPSHIM_DEBUG_CLIMB_LIE on one end, the failure forced as above):
 #    a server whose MAC is wrong, or that never answers, leaves the client's
 #    stream on TCP, byte-exact; a client whose MAC is wrong, or a server whose
@@ -54,7 +56,7 @@ print(" ".join(str(c.get(field, "-")) for c in lines if c["role"] == role))' "$S
 # climb_case up|down [SERVER_ENV...]: the delete-then-add case; with server
 # env (SDPSHIM_CLIMB=0) the stream must stay on TCP instead.
 climb_case() {
-  local dir=$1 field receiver port live crc=0 src=0 del back got want refused=; shift
+  local dir=$1 field receiver port live crc=0 src=0 del back back_line got want refused=; shift
   [ $# -gt 0 ] && refused=1
   if [ "$dir" = up ]; then field=bytes_received receiver=server; else field=bytes_sent receiver=client; fi
   rxe_link_pick || true
@@ -93,8 +95,9 @@ climb_case() {
   back=$("$PY" -S -c 'import sys; m = [int(x) for x in sys.argv[2:] if x.isdigit()]
 print(max(m) - int(sys.argv[1]) if len(m) == 2 and sys.argv[1].isdigit() else "none")' \
     "${LINK_ADDED_MS:-}" "$(stats_field_of client moved_ms)" "$(stats_field_of server moved_ms)")
-  show "rdma link delete $LINK_DEV: ${del:-none}" \
-       "both ends back on RDMA ${back} ms after rdma link add returned; live: $live" \
+  if [ -n "$refused" ]; then back_line="refused: both ends stay on TCP; live: $live"
+  else back_line="both ends back on RDMA ${back} ms after rdma link add returned; live: $live"; fi
+  show "rdma link delete $LINK_DEV: ${del:-none}" "$back_line" \
        "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
        "$receiver received sha256 ${got:-none}, reference $want" \
        "RC QPs of stream seen: $(qp_seen stream)" \
@@ -234,4 +237,34 @@ fail_case() {
 @test "climb: a server whose cut lies outside the stream's window: the client resets, no byte guessed" {
   fail_case reset SDPSHIM_DEBUG_CLIMB_LIE=2 -
   grep -q "is not in this stream's window" "$T/client.log"
+}
+
+# The rule option climb=yes|no (README "Configuration"): a server rule answers
+# for its listener, a client rule for its connections; either beats
+# SDPSHIM_CLIMB.
+@test "climb: a server rule climb=no refuses the peer's climb: the stream stays on TCP, byte-exact" {
+  printf 'use both server * *:* climb=no\n' >"$T/server.conf"
+  fail_case tcp "SDPSHIM_CONFIG=$T/server.conf" -
+  grep -q "will not move this stream back to RDMA (refused)" "$T/client.log"
+}
+
+@test "climb: a client rule climb=no: the client never tries, the stream stays on TCP, byte-exact" {
+  printf 'use both client * *:* climb=no\n' >"$T/client.conf"
+  fail_case tcp - "SDPSHIM_CONFIG=$T/client.conf"
+  run grep -q "goes back to RDMA when it can" "$T/client.log"
+  [ "$status" -eq 1 ]
+  run grep -q "will not move this stream back to RDMA" "$T/client.log"
+  [ "$status" -eq 1 ]
+  # doctor's verdict for that peer says so; without the rule, the default.
+  run env SDPSHIM_CONFIG="$T/client.conf" "$SDPSHIM_BIN" doctor "$RXE_IP"
+  show "doctor with the rule: $(grep verdict <<<"$output")"
+  [[ "$output" == *"verdict: try RDMA first"*"stays on TCP after a failover"* ]]
+  run "$SDPSHIM_BIN" doctor "$RXE_IP"
+  show "doctor without: $(grep verdict <<<"$output")"
+  [[ "$output" == *"verdict: try RDMA first"*"back to RDMA after a failover"* ]]
+}
+
+@test "climb: a server rule climb=yes beats SDPSHIM_CLIMB=0: the stream climbs back, byte-exact" {
+  printf 'use both server * *:* climb=yes\n' >"$T/server.conf"
+  fail_case climb "SDPSHIM_CLIMB=0 SDPSHIM_CONFIG=$T/server.conf" -
 }
