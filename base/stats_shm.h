@@ -280,4 +280,17 @@ int stats_link_json(const struct sdp_link_stats *l, char *buf, size_t len);
 
 uint64_t stats_now_ms(void);
 
+/* Application bytes that went through the kernel TCP socket: counted as
+ * bytes and as TCP bytes (st may be NULL).  The TCP stream (preload) and
+ * the channel's own TCP I/O (core: held, switching) both count here. */
+static inline void stats_count_tcp(struct sdp_conn_stats *st, bool sent, uint64_t n)
+{
+	if (!st || !n)
+		return;
+	atomic_fetch_add_explicit(sent ? &st->bytes_sent : &st->bytes_received, n,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(sent ? &st->tcp_bytes_sent : &st->tcp_bytes_received, n,
+				  memory_order_relaxed);
+}
+
 #endif

@@ -222,7 +222,7 @@ ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	if (n > 0) {
 		if (!(flags & MSG_PEEK)) {
 			c->climb.tcp_rx_off += (uint64_t)n;
-			conn_count_tcp(c, false, (size_t)n);
+			stats_count_tcp(c->st, false, (uint64_t)n);
 			if (c->phase == CONN_CLIMB_HALF && !prefix_left(c))
 				back_on_rdma(c);
 		}
@@ -257,7 +257,7 @@ ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 	n = real.sendmsg(c->tcp_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL | (flags & MSG_MORE));
 	if (n > 0) {
 		c->tx_stream_off += (uint64_t)n;
-		conn_count_tcp(c, true, (size_t)n);
+		stats_count_tcp(c->st, true, (uint64_t)n);
 		done += (size_t)n;
 		*again = done < total;
 		return (ssize_t)done;

@@ -288,18 +288,6 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
 void switch_maybe_finish(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
 
-/* Application bytes the channel itself moved through the kernel socket:
- * counted as bytes and as TCP bytes (c->st may be NULL). */
-static inline void conn_count_tcp(struct sdp_conn *c, bool sent, size_t n)
-{
-	if (!c->st || !n)
-		return;
-	atomic_fetch_add_explicit(sent ? &c->st->bytes_sent : &c->st->bytes_received, n,
-				  memory_order_relaxed);
-	atomic_fetch_add_explicit(sent ? &c->st->tcp_bytes_sent : &c->st->tcp_bytes_received, n,
-				  memory_order_relaxed);
-}
-
 /* climb.c: a stream held on TCP after a failover, and its way back. */
 /* switch_start: may this stream be held (its TCP I/O done here)? */
 void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason);

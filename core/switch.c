@@ -462,7 +462,7 @@ static ssize_t send_rest_on_tcp(struct sdp_conn *c, const struct iovec *iov, int
 	pthread_mutex_lock(&c->lock);
 	free(rest);
 	if (n > 0) {
-		conn_count_tcp(c, true, (size_t)n);
+		stats_count_tcp(c->st, true, (uint64_t)n);
 		done += (size_t)n;
 	}
 	return (ssize_t)done;

@@ -1,8 +1,8 @@
 /* The kernel-TCP stream (preload/stream.h): the only place where a tracked
  * socket's bytes go through the kernel TCP socket, and where they are
- * counted (bytes_sent, bytes_received; a MSG_PEEK is counted when the bytes
- * are really read; tcp_bytes_sent and tcp_bytes_received too).  Each call is libc's own, so a socket on TCP makes the
- * same syscalls as without the shim.  FRESH, LISTEN and TCP sockets use it,
+ * counted (bytes_sent, bytes_received, and tcp_bytes_sent/received beside
+ * them; a MSG_PEEK is counted when the bytes are really read).  Each call is
+ * libc's own, so a socket on TCP makes the same syscalls as without the shim.  FRESH, LISTEN and TCP sockets use it,
  * and the RDMA stream hands it the calls of a stream that moved to TCP. */
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
@@ -16,19 +16,14 @@
 
 static inline void sock_count_sent(struct sdp_sock *s, ssize_t n)
 {
-	if (n > 0) {
-		atomic_fetch_add_explicit(&s->st->bytes_sent, (uint64_t)n, memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->st->tcp_bytes_sent, (uint64_t)n, memory_order_relaxed);
-	}
+	if (n > 0)
+		stats_count_tcp(s->st, true, (uint64_t)n);
 }
 
 static inline void sock_count_received(struct sdp_sock *s, ssize_t n)
 {
-	if (n > 0) {
-		atomic_fetch_add_explicit(&s->st->bytes_received, (uint64_t)n, memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->st->tcp_bytes_received, (uint64_t)n,
-					  memory_order_relaxed);
-	}
+	if (n > 0)
+		stats_count_tcp(s->st, false, (uint64_t)n);
 }
 
 static inline ssize_t counted_in(struct sdp_sock *s, ssize_t n)

@@ -36,6 +36,8 @@
 #   redis_stats MIN COMM      at least MIN client lines, all on RDMA, paired (redis-server, COMM)
 #   assert_switched REASON COUNT [K=V...]   stats lines that moved to TCP (issue 6)
 #   live_server PORT [FIELD]  "PATH BYTES_RECEIVED" (or FIELD) of the live server connection on PORT
+#   live_end ROLE PORT [FIELD...]   "PATH FIELD..." of the live ROLE end of the connection to PORT
+#   wait_live ROLE PORT WANT SECS   until live_end ROLE PORT climbs prints WANT ("PATH CLIMBS")
 #   BIG_STREAM, BIG_BYTES     the size of the long streams (10-rdma-stream, 50-zcopy,
 #                             70-switch, pair), as given to stream -b and in bytes: 256M in
 #                             the suite, SDPSHIM_BIG_STREAM=1G for the full run (NM or NG,
@@ -429,14 +431,10 @@ EOF
 # live_server PORT: "PATH BYTES_RECEIVED" of the live server connection on PORT
 # (sdpshim stat --json), "none 0" while there is none
 live_server() {
-  "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
-import json, re, sys
-port, field, best = sys.argv[1], sys.argv[2], "none 0"
-for m in re.finditer(r"\{\"pid\":[^{}]*\}", sys.stdin.read()):
-    c = json.loads(m.group(0))
-    if c.get("role") == "server" and c.get("local", "").rsplit(":", 1)[-1] == port:
-        best = "%s %d" % (c["path"], c[field])
-print(best)' "$1" "${2:-bytes_received}"
+  local live
+  live=$(live_end server "$1" "${2:-bytes_received}")
+  [ "$live" != none ] || live="none 0"
+  echo "$live"
 }
 
 # live_end ROLE PORT [FIELD...]: the live ROLE end of the connection to
