@@ -2,8 +2,9 @@
  * socket's bytes go through the kernel TCP socket, and where they are
  * counted (bytes_sent, bytes_received, and tcp_bytes_sent/received beside
  * them; a MSG_PEEK is counted when the bytes are really read).  Each call is
- * libc's own, so a socket on TCP makes the same syscalls as without the shim.  FRESH, LISTEN and TCP sockets use it,
- * and the RDMA stream hands it the calls of a stream that moved to TCP. */
+ * libc's own, so a socket on TCP makes the same syscalls as without the
+ * shim.  FRESH, LISTEN and TCP sockets use it, and the RDMA stream hands it
+ * the calls of a stream that moved to TCP. */
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
