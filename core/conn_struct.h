@@ -305,6 +305,8 @@ struct sdp_conn {
 	struct zc_sink sink;
 	uint8_t zc_nb_backoff;     /* non-blocking writes to copy before trying zero-copy again */
 	bool zc_interrupted;       /* the last zero-copy send was cut short by a signal or timeout */
+	bool zc_writer_waits;      /* a blocking zero-copy writer waits for the bytes queued ahead
+				    * of it to leave: writable means "a SrcAvail may go" (notify.c) */
 	bool sink_voided;          /* our last sink was given up unanswered, at: */
 	uint64_t sink_void_off;
 	struct zc_peer_sink psink;

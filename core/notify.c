@@ -119,6 +119,8 @@ bool channel_writable(struct sdp_conn *c)
 		return true;
 	if (c->src.active)
 		return c->src.answered; /* the sender waits for RdmaRdCompl */
+	if (c->zc_writer_waits)
+		return phase_takes_writes(c->phase) && zc_send_ready(c);
 	return phase_takes_writes(c->phase) && c->tx_slots && tx_free_space(c) > 0 &&
 	       !c->write_active;
 }

@@ -72,10 +72,43 @@ bool zc_tx_busy(const struct sdp_conn *c)
 	return c->src.active || c->write_active;
 }
 
-static bool ready_to_zcopy(struct sdp_conn *c)
+bool zc_send_ready(const struct sdp_conn *c)
 {
 	return !tx_has_unposted(c) && !zc_tx_busy(c) && !c->win[ZC_WIN_SRC].busy &&
 	       tx_credits(c) >= 2;
+}
+
+/* A blocking writer waits for the bytes queued ahead of it to leave, and
+ * for two credits, before its SrcAvail, rather than copying: a copy queues
+ * more bytes ahead of the next write, and a writer ahead of a slow reader
+ * would never come back to zero-copy.  Meanwhile the channel is writable
+ * only when the SrcAvail may go (channel_writable), so the wait sleeps.
+ * 1 ready, 0 "use buffer copy" (the channel's state says why), or -errno. */
+static int wait_send_ready(struct sdp_conn *c, int timeout_ms, uint64_t start_us)
+{
+	int rc = 1;
+
+	c->zc_writer_waits = true;
+	while (!zc_send_ready(c)) {
+		int w;
+
+		/* Writable while not ready: an error, a shutdown or a phase
+		 * change, which the buffer-copy path reports. */
+		if (c->carrier_dead || c->hard_error || c->phase != CONN_OPEN || c->sw.started ||
+		    conn_writable_locked(c)) {
+			rc = 0;
+			break;
+		}
+		w = conn_wait(c, true, timeout_ms, start_us);
+		cq_poll(c);
+		if (w < 0) {
+			rc = w;
+			break;
+		}
+	}
+	c->zc_writer_waits = false;
+	conn_update_readiness(c, false); /* writable in the ordinary sense again */
+	return rc;
 }
 
 /* After a non-blocking attempt the peer did not serve in time, this many
@@ -91,7 +124,7 @@ static ssize_t zc_send_nonblocking(struct sdp_conn *c, const void *buf, size_t l
 		c->zc_nb_backoff--;
 		return 0;
 	}
-	if (!ready_to_zcopy(c) || !zc_channel_sound(c) || !zc_mw_ready(c, &c->win[ZC_WIN_SRC]))
+	if (!zc_send_ready(c) || !zc_channel_sound(c) || !zc_mw_ready(c, &c->win[ZC_WIN_SRC]))
 		return 0;
 	if (zc_sink_usable(c, len))
 		return zc_send_into_sink(c, buf);
@@ -105,24 +138,13 @@ static ssize_t zc_send_nonblocking(struct sdp_conn *c, const void *buf, size_t l
 static ssize_t send_zero_copy(struct sdp_conn *c, const void *buf, size_t len, bool nonblock,
 			      int timeout_ms, uint64_t start_us)
 {
+	int ready;
+
 	if (nonblock)
 		return zc_send_nonblocking(c, buf, len, timeout_ms);
-	while (!ready_to_zcopy(c)) {
-		int w;
-
-		if (c->carrier_dead || c->hard_error || c->phase != CONN_OPEN)
-			return 0; /* the caller's buffer-copy path reports the state */
-		/* Bytes held back for an ack, or no credit for a SrcAvail: the
-		 * socket stays writable, so waiting for that here would spin.
-		 * These bytes take the buffer-copy path, which waits for room
-		 * (fuzz_zcopy found the spin with a peer that spent our credits). */
-		if (conn_writable_locked(c))
-			return 0;
-		w = conn_wait(c, true, timeout_ms, start_us);
-		cq_poll(c);
-		if (w < 0)
-			return w;
-	}
+	ready = wait_send_ready(c, timeout_ms, start_us);
+	if (ready <= 0)
+		return ready;
 	if (!zc_channel_sound(c) || !zc_mw_ready(c, &c->win[ZC_WIN_SRC]))
 		return 0;
 	if (zc_sink_usable(c, len))

@@ -69,6 +69,9 @@ void zc_fill_ext(struct sdp_conn *c, uint8_t mid, struct sdp_ext *ext);
 void zc_note_bcopy(struct sdp_conn *c, size_t bytes);
 /* Is the sender busy with zero-copy (so it may not take more bytes)? */
 bool zc_tx_busy(const struct sdp_conn *c);
+/* Could a SrcAvail go now: nothing queued ahead of it, nothing of ours in
+ * flight, and two credits? */
+bool zc_send_ready(const struct sdp_conn *c);
 /* Teardown: window and staging buffer (progress thread). */
 void zc_release(struct sdp_conn *c);
 

@@ -404,6 +404,36 @@ static int test_no_spin_behind_partial_slot(void)
 	return ok;
 }
 
+/* A large blocking send behind bytes that wait for the peer goes by
+ * zero-copy once they have left: a copy would queue bytes ahead of the next
+ * large send too, and a writer ahead of a slow reader would never come back
+ * to zero-copy (73-climb's 1 MiB case saw no zero-copy byte, once). */
+static int test_send_behind_queued_bytes_zero_copies(void)
+{
+	int ok = 1;
+	struct zcm_call small = send_call(16384, 1000), big = send_call(BIG, 5000);
+	ssize_t r;
+
+	zcm_open(&opts);
+	r = zcm_app_do(&small);            /* the last bytes wait for the peer's ack */
+	ok &= check(r == 16384, "send returned %zd", r);
+	zcm_app_start(&big);
+	zcm_run_network();
+	ok &= check(zcm_peer_msgs(SDP_MID_SRC_AVAIL, NULL) == 0,
+		    "a SrcAvail went ahead of bytes still queued");
+	zcm_peer_set_auto(true);           /* it acknowledges, reads and answers */
+	r = zcm_app_finish();
+	zcm_run_network();
+	ok &= check(r == (ssize_t)BIG, "send returned %zd, want %u", r, BIG);
+	ok &= check(zcm_peer_msgs(SDP_MID_SRC_AVAIL, NULL) == 1,
+		    "%d SrcAvails, want 1: the large send copied", zcm_peer_msgs(SDP_MID_SRC_AVAIL, NULL));
+	ok &= check(zcm_peer_rx_off() == 16384 + BIG, "the peer got %llu bytes",
+		    (unsigned long long)zcm_peer_rx_off());
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
 /* The peer broke the protocol (we reset), then sent DisConn: recv reports
  * the reset, not a clean EOF. */
 static int test_reset_not_eof(void)
@@ -705,6 +735,8 @@ static const struct tap_case cases[] = {
 	  "recv ends on DATA", test_budget_spent_blocked_recv },
 	{ "(15) pinned-memory budget spent: a large send goes by buffer copy",
 	  test_budget_spent_send_copies },
+	{ "a large blocking send behind queued bytes waits for them and goes by zero-copy",
+	  test_send_behind_queued_bytes_zero_copies },
 };
 
 /* Each case in a child: a sanitizer report or a hang fails it alone. */
