@@ -22,6 +22,12 @@
 
 #define CLIMB_FIRST_MS   250u
 #define CLIMB_BACKOFF_MAX_MS 1000u
+/* The responder's wait for PROVE, in connect bounds.  The initiator bounds
+ * its attempt by one, from before its REQ, and commits when it sends PROVE:
+ * a responder that gave up first would reset a stream already cut, so it
+ * waits for every initiator still inside its bound, with room for a slow
+ * delivery (CI saw 24 streams climbing at once over one link miss one). */
+#define CLIMB_RESPONDER_BOUNDS 4u
 /* A cut further ahead of what we read than any TCP buffers hold is a lie. */
 #define CLIMB_MAX_AHEAD  (256ull << 20)
 
@@ -787,7 +793,7 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 	ch.buf_size = c->buf_size;
 	sdp_climb_chal_to_wire(&ch, payload);
 	c->climb.step = CLIMB_CHAL_SENT;
-	conn_arm_timer(c, sdp_tun.connect_timeout_ms);
+	conn_arm_timer(c, CLIMB_RESPONDER_BOUNDS * sdp_tun.connect_timeout_ms);
 	if (link_stream_send_kind(c, SDP_LINK_CLIMB_CHAL, payload, sizeof(payload)) != 0)
 		attempt_over(c, "the link went");
 	conn_unlock(c);
@@ -833,6 +839,14 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
 {
+	if (c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE) {
+		/* This end's bound ended the attempt, and the answer crossed it
+		 * (the stream is still on the attempt's link only until its
+		 * release, which tells the peer): a race, not a lie.  Failing
+		 * the link would reset every stream climbing on it. */
+		sdp_debug("a climb message (kind %u) after the attempt ended here: ignored", kind);
+		return true;
+	}
 	switch ((enum sdp_link_kind)kind) {
 	case SDP_LINK_CLIMB_CHAL:
 		return on_chal(c, payload);

@@ -42,7 +42,8 @@ void climb_send_req(struct sdp_conn *c);
 /* listener_policy: the listener's the link came on (its climb=no refuses). */
 void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r,
 		  const struct sdp_policy *listener_policy);
-/* False: the message is not one c expects now (a protocol violation). */
+/* False: the message is not one c expects now (a protocol violation).  One
+ * that crossed the end of an attempt this end's bound ended is ignored. */
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);
 
 /* Server: a Hello with SDP_HELLO_FLAG_LINK arrived on listener l. */
