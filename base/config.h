@@ -40,6 +40,9 @@ struct sdp_tunables {
 				      * that never answers a REQ */
 	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
 				      * to RDMA (1), or stays (0); a peer asking is refused */
+	unsigned climb_wait_ms;      /* SDPSHIM_CLIMB_WAIT_MS: a forked child that takes over a
+				      * stream waits this long for its climb before its first
+				      * call goes on (0: it never waits) */
 	unsigned child_device_watch; /* SDPSHIM_CHILD_DEVICE_WATCH: a forked child lets its
 				      * inherited device files go when the device is removed */
 	uint64_t pin_budget;         /* SDPSHIM_PIN_BUDGET: bytes this process may pin, before the

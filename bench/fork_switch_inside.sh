@@ -22,13 +22,33 @@ fork_case() {
 		>/tmp/fs.server 2>&1 &
 	wait_port "$IP" "$port" || { echo "$1: server did not listen"; return 1; }
 	t0=$(date +%s%N)
-	"${pre[@]}" "$P/forkecho" -c "$IP" -p "$port" -n "$N" -b 65536 >/tmp/fs.client 2>&1 ||
-		echo "$1: client failed: $(tail -2 /tmp/fs.client)"
+	rm -f /tmp/fs.cstats
+	SDPSHIM_STATS_FILE=/tmp/fs.cstats "${pre[@]}" "$P/forkecho" -c "$IP" -p "$port" -n "$N" \
+		-b 65536 >/tmp/fs.client 2>&1 || echo "$1: client failed: $(tail -2 /tmp/fs.client)"
 	t1=$(date +%s%N)
 	wait
 	line=$(sed -n 's/^forkecho: server: fork() took //p' /tmp/fs.server)
 	echo "$1: ${line:-no timing}; client: $(tail -1 /tmp/fs.client);" \
-	     "$(awk -v d=$((t1 - t0)) -v n="$N" 'BEGIN { printf "%.1f ms a connection, whole run", d / 1e6 / n }')"
+	     "$(awk -v d=$((t1 - t0)) -v n="$N" 'BEGIN { printf "%.1f ms a connection, whole run", d / 1e6 / n }');" \
+	     "$(client_paths)"
+}
+
+# client_paths: the client's connections by path and climbs, and the share
+# of their bytes that went over RDMA (by their counters)
+client_paths() {
+	[ -s /tmp/fs.cstats ] || { echo "no client stats"; return; }
+	python3 -S -c '
+import json, sys
+lines = [json.loads(l) for l in open("/tmp/fs.cstats") if l.strip()]
+total = sum(c["bytes_sent"] + c["bytes_received"] for c in lines)
+tcp = sum(c["tcp_bytes_sent"] + c["tcp_bytes_received"] for c in lines)
+kinds = {}
+for c in lines:
+    k = "%s/climbs=%d" % (c["path"], c.get("climbs", 0))
+    kinds[k] = kinds.get(k, 0) + 1
+print("client connections: %s; %.1f %% of their bytes over RDMA" % (
+    ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items())),
+    100.0 * (total - tcp) / total if total else 0.0))'
 }
 
 fork_case "fork() with the accepted connection on RDMA, SDPSHIM_FORK=switch (moved to TCP first)" yes switch

@@ -7,14 +7,17 @@
  * peer's (CLIMB_HALF), then the channel alone (OPEN).  Owns struct
  * conn_climb, the held carrier and the list of held streams. */
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/config.h"
 #include "base/hmac.h"
+#include "base/policy.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
@@ -77,14 +80,15 @@ static bool same_tuple(const struct sdp_tuple *a, const struct sdp_tuple *b)
 	       a->src_port == b->src_port && a->dst_port == b->dst_port;
 }
 
-/* The server's held stream of that tuple, with a reference, or NULL. */
-static struct sdp_conn *held_find_server(const struct sdp_tuple *t)
+/* The held stream of that tuple that waits for the asker (its other
+ * end), with a reference, or NULL. */
+static struct sdp_conn *held_find_responder(const struct sdp_tuple *t, bool asker_is_server)
 {
 	struct sdp_conn *found = NULL;
 
 	pthread_mutex_lock(&held_lock);
 	for (struct sdp_conn *c = held_list; c; c = c->climb.held_next) {
-		if (c->is_server && same_tuple(&c->tuple, t)) {
+		if (!c->climb.initiator && c->is_server != asker_is_server && same_tuple(&c->tuple, t)) {
 			found = c;
 			conn_get(c);
 			break;
@@ -375,16 +379,45 @@ void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason)
 	c->climb.eligible = c->policy.climb && reason == SDP_REASON_FAILOVER && !c->fork_shared &&
 			    !c->app_closed && c->tuple.src_port && c->tuple.dst_port &&
 			    c->owner_ops != NULL;
+	c->climb.initiator = !c->is_server;
 	c->climb.tcp_rx_off = c->sw.rx_have;
 	c->climb.rx_cut = CLIMB_CUT_UNKNOWN;
 	if (c->climb.eligible)
 		held_register(c);
 }
 
+/* The peer moved the stream for a fork: its child that takes the socket
+ * over, if it is the only holder, dials our rendezvous port; we wait. */
+void climb_peer_forked(struct sdp_conn *c)
+{
+	c->climb.initiator = false;
+	if (!rdv_port())
+		climb_not_eligible(c); /* no port of ours was named: nobody can ask */
+}
+
+void climb_note_peer_rdv(struct sdp_conn *c, const struct sockaddr *link_peer, uint16_t port)
+{
+	memset(&c->climb.peer_rdv, 0, sizeof(c->climb.peer_rdv));
+	if (!port)
+		return;
+	if (link_peer->sa_family == AF_INET6) {
+		memcpy(&c->climb.peer_rdv, link_peer, sizeof(struct sockaddr_in6));
+		((struct sockaddr_in6 *)&c->climb.peer_rdv)->sin6_port = htons(port);
+	} else if (link_peer->sa_family == AF_INET) {
+		memcpy(&c->climb.peer_rdv, link_peer, sizeof(struct sockaddr_in));
+		((struct sockaddr_in *)&c->climb.peer_rdv)->sin_port = htons(port);
+	}
+}
+
 void climb_not_eligible(struct sdp_conn *c)
 {
 	c->climb.eligible = false;
 	held_unregister(c);
+}
+
+static socklen_t sockaddr_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
 static void release_on_progress(void *arg)
@@ -394,7 +427,8 @@ static void release_on_progress(void *arg)
 	conn_release_channel(c);
 	conn_lock(c);
 	c->climb.released = true;
-	if (c->phase == CONN_HELD && !c->is_server && c->climb.step == CLIMB_IDLE && !c->app_closed)
+	if (c->phase == CONN_HELD && c->climb.initiator && c->climb.step == CLIMB_IDLE &&
+	    !c->app_closed)
 		conn_arm_timer(c, c->climb.backoff_ms);
 	conn_unlock(c);
 	conn_put(c);
@@ -439,8 +473,7 @@ void climb_give_up(struct sdp_conn *c, const char *why)
 	sdp_debug("a held stream stays on TCP: %s", why);
 	held_unregister(c);
 	c->climb.eligible = false;
-	conn_set_phase(c, CONN_FALLBACK);
-	c->fail_reason = SDP_REASON_FAILOVER;
+	conn_set_phase(c, CONN_FALLBACK); /* fail_reason: why it moved (failover, forked) */
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
 	pthread_cond_broadcast(&c->cond);
@@ -524,7 +557,12 @@ static void start_attempt(void *arg)
 	c->climb.released = false;
 	conn_arm_timer(c, sdp_tun.connect_timeout_ms);
 	conn_unlock(c);
-	rc = link_client_open(c, (const struct sockaddr *)&c->peer_addr, c->peer_addr_len, &reason);
+	if (c->climb.via_rdv)
+		rc = link_client_open(c, (const struct sockaddr *)&c->climb.peer_rdv,
+				      sockaddr_len((const struct sockaddr *)&c->climb.peer_rdv), &reason);
+	else
+		rc = link_client_open(c, (const struct sockaddr *)&c->peer_addr, c->peer_addr_len,
+				      &reason);
 	if (rc) {
 		conn_lock(c);
 		if (c->phase == CONN_HELD && c->climb.step == CLIMB_DIALING)
@@ -549,7 +587,7 @@ void climb_on_timer(struct sdp_conn *c)
 	}
 	switch (c->climb.step) {
 	case CLIMB_IDLE:
-		if (c->is_server || !c->climb.released)
+		if (!c->climb.initiator || !c->climb.released)
 			return;
 		conn_get(c);
 		if (progress_defer(start_attempt, c) != 0)
@@ -647,7 +685,8 @@ static bool take_peer_cut(struct sdp_conn *c, uint64_t cut)
 void climb_send_req(struct sdp_conn *c)
 {
 	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = c->buf_count,
-				   .buf_size = c->buf_size };
+				   .buf_size = c->buf_size,
+				   .flags = c->is_server ? SDP_CLIMB_FROM_SERVER : 0 };
 	uint8_t payload[sizeof(struct sdp_climb_req_wire)];
 
 	if (c->climb.step != CLIMB_DIALING)
@@ -760,7 +799,7 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 	}
 	if (sdp_tun.debug_climb_lie == LIE_SILENT)
 		return;
-	c = held_find_server(&r->tuple);
+	c = held_find_responder(&r->tuple, r->flags & SDP_CLIMB_FROM_SERVER);
 	if (!c) {
 		refuse_and_put(link, idx, NULL, SDP_REJECT_TUPLE);
 		return;
@@ -879,7 +918,7 @@ void climb_device_added(void)
 
 	pthread_mutex_lock(&held_lock);
 	for (struct sdp_conn *c = held_list; c; c = c->climb.held_next) {
-		if (c->is_server)
+		if (!c->climb.initiator)
 			continue;
 		if (n == cap) {
 			size_t ncap = cap ? cap * 2 : 16;
@@ -907,4 +946,138 @@ void climb_device_added(void)
 		conn_put(c);
 	}
 	free(list);
+}
+
+/* ------------------------------------------------ a forked child's */
+
+static uint16_t rdv_port_of(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	if (ss->ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	return 0;
+}
+
+bool conn_climb_ticket(struct sdp_conn *c, struct conn_climb_ticket *t)
+{
+	bool ok;
+
+	memset(t, 0, sizeof(*t));
+	conn_lock(c);
+	ok = c->policy.climb && c->phase == CONN_FALLBACK && c->fail_reason == SDP_REASON_FORKED &&
+	     c->tuple.src_port && c->tuple.dst_port && rdv_port_of(&c->climb.peer_rdv) &&
+	     c->close_state == CLOSE_ACTIVE && !c->hard_error && !c->sw.peer_err && !c->sw.shut_wr &&
+	     !c->rd_shut;
+	if (ok) {
+		derive_key(c);
+		memcpy(t->src_addr, c->tuple.src_addr, 16);
+		memcpy(t->dst_addr, c->tuple.dst_addr, 16);
+		t->src_port = c->tuple.src_port;
+		t->dst_port = c->tuple.dst_port;
+		t->is_server = c->is_server;
+		memcpy(t->key, c->climb.key, CONN_CLIMB_KEY_SIZE);
+		t->tx_off = c->tx_stream_off;
+		t->rx_off = c->sw.rx_have;
+		t->peer_rdv = c->climb.peer_rdv;
+		memset(c->climb.key, 0, sizeof(c->climb.key));
+	} else {
+		sdp_debug("no climb for a forked child: climb %d phase %s reason %d rendezvous %u "
+			  "close %d error %d/%d shut %d/%d fd %d ports %u/%u", c->policy.climb,
+			  conn_phase_name(c->phase), (int)c->fail_reason, rdv_port_of(&c->climb.peer_rdv),
+			  (int)c->close_state, c->hard_error, c->sw.peer_err, c->sw.shut_wr, c->rd_shut,
+			  c->tcp_fd, c->tuple.src_port, c->tuple.dst_port);
+	}
+	conn_unlock(c);
+	return ok;
+}
+
+/* The TCP peer's address, from the canonical tuple. */
+static void tuple_peer(const struct conn_climb_ticket *t, struct sockaddr_storage *out,
+		       socklen_t *len)
+{
+	static const uint8_t v4_mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	const uint8_t *addr = t->is_server ? t->src_addr : t->dst_addr;
+	uint16_t port = t->is_server ? t->src_port : t->dst_port;
+
+	memset(out, 0, sizeof(*out));
+	if (memcmp(addr, v4_mapped, 12) == 0) {
+		struct sockaddr_in *in = (struct sockaddr_in *)out;
+
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		memcpy(&in->sin_addr, addr + 12, 4);
+		*len = sizeof(*in);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)out;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		memcpy(&in6->sin6_addr, addr, 16);
+		*len = sizeof(*in6);
+	}
+}
+
+struct sdp_conn *conn_adopt_held(int app_fd, const struct conn_climb_ticket *t, void *owner,
+				 const struct conn_owner_ops *ops, struct sdp_conn_stats *st)
+{
+	struct sdp_policy policy;
+	struct sdp_conn *c;
+
+	if (!rdv_port_of(&t->peer_rdv) || progress_start() != 0)
+		return NULL;
+	policy_default(&policy);
+	c = conn_alloc(t->is_server, &policy);
+	if (!c)
+		return NULL;
+	c->tcp_fd = progress_dup_hidden(app_fd);
+	if (c->tcp_fd < 0) {
+		conn_put(c);
+		return NULL;
+	}
+	memcpy(c->tuple.src_addr, t->src_addr, 16);
+	memcpy(c->tuple.dst_addr, t->dst_addr, 16);
+	c->tuple.src_port = t->src_port;
+	c->tuple.dst_port = t->dst_port;
+	tuple_peer(t, &c->peer_addr, &c->peer_addr_len);
+	c->owner = owner;
+	c->owner_ops = ops;
+	c->st = st;
+	memcpy(c->climb.key, t->key, CLIMB_KEY_SIZE);
+	c->tx_stream_off = t->tx_off;
+	c->rx_stream_off = c->climb.tcp_rx_off = t->rx_off;
+	c->climb.rx_cut = CLIMB_CUT_UNKNOWN;
+	c->climb.peer_rdv = t->peer_rdv;
+	c->climb.via_rdv = c->climb.initiator = c->climb.eligible = true;
+	c->climb.step = CLIMB_IDLE;
+	c->climb.backoff_ms = CLIMB_FIRST_MS;
+	c->climb.released = true;
+	c->fail_reason = SDP_REASON_FORKED;
+	conn_phase_start(c, CONN_HELD);
+	held_register(c);
+	conn_lock(c);
+	tcp_watch_start(c, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET);
+	conn_arm_timer(c, 0);
+	conn_unlock(c);
+	sdp_info("took over a stream a fork moved to TCP; it goes back to RDMA when it can");
+	conn_get(c); /* the caller's; conn_alloc's is the resources', dropped at the teardown */
+	return c;
+}
+
+bool conn_wait_climb(struct sdp_conn *c, unsigned ms)
+{
+	uint64_t deadline = progress_now_ms() + ms;
+	bool climbed;
+
+	conn_lock(c);
+	while (c->phase == CONN_HELD && !c->climb.refused && !c->app_closed && !c->hard_error) {
+		uint64_t now = progress_now_ms();
+
+		if (now >= deadline)
+			break;
+		conn_cond_wait_ms(c, deadline - now < 20 ? deadline - now : 20);
+	}
+	climbed = c->phase == CONN_CLIMB_HALF || c->phase == CONN_OPEN;
+	conn_unlock(c);
+	return climbed;
 }

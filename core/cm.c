@@ -122,6 +122,7 @@ void conn_layer_atfork_child(void)
 	dev_atfork_child(cm_channel ? cm_channel->fd : -1); /* every id hangs off cm_channel */
 	cm_channel = NULL; /* the parent's; left alone */
 	link_atfork_child();
+	rdv_atfork_child();
 	mrcache_atfork_child();
 	progress_atfork_child();
 	app_wake_atfork_child();

@@ -440,6 +440,10 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 	struct sdp_conn *c;
 	int err;
 
+	if (l && l->rendezvous) {
+		link_answer_open(link, idx, NULL, SDP_REJECT_TUPLE); /* no TCP listener here */
+		return;
+	}
 	if (!l || listener_full(l)) {
 		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;
@@ -458,6 +462,7 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;
 	}
+	climb_note_peer_rdv(c, peer, o->rdv_port);
 	c->peer_buf_size = o->buf_size; /* checked by the decoder, capped by the link */
 	c->peer_buf_count = o->buf_count;
 	c->tx_peer_bufs = o->buf_count;

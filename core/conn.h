@@ -27,6 +27,7 @@ struct sdp_listener;
  *   OPEN  -> SWITCHING -> FALLBACK (the stream moves to TCP mid-way: core/switch.c)
  *   SWITCHING -> HELD -> CLIMB_HALF -> OPEN (a failover's stream climbs back: core/climb.c)
  *   HELD -> FALLBACK (it stays on TCP: fork, exec, shutdown, a refusal)
+ *   a forked child's adopted stream starts HELD (conn_adopt_held)
  *   any but FALLBACK -> DEAD (both sides closed, reset, given up, or torn down;
  *                             resources released).  FALLBACK and DEAD are final. */
 enum conn_phase {
@@ -237,6 +238,37 @@ void conn_switch_begin(struct sdp_conn *c, enum sdp_reason reason);
  * where that process can read it. */
 void conn_mark_fork_shared(struct sdp_conn *c);
 bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadline_ms);
+
+/* A stream a fork moved to TCP (SDPSHIM_FORK=handoff): what the one child
+ * that holds it alone needs to bring it back to RDMA (docs/upgrade.md,
+ * "Fork"), handed over by the owner with its answer to the child's claim.
+ * Canonical tuple (src: the TCP client), the climb key, the stream
+ * offsets where TCP starts in each direction, the peer's rendezvous. */
+#define CONN_CLIMB_KEY_SIZE 32
+struct conn_climb_ticket {
+	uint8_t src_addr[16], dst_addr[16];
+	uint16_t src_port, dst_port;
+	uint8_t is_server;
+	uint8_t pad[3];
+	uint8_t key[CONN_CLIMB_KEY_SIZE];
+	uint64_t tx_off, rx_off;
+	struct sockaddr_storage peer_rdv;
+};
+
+/* Owner: c moved to TCP for a fork (FALLBACK, reason forked): true with
+ * *t filled if a child may climb it (a bound stream, climb allowed, the
+ * peer named a rendezvous port, nothing shut down or failed). */
+bool conn_climb_ticket(struct sdp_conn *c, struct conn_climb_ticket *t);
+/* Child, the sole holder of app_fd: a channel that carries the stream on
+ * TCP (HELD) and dials the peer's rendezvous port to climb.  NULL if it
+ * cannot (no memory, no fd): the socket stays on plain TCP. */
+struct sdp_conn *conn_adopt_held(int app_fd, const struct conn_climb_ticket *t, void *owner,
+				 const struct conn_owner_ops *ops, struct sdp_conn_stats *st);
+
+/* Child, right after conn_adopt_held: waits at most ms for the climb
+ * (until the stream's writes go over RDMA), so that a short-lived
+ * connection does not spend its life on TCP.  True if it climbed. */
+bool conn_wait_climb(struct sdp_conn *c, unsigned ms);
 
 /* In a forked child: the parent's progress thread, devices and rdma_cm
  * channel are not ours; start afresh when the child makes a channel. */

@@ -172,6 +172,8 @@ int cq_poll_if_due(struct sdp_conn *c);
  * thread asleep on readiness (app_wake.c), so that no CQ arm is put off
  * while it waits for the link's messages. */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until);
+/* The same, for at most ms from now. */
+void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms);
 /* A linked stream's completion, its wr_id its own again (link.c). */
 void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc);
 /* A linked stream's work that never went (stopped): settled as flushed. */
@@ -291,8 +293,10 @@ void switch_on_timer(struct sdp_conn *c);
 /* climb.c: a stream held on TCP after a failover, and its way back. */
 /* switch_start: may this stream be held (its TCP I/O done here)? */
 void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason);
-/* The stream will not climb (it falls back for good, or the peer forked). */
+/* The stream will not climb (it falls back for good). */
 void climb_not_eligible(struct sdp_conn *c);
+/* The peer's SWITCH record says it forked: this end waits for its child. */
+void climb_peer_forked(struct sdp_conn *c);
 /* The switch is through: HELD instead of FALLBACK?  True if held. */
 bool climb_hold(struct sdp_conn *c);
 /* HELD -> FALLBACK (fork, exec, shutdown, a refusal). */

@@ -151,6 +151,10 @@ struct conn_climb {
 	bool released;             /* the last channel's resources are gone: it may dial */
 	uint8_t key[CLIMB_KEY_SIZE];
 	uint8_t nonce_i[SDP_NONCE_SIZE], nonce_r[SDP_NONCE_SIZE];
+	bool initiator;            /* this end dials and asks (a failover's client, a forked
+				    * child); the other waits for its REQ */
+	bool via_rdv;              /* it dials the peer's rendezvous port (a forked child) */
+	struct sockaddr_storage peer_rdv; /* the peer's rendezvous address (port 0: none) */
 	uint64_t tcp_rx_off;       /* stream offset of the next byte read from TCP */
 	uint64_t rx_cut;           /* CLIMB_HALF: reads take TCP up to here (or UNKNOWN) */
 	unsigned attempts;         /* since the stream was held */

@@ -1094,7 +1094,7 @@ void link_stream_detach(struct sdp_conn *c)
 	conn_lock(c);
 	link = c->link;
 	idx = c->link_idx;
-	known = c->is_server || c->link_open_sent;
+	known = (link && link->is_server) || c->link_open_sent; /* the link's role, not the TCP one */
 	c->link = NULL;
 	c->qp = NULL;
 	c->link_stopped = true;
@@ -1147,7 +1147,8 @@ static int free_index_locked(struct sdp_link *link)
 /* c locked, its rings set up. */
 static void send_open(struct sdp_link *link, struct sdp_conn *c)
 {
-	struct sdp_open o = { .tuple = c->tuple, .buf_count = c->buf_count, .buf_size = c->buf_size };
+	struct sdp_open o = { .tuple = c->tuple, .buf_count = c->buf_count, .buf_size = c->buf_size,
+			      .rdv_port = rdv_port() };
 	uint8_t payload[sizeof(struct sdp_open_wire)];
 
 	if (c->phase == CONN_HELD && !c->link_open_sent && c->link == link) {
@@ -1234,6 +1235,8 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 	bool fresh, up;
 	int rc = 0;
 
+	if (c->phase == CONN_RESOLVING)
+		(void)rdv_port_ensure(); /* named in the OPEN: a forked child of the peer dials it */
 	pthread_mutex_lock(&links_lock);
 	link = attach_to_link(c, dst, dst_len, reason, &fresh);
 	if (link)
@@ -1500,6 +1503,8 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 	struct sdp_link *link = NULL;
 	int err = -ENOBUFS;
 
+	if (!l->rendezvous)
+		(void)rdv_port_ensure(); /* named in each OPEN_ACK */
 	pthread_mutex_lock(&links_lock);
 	if (links_count < sdp_tun.link_max && (link = link_alloc(true)) != NULL) {
 		link->next = links;
@@ -1565,7 +1570,8 @@ void link_answer_open(struct sdp_link *link, uint16_t idx, struct sdp_conn *c, u
 		send_link_msg(link, SDP_LINK_OPEN_NAK, idx, &nak, sizeof(nak));
 		return;
 	}
-	struct sdp_open_ack a = { .buf_count = c->buf_count, .buf_size = c->buf_size };
+	struct sdp_open_ack a = { .buf_count = c->buf_count, .buf_size = c->buf_size,
+				  .rdv_port = rdv_port() };
 	uint8_t payload[sizeof(struct sdp_open_ack_wire)];
 
 	memcpy(a.nonce, c->nonce_local, SDP_NONCE_SIZE);
@@ -1633,6 +1639,7 @@ static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const
 		} else {
 			if (a.buf_size > link_msg_max(link))
 				a.buf_size = link_msg_max(link);
+			climb_note_peer_rdv(c, (const struct sockaddr *)&link->peer, a.rdv_port);
 			client_stream_opened(c, a.buf_size, a.buf_count, a.nonce);
 		}
 	}
@@ -1640,9 +1647,22 @@ static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const
 	conn_put(c);
 }
 
+/* The asker is the tuple's end it claims to be: on a listener's link, the
+ * client of that listener's port (as for an OPEN); on a rendezvous link,
+ * either end (FROM_SERVER says which), the link's peer address. */
+static bool climb_req_names_peer(const struct sdp_listener *l, const struct sdp_climb_req *r,
+				 const uint8_t peer[16])
+{
+	bool from_server = r->flags & SDP_CLIMB_FROM_SERVER;
+
+	if (!l->rendezvous)
+		return !from_server && r->tuple.dst_port == l->port &&
+		       memcmp(r->tuple.src_addr, peer, 16) == 0;
+	return memcmp(from_server ? r->tuple.dst_addr : r->tuple.src_addr, peer, 16) == 0;
+}
+
 /* A climb REQ names a held stream of this process (core/climb.c); the
- * link's own checks first: a listener, the tuple's port is its port and
- * the tuple's client is the link's peer, as for an OPEN. */
+ * link's own checks first (climb_req_names_peer). */
 static void on_climb_req(struct sdp_link *link, uint16_t idx, const uint8_t *payload, uint32_t len)
 {
 	struct sdp_climb_req r;
@@ -1654,8 +1674,7 @@ static void on_climb_req(struct sdp_link *link, uint16_t idx, const uint8_t *pay
 		return;
 	}
 	sockaddr_to_tuple_addr((const struct sockaddr *)&link->peer, peer, &port);
-	if (!link->lsn || r.tuple.dst_port != link->lsn->port ||
-	    memcmp(r.tuple.src_addr, peer, 16) != 0 || idx >= link->streams_max) {
+	if (!link->lsn || idx >= link->streams_max || !climb_req_names_peer(link->lsn, &r, peer)) {
 		climb_refuse(link, idx, SDP_REJECT_TUPLE);
 		return;
 	}

@@ -42,6 +42,9 @@ void climb_send_req(struct sdp_conn *c);
 /* listener_policy: the listener's the link came on (its climb=no refuses). */
 void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r,
 		  const struct sdp_policy *listener_policy);
+/* The peer process's rendezvous port, from its OPEN or OPEN_ACK, at the
+ * link's peer address (port 0: it has none). */
+void climb_note_peer_rdv(struct sdp_conn *c, const struct sockaddr *link_peer, uint16_t port);
 /* False: the message is not one c expects now (a protocol violation).  One
  * that crossed the end of an attempt this end's bound ended is ignored. */
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);
@@ -110,6 +113,13 @@ bool link_any(void);
 
 /* Forget the parent's links in a forked child. */
 void link_atfork_child(void);
+
+/* The process's rendezvous port (core/rendezvous.c): made on first use
+ * (0: none, or SDPSHIM_CLIMB=0); rdv_port only reads it.  A forked child
+ * forgets its parent's. */
+uint16_t rdv_port_ensure(void);
+uint16_t rdv_port(void);
+void rdv_atfork_child(void);
 /* Links whose CQ an event left unarmed while an app thread spun: any? and
  * arm them (take in, arm, take in). */
 bool link_arms_owed(void);

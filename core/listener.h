@@ -30,6 +30,7 @@ struct sdp_listener {
 	unsigned pending_count, pending_max;
 	uint16_t port;
 	bool closing;
+	bool rendezvous;          /* core/rendezvous.c's: links for CLIMB_REQs, no TCP listener */
 	/* The path decision's, handed to each channel that arrives; its
 	 * client_nets (rule option clients=) may open channels (none: any). */
 	struct sdp_policy policy;

@@ -240,10 +240,10 @@ static void on_peer_record(struct sdp_conn *c)
 		c->sw.reason = rec->reason == SDP_REASON_FORKED ? SDP_REASON_FORKED : SDP_REASON_FAILOVER;
 	if (rec->reason == SDP_REASON_FORKED) {
 		/* The peer moved it for a fork or exec (its link may have failed
-		 * first, as a consequence): that is why, and no process there
-		 * will climb back with us. */
+		 * first, as a consequence): that is why, and only a child there
+		 * that holds the socket alone may bring it back (it asks). */
 		c->sw.reason = SDP_REASON_FORKED;
-		climb_not_eligible(c);
+		climb_peer_forked(c);
 	}
 }
 
@@ -615,16 +615,7 @@ static bool attach_settling(const struct sdp_conn *c)
 
 static void wait_settle(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
 {
-	uint64_t ms = deadline_ms - now < 20 ? deadline_ms - now : 20;
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += (long)ms * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	conn_cond_wait_counted(c, &until);
+	conn_cond_wait_ms(c, deadline_ms - now < 20 ? deadline_ms - now : 20);
 }
 
 /* Drives our resend and the peer's record from this thread (the progress

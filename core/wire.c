@@ -420,6 +420,7 @@ void sdp_open_to_wire(const struct sdp_open *o, void *out)
 	w.src_port = htons(o->tuple.src_port);
 	w.dst_port = htons(o->tuple.dst_port);
 	w.buf_count = htons(o->buf_count);
+	w.rdv_port = htons(o->rdv_port);
 	w.buf_size = htonl(o->buf_size);
 	memcpy(out, &w, sizeof(w));
 }
@@ -437,8 +438,9 @@ enum sdp_wire_error sdp_open_from_wire(const void *in, size_t len, struct sdp_op
 	o->tuple.src_port = ntohs(w.src_port);
 	o->tuple.dst_port = ntohs(w.dst_port);
 	o->buf_count = ntohs(w.buf_count);
+	o->rdv_port = ntohs(w.rdv_port);
 	o->buf_size = ntohl(w.buf_size);
-	if (o->tuple.src_port == 0 || o->tuple.dst_port == 0 || w.pad != 0)
+	if (o->tuple.src_port == 0 || o->tuple.dst_port == 0)
 		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(o->buf_count, o->buf_size);
 }
@@ -450,6 +452,7 @@ void sdp_open_ack_to_wire(const struct sdp_open_ack *a, void *out)
 	memset(&w, 0, sizeof(w));
 	memcpy(w.nonce, a->nonce, SDP_NONCE_SIZE);
 	w.buf_count = htons(a->buf_count);
+	w.rdv_port = htons(a->rdv_port);
 	w.buf_size = htonl(a->buf_size);
 	memcpy(out, &w, sizeof(w));
 }
@@ -463,9 +466,8 @@ enum sdp_wire_error sdp_open_ack_from_wire(const void *in, size_t len, struct sd
 	memcpy(&w, in, sizeof(w));
 	memcpy(a->nonce, w.nonce, SDP_NONCE_SIZE);
 	a->buf_count = ntohs(w.buf_count);
+	a->rdv_port = ntohs(w.rdv_port);
 	a->buf_size = ntohl(w.buf_size);
-	if (w.pad != 0)
-		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(a->buf_count, a->buf_size);
 }
 
@@ -481,6 +483,7 @@ void sdp_climb_req_to_wire(const struct sdp_climb_req *r, void *out)
 	w.src_port = htons(r->tuple.src_port);
 	w.dst_port = htons(r->tuple.dst_port);
 	w.buf_count = htons(r->buf_count);
+	w.flags = htons(r->flags);
 	w.buf_size = htonl(r->buf_size);
 	memcpy(w.nonce, r->nonce, SDP_NONCE_SIZE);
 	memcpy(out, &w, sizeof(w));
@@ -499,9 +502,10 @@ enum sdp_wire_error sdp_climb_req_from_wire(const void *in, size_t len, struct s
 	r->tuple.src_port = ntohs(w.src_port);
 	r->tuple.dst_port = ntohs(w.dst_port);
 	r->buf_count = ntohs(w.buf_count);
+	r->flags = ntohs(w.flags);
 	r->buf_size = ntohl(w.buf_size);
 	memcpy(r->nonce, w.nonce, SDP_NONCE_SIZE);
-	if (r->tuple.src_port == 0 || r->tuple.dst_port == 0 || w.pad != 0)
+	if (r->tuple.src_port == 0 || r->tuple.dst_port == 0 || (r->flags & ~SDP_CLIMB_FLAGS_KNOWN))
 		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(r->buf_count, r->buf_size);
 }

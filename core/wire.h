@@ -15,7 +15,7 @@
  * filled by one RDMA WRITE with immediate (imm = its message sequence
  * number) and the receiver counts its bytes from its own completion; the
  * RdmaWrCompl message is no longer sent, and receiving one is a violation. */
-#define SDP_WIRE_VERSION 3
+#define SDP_WIRE_VERSION 4
 #define SDP_HELLO_MAGIC  0x53445053u /* "SDPS" */
 #define SDP_BIND_MAGIC   0x53445042u /* "SDPB" */
 #define SDP_NONCE_SIZE   16
@@ -266,13 +266,14 @@ struct sdp_open_wire {
 	uint16_t src_port;
 	uint16_t dst_port;
 	uint16_t buf_count;
-	uint16_t pad;
+	uint16_t rdv_port; /* the sender's rendezvous port (core/rendezvous.c), 0: none */
 	uint32_t buf_size;
 } __attribute__((packed));
 
 struct sdp_open {
 	struct sdp_tuple tuple;
 	uint16_t buf_count;
+	uint16_t rdv_port;
 	uint32_t buf_size;
 };
 
@@ -281,13 +282,14 @@ struct sdp_open {
 struct sdp_open_ack_wire {
 	uint8_t  nonce[SDP_NONCE_SIZE];
 	uint16_t buf_count;
-	uint16_t pad;
+	uint16_t rdv_port; /* the server's rendezvous port, 0: none */
 	uint32_t buf_size;
 } __attribute__((packed));
 
 struct sdp_open_ack {
 	uint8_t  nonce[SDP_NONCE_SIZE];
 	uint16_t buf_count;
+	uint16_t rdv_port;
 	uint32_t buf_size;
 };
 
@@ -304,13 +306,18 @@ struct sdp_open_nak_wire {
  * where its bytes leave TCP; ACK carries the server's T. */
 #define SDP_CLIMB_MAC_SIZE 32
 
+/* REQ flags: FROM_SERVER, the asker holds the TCP connection's server end
+ * (a forked child of the server dials the client's rendezvous port). */
+#define SDP_CLIMB_FROM_SERVER 0x0001
+#define SDP_CLIMB_FLAGS_KNOWN SDP_CLIMB_FROM_SERVER
+
 struct sdp_climb_req_wire {
 	uint8_t  src_addr[16];
 	uint8_t  dst_addr[16];
 	uint16_t src_port;
 	uint16_t dst_port;
 	uint16_t buf_count;
-	uint16_t pad;
+	uint16_t flags;
 	uint32_t buf_size;
 	uint8_t  nonce[SDP_NONCE_SIZE];
 } __attribute__((packed));
@@ -318,6 +325,7 @@ struct sdp_climb_req_wire {
 struct sdp_climb_req {
 	struct sdp_tuple tuple;
 	uint16_t buf_count;
+	uint16_t flags;
 	uint32_t buf_size;
 	uint8_t  nonce[SDP_NONCE_SIZE];
 };

@@ -58,12 +58,12 @@ static int send_request(int fd, const struct handoff_req *req, int reply_fd, uin
 	return 0;
 }
 
-/* 0: the owner answered that the stream is on TCP; -errno otherwise. */
-static int wait_reply(int fd)
+/* 0: the owner answered that the stream is on TCP (*reply: its answer,
+ * a ticket with it or not); -errno otherwise. */
+static int wait_reply(int fd, struct handoff_reply *reply)
 {
 	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms * 2 + REPLY_SLACK_MS;
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	char status;
 	ssize_t n;
 
 	for (;;) {
@@ -78,13 +78,15 @@ static int wait_reply(int fd)
 		if (rc < 0 && errno != EINTR)
 			return -errno;
 	}
-	n = real.recv(fd, &status, 1, MSG_DONTWAIT);
-	if (n == 1)
-		return status == 0 ? 0 : -EIO;
-	return -ECONNRESET; /* the owner went away */
+	n = real.recv(fd, reply, sizeof(*reply), MSG_DONTWAIT);
+	if (n < 8 || reply->magic != HANDOFF_REPLY_MAGIC)
+		return n < 0 || n == 0 ? -ECONNRESET : -EIO; /* the owner went away, or garbled */
+	if (n != sizeof(*reply))
+		reply->has_ticket = 0;
+	return reply->status == 0 ? 0 : -EIO;
 }
 
-static int ask_owner(const struct sdp_sock *s)
+static int ask_owner(const struct sdp_sock *s, struct handoff_reply *reply)
 {
 	struct handoff_req req = {
 		.magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid, .kind = HANDOFF_CLAIM,
@@ -98,13 +100,40 @@ static int ask_owner(const struct sdp_sock *s)
 			  progress_now_ms() + sdp_tun.switch_timeout_ms);
 	real.close(pair[1]);
 	if (rc == 0)
-		rc = wait_reply(pair[0]);
+		rc = wait_reply(pair[0], reply);
 	real.close(pair[0]);
 	return rc;
 }
 
+/* The owner's ticket: a held channel of ours carries the socket from here
+ * (on TCP, counting offsets) and climbs back to RDMA.  Only a socket no
+ * epoll set of this process names (their registrations are the owner's
+ * indicators, shared by the fork).  s->lock held. */
+static bool adopt_with_ticket(struct sdp_sock *s, const struct conn_climb_ticket *t)
+{
+	struct sdp_conn *c;
+
+	if (s->regs || s->primary_fd < 0)
+		return false;
+	c = conn_adopt_held(s->primary_fd, t, s, &sock_conn_ops, s->st);
+	if (!c)
+		return false;
+	s->conn = c;
+	s->handoff_state = NULL;
+	s->handoff_fd = -1;
+	s->owner_pid = self_pid(); /* a fork of ours from here hands it off as its owner */
+	sock_note_moved(s, SDP_REASON_FORKED);
+	return true;
+}
+
 bool handoff_claim(struct sdp_sock *s)
 {
+	return handoff_claim_as(s, true);
+}
+
+bool handoff_claim_as(struct sdp_sock *s, bool may_climb)
+{
+	struct handoff_reply reply = { 0 };
 	uint8_t state;
 	int rc;
 
@@ -115,11 +144,26 @@ bool handoff_claim(struct sdp_sock *s)
 		pthread_mutex_unlock(&s->lock);
 		return done;
 	}
-	rc = ask_owner(s);
+	rc = ask_owner(s, &reply);
 	state = atomic_load(s->handoff_state);
 	if (state == HANDOFF_ON_TCP) { /* the owner's word, whether or not it answered */
-		sock_take_over_on_tcp(s);
+		bool adopted = rc == 0 && reply.has_ticket && may_climb &&
+			       adopt_with_ticket(s, &reply.ticket);
+
+		struct sdp_conn *c = adopted ? s->conn : NULL;
+
+		explicit_bzero(&reply, sizeof(reply));
+		if (!adopted)
+			sock_take_over_on_tcp(s);
+		if (c)
+			conn_get(c);
 		pthread_mutex_unlock(&s->lock);
+		if (c) { /* a fork-per-connection server's connection is short: not on TCP */
+			if (sdp_tun.climb_wait_ms && !conn_wait_climb(c, sdp_tun.climb_wait_ms))
+				sdp_debug("fd %d: not back on RDMA within SDPSHIM_CLIMB_WAIT_MS (%u ms); "
+					  "it goes on on TCP meanwhile", s->primary_fd, sdp_tun.climb_wait_ms);
+			conn_put(c);
+		}
 		return true;
 	}
 	sdp_warn("fd %d: the RDMA stream inherited from process %d could not move to TCP (%s%s); "

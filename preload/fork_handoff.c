@@ -46,6 +46,10 @@ struct sharer {
 };
 
 /* This process's server (server_pid): its request socket, state bytes. */
+/* How long a claim waits for the owner's close of a socket only the
+ * claimer shares (wait_for_close). */
+#define OWNER_CLOSE_WAIT_MS 250
+
 static pid_t server_pid;
 static pthread_t server_thread;     /* joinable: exit stops it (handoff_stop_server) */
 static _Atomic bool server_stopping;
@@ -250,6 +254,7 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 		return false;
 	pthread_mutex_lock(&share_lock);
 	s->handoff_last = fork_seq; /* no later child gets it */
+	s->handoff_closed_in_fork = forks_in_flight > 0; /* but one under way may have */
 	shared = sharers_alive_in(s->handoff_seq, s->handoff_last);
 	keep = shared && (orphans_n < orphans_cap ||
 			  grow((void **)&orphans, &orphans_cap, sizeof(*orphans)));
@@ -339,8 +344,85 @@ static uint8_t state_of_id(uint64_t id)
 	return id >= 1 && id <= slots_used ? atomic_load(&slots[id - 1]) : HANDOFF_LOST;
 }
 
-/* 0: the stream is on kernel TCP; 1: it is not, and will not be. */
-static char serve_claim(const struct handoff_req *req)
+/* share_lock held: the claimer is the one sharer of s left (s was closed
+ * here, so no other process holds the kernel socket).  A fork under way
+ * now began after the close, so its child has no copy, unless the close
+ * itself came while a fork was under way. */
+static bool claimer_alone(const struct sdp_sock *s)
+{
+	unsigned n = 0;
+
+	sharers_prune();
+	if (sharers_unknown || (forks_in_flight && s->handoff_closed_in_fork))
+		return false;
+	for (size_t i = 0; i < sharers_n; i++)
+		n += sharers[i].seq >= s->handoff_seq && sharers[i].seq <= s->handoff_last;
+	return n == 1;
+}
+
+/* An orphan moved to TCP for its claimer: the ticket, if it holds it alone. */
+static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
+{
+	bool alone;
+
+	pthread_mutex_lock(&share_lock);
+	alone = claimer_alone(s);
+	pthread_mutex_unlock(&share_lock);
+	pthread_mutex_lock(&s->lock);
+	if (alone && s->climb_ticket) {
+		reply->ticket = *s->climb_ticket;
+		reply->has_ticket = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	sdp_debug("fork: the claimer %s the socket alone; %s", alone ? "holds" : "does not hold",
+		  reply->has_ticket ? "it may climb back to RDMA" : "it stays on TCP");
+}
+
+/* share_lock held: s, still open here, is shared with one live process
+ * (the claimer) and no fork is under way. */
+static bool one_sharer_open(const struct sdp_sock *s)
+{
+	unsigned n = 0;
+
+	sharers_prune();
+	if (sharers_unknown || forks_in_flight)
+		return false;
+	for (size_t i = 0; i < sharers_n; i++)
+		n += sharers[i].seq >= s->handoff_seq && sharers[i].seq <= fork_seq;
+	return n == 1;
+}
+
+/* A claim that came before its owner's close (a fork-per-connection
+ * server closes its copy right after the fork): it waits for that close a
+ * little, so that the claimer, then alone, may climb.  s held; returns the
+ * socket found last (held), an orphan (*orphan) once closed. */
+static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp_sock *s,
+				       bool *orphan)
+{
+	uint64_t until = progress_now_ms() + OWNER_CLOSE_WAIT_MS;
+
+	for (;;) {
+		struct sdp_sock *again;
+		bool alone;
+
+		if (*orphan || !sdp_tun.climb || progress_now_ms() >= until)
+			return s;
+		pthread_mutex_lock(&share_lock);
+		alone = one_sharer_open(s);
+		pthread_mutex_unlock(&share_lock);
+		if (!alone)
+			return s;
+		nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
+		again = find_claimed(req, orphan);
+		if (!again)
+			return s; /* between the fd table and the orphans: keep the one we hold */
+		sock_release(s);
+		s = again;
+	}
+}
+
+/* status 0: the stream is on kernel TCP; 1: it is not, and will not be. */
+static void serve_claim(const struct handoff_req *req, struct handoff_reply *reply)
 {
 	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
 	struct sdp_sock *s;
@@ -351,19 +433,24 @@ static char serve_claim(const struct handoff_req *req)
 	while (!(s = find_claimed(req, &orphan))) {
 		uint8_t st = state_of_id(req->id);
 
-		if (st != HANDOFF_ON_RDMA)
-			return st == HANDOFF_ON_TCP ? 0 : 1;
+		if (st != HANDOFF_ON_RDMA) {
+			reply->status = st == HANDOFF_ON_TCP ? 0 : 1;
+			return;
+		}
 		if (progress_now_ms() >= deadline)
-			return 1;
+			return;
 		nanosleep(&(struct timespec){ 0, 5 * 1000000L }, NULL);
 	}
+	s = wait_for_close(req, s, &orphan);
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
 		on_tcp = move_for_sharers(s);
+	reply->status = on_tcp ? 0 : 1;
+	if (on_tcp && orphan)
+		give_ticket(s, reply);
 	if (orphan)
 		orphan_end(s); /* on TCP now: its channel goes; the sharer has the socket */
 	else
 		sock_release(s);
-	return on_tcp ? 0 : 1;
 }
 
 /* A sharer's child holds what that sharer held: the sharer's fork number
@@ -437,9 +524,13 @@ static bool serve_one(int fd)
 	if (verdict == HANDOFF_REQ_HOLDER)
 		serve_holder(&req);
 	if (reply_fd >= 0) {
-		char status = verdict == HANDOFF_REQ_CLAIM ? serve_claim(&req) : 1;
+		struct handoff_reply reply = { .magic = HANDOFF_REPLY_MAGIC, .status = 1 };
 
-		real.send(reply_fd, &status, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (verdict == HANDOFF_REQ_CLAIM)
+			serve_claim(&req, &reply);
+		real.send(reply_fd, &reply, reply.has_ticket ? sizeof(reply) : 8,
+			  MSG_NOSIGNAL | MSG_DONTWAIT);
+		explicit_bzero(&reply, sizeof(reply));
 		real.close(reply_fd);
 	}
 	return true;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "core/conn.h" /* struct conn_climb_ticket */
 #include "preload/sock.h"
 
 enum fork_mode {
@@ -55,10 +56,28 @@ bool handoff_at_exit(struct sdp_sock *s);
 /* Owner, at exit or exec: orphans with live sharers move to TCP for them. */
 void handoff_orphans_at_exit(void);
 
+/* The owner's answer to a CLAIM, on the reply fd the claim carried:
+ * status 0, the stream is on kernel TCP; with has_ticket, the claimer
+ * holds the socket alone (the owner closed it, no other sharer lives) and
+ * may bring the stream back to RDMA with the ticket. */
+#define HANDOFF_REPLY_MAGIC 0x53444852u /* "SDHR" */
+struct handoff_reply {
+	uint32_t magic;
+	uint8_t status;
+	uint8_t has_ticket;
+	uint8_t pad[2];
+	struct conn_climb_ticket ticket;
+};
+
 /* Sharer (s inherited on RDMA from its owner): asks the owner to move the
- * stream to TCP and takes the socket over on kernel TCP.  False, with a
- * warning, if that cannot be done: the caller fails the call with EIO. */
+ * stream to TCP and takes the socket over on kernel TCP, or, with the
+ * owner's ticket, on a held channel of its own that climbs back to RDMA.
+ * False, with a warning, if that cannot be done: the caller fails the call
+ * with EIO. */
 bool handoff_claim(struct sdp_sock *s);
+/* The same; !may_climb: on plain TCP whatever the owner says (an exec is
+ * next: a held channel would not survive it). */
+bool handoff_claim_as(struct sdp_sock *s, bool may_climb);
 /* True if s is an inherited RDMA socket whose owner takes requests. */
 bool handoff_claimable(const struct sdp_sock *s);
 /* A sharer forked `child`: tells each owner that the child shares too. */

@@ -272,6 +272,9 @@ void sock_release(struct sdp_sock *s)
 	slot_free_locked(s->st);
 	sock_table_unlock();
 	pthread_mutex_destroy(&s->lock);
+	if (s->climb_ticket)
+		explicit_bzero(s->climb_ticket, sizeof(*s->climb_ticket)); /* a key */
+	free(s->climb_ticket);
 	free(s);
 }
 

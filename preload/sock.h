@@ -27,6 +27,7 @@ struct sdp_conn;     /* core/conn.h: the RDMA channel */
 struct sdp_listener; /* core/listener.h: the rdma_cm listener */
 struct ep_reg;       /* preload/readiness_epoll.c: epoll registrations */
 struct sock_stream_ops; /* preload/stream.h: the carrier's calls */
+struct conn_climb_ticket; /* core/conn.h */
 
 struct sdp_sock {
 	pthread_mutex_t lock;       /* mode, conn, lsn, regs */
@@ -54,7 +55,11 @@ struct sdp_sock {
 	uint64_t handoff_id;
 	uint64_t handoff_seq;       /* the owner's first fork that shared it */
 	uint64_t handoff_last;      /* and the last, once closed there */
+	bool handoff_closed_in_fork; /* closed there while a fork was under way */
 	_Atomic uint8_t *handoff_state;
+	/* The owner's, once a fork's move put the stream on TCP: what the one
+	 * child that holds it alone needs to climb back (NULL: none). */
+	struct conn_climb_ticket *climb_ticket;
 	int primary_fd;             /* one fd number that names the socket */
 	struct sdp_conn_stats *st;  /* live counters (never NULL: falls back to a private slot) */
 	struct sdp_conn *conn;

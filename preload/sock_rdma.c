@@ -35,9 +35,9 @@ struct sdp_conn *sock_conn_get(struct sdp_sock *s)
 	/* An inherited channel is its owner's: this process takes the stream
 	 * over on TCP (SDPSHIM_FORK=handoff), or has no channel to use. */
 	if (unlikely(s->owner_pid != self_pid()) && sock_is_rdma(s)) {
-		if (handoff_claimable(s))
-			handoff_claim(s);
-		return NULL;
+		/* Taken over on TCP, or adopted (a held channel of ours now). */
+		if (!handoff_claimable(s) || !handoff_claim(s) || s->owner_pid != self_pid())
+			return NULL;
 	}
 	pthread_mutex_lock(&s->lock);
 	c = sock_is_rdma(s) ? s->conn : NULL;
@@ -56,6 +56,20 @@ static bool reason_is_cacheable(enum sdp_reason reason)
 	       reason == SDP_REASON_UNPROVEN;           /* a rogue listener on its port */
 }
 
+/* A fork moved s's stream to TCP: the child that claims it, if it holds it
+ * alone, gets what it needs to climb back (preload/fork_handoff.c). */
+static void keep_climb_ticket(struct sdp_sock *s, struct sdp_conn *c)
+{
+	struct conn_climb_ticket *t = s->climb_ticket ? s->climb_ticket : malloc(sizeof(*t));
+
+	if (t && conn_climb_ticket(c, t)) {
+		s->climb_ticket = t;
+		return;
+	}
+	free(t);
+	s->climb_ticket = NULL;
+}
+
 static void on_fallback(struct sdp_sock *s, struct sdp_conn *c, enum sdp_reason reason)
 {
 	pthread_mutex_lock(&s->lock);
@@ -65,6 +79,8 @@ static void on_fallback(struct sdp_sock *s, struct sdp_conn *c, enum sdp_reason 
 	}
 	if (!conn_is_server(c) && reason_is_cacheable(reason))
 		path_remember_failure(conn_peer_addr(c), reason);
+	if (reason == SDP_REASON_FORKED && s->handoff_state)
+		keep_climb_ticket(s, c);
 	s->conn = NULL;
 	rdy_sock_to_kernel(s);
 	if (s->st->path == SDP_PATH_RDMA)
@@ -162,7 +178,7 @@ static void collect_channel(int fd, void *obj, void *ctx)
 		/* Inherited on RDMA (SDPSHIM_FORK=handoff): an exec'd image
 		 * gets it on TCP, from its owner. */
 		if (b->only_inheritable && !cloexec && handoff_claimable(s))
-			handoff_claim(s);
+			handoff_claim_as(s, false);
 		return;
 	}
 	c = sock_stream(s)->channel_get(s); /* NULL on kernel TCP, without a lock */

@@ -14,7 +14,7 @@
  * SDP_LINK_STREAMS_MAX); an error names a rule the message breaks; an
  * accepted header has every field equal to the bytes and re-encodes to the
  * same 16 bytes.  For OPEN and OPEN_ACK payloads the decoders accept exactly
- * non-zero ports (OPEN), a zero pad, and buffers within SDP_MIN/MAX_BUF_*,
+ * non-zero ports (OPEN), any rendezvous port, and buffers within SDP_MIN/MAX_BUF_*,
  * and re-encode to the same bytes; so do the climb's REQ and CHAL
  * (core/climb.c), and its PROVE and ACK accept exactly a cut at most 2^62. */
 #include <stdbool.h>
@@ -106,7 +106,7 @@ static void check_open(const uint8_t *p, size_t n)
 		CHECK(err == SDP_WIRE_SHORT);
 		return;
 	}
-	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 && be16_at(p + 38) == 0 &&
+	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 &&
 	     buffers_ok(be16_at(p + 36), be32_at(p + 40));
 	CHECK((err == SDP_WIRE_OK) == ok);
 	CHECK(err == SDP_WIRE_OK || err == SDP_WIRE_BAD_FIELD);
@@ -114,6 +114,7 @@ static void check_open(const uint8_t *p, size_t n)
 		return;
 	CHECK(memcmp(o.tuple.src_addr, p, 16) == 0 && memcmp(o.tuple.dst_addr, p + 16, 16) == 0);
 	CHECK(o.tuple.src_port == be16_at(p + 32) && o.tuple.dst_port == be16_at(p + 34));
+	CHECK(o.rdv_port == be16_at(p + 38));
 	sdp_open_to_wire(&o, out);
 	CHECK(memcmp(out, p, sizeof(out)) == 0);
 }
@@ -129,11 +130,11 @@ static void check_open_ack(const uint8_t *p, size_t n)
 		CHECK(err == SDP_WIRE_SHORT);
 		return;
 	}
-	ok = be16_at(p + 18) == 0 && buffers_ok(be16_at(p + 16), be32_at(p + 20));
+	ok = buffers_ok(be16_at(p + 16), be32_at(p + 20));
 	CHECK((err == SDP_WIRE_OK) == ok);
 	if (!ok)
 		return;
-	CHECK(memcmp(a.nonce, p, SDP_NONCE_SIZE) == 0);
+	CHECK(memcmp(a.nonce, p, SDP_NONCE_SIZE) == 0 && a.rdv_port == be16_at(p + 18));
 	sdp_open_ack_to_wire(&a, out);
 	CHECK(memcmp(out, p, sizeof(out)) == 0);
 }
@@ -149,12 +150,13 @@ static void check_climb_req(const uint8_t *p, size_t n)
 		CHECK(err == SDP_WIRE_SHORT);
 		return;
 	}
-	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 && be16_at(p + 38) == 0 &&
+	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 &&
+	     (be16_at(p + 38) & ~SDP_CLIMB_FLAGS_KNOWN) == 0 &&
 	     buffers_ok(be16_at(p + 36), be32_at(p + 40));
 	CHECK((err == SDP_WIRE_OK) == ok);
 	if (!ok)
 		return;
-	CHECK(memcmp(r.nonce, p + 44, SDP_NONCE_SIZE) == 0);
+	CHECK(memcmp(r.nonce, p + 44, SDP_NONCE_SIZE) == 0 && r.flags == be16_at(p + 38));
 	sdp_climb_req_to_wire(&r, out);
 	CHECK(memcmp(out, p, sizeof(out)) == 0);
 }

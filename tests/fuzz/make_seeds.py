@@ -26,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 HELLO_MAGIC = 0x53445053  # "SDPS"
 BIND_MAGIC = 0x53445042   # "SDPB"
 MID = dict(DATA=0x01, CREDIT_UPDATE=0x02, DISCONN=0x03, ABORT=0x04, KEEPALIVE=0x05,
@@ -182,14 +182,16 @@ def link_seeds():
         "credit-starving": sel + lh(k["CREDIT"], flags=1),
         "open": sel + lh(k["OPEN"], open_payload(), stream=3),
         "open-bad-port": sel + lh(k["OPEN"], open_payload(sport=0)),
-        "open-bad-pad": sel + lh(k["OPEN"], open_payload(pad=1)),
+        "open-rdv-port": sel + lh(k["OPEN"], open_payload(pad=40123)),
         "open-ack": sel + lh(k["OPEN_ACK"], open_ack_payload()),
         "open-ack-bad-count": sel + lh(k["OPEN_ACK"], open_ack_payload(count=2)),
+        "open-ack-rdv-port": sel + lh(k["OPEN_ACK"], open_ack_payload(pad=40124)),
         "open-nak": sel + lh(k["OPEN_NAK"], bytes([4]) + bytes(7)),
         "released": sel + lh(k["RELEASED"], stream=4095),
         "bad-stream-index": sel + lh(k["RELEASED"], stream=4096),
         "climb-req": sel + lh(k["CLIMB_REQ"], open_payload() + NONCE_B, stream=2),
-        "climb-req-bad-pad": sel + lh(k["CLIMB_REQ"], open_payload(pad=1) + NONCE_B),
+        "climb-req-bad-flags": sel + lh(k["CLIMB_REQ"], open_payload(pad=2) + NONCE_B),
+        "climb-req-from-server": sel + lh(k["CLIMB_REQ"], open_payload(pad=1) + NONCE_B),
         "climb-chal": sel + lh(k["CLIMB_CHAL"], climb_chal_payload(), stream=2),
         "climb-chal-bad-size": sel + lh(k["CLIMB_CHAL"], climb_chal_payload(size=1 << 21)),
         "climb-prove": sel + lh(k["CLIMB_PROVE"], bytes(range(32)) + struct.pack(">Q", 1 << 24)),

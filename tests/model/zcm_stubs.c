@@ -14,6 +14,7 @@
 
 #include "base/config.h"
 #include "base/real.h"
+#include "core/link.h" /* rdv_port() */
 #include "core/wait_set.h"
 #include "zcm_internal.h"
 
@@ -366,6 +367,12 @@ void bind_on_tcp_ready(struct sdp_conn *c);
 void pending_drop(struct sdp_conn *c);
 void pending_on_timer(struct sdp_conn *c);
 void queue_attach(struct sdp_conn *c);
+
+/* A forked child's adopted stream (core/climb.c): never made in the model. */
+WEAK struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy) { return NULL; }
+WEAK int progress_dup_hidden(int fd) { return -1; }
+WEAK int progress_start(void) { return -1; }
+WEAK uint16_t rdv_port(void) { return 0; }
 
 WEAK void tcp_send_reset(struct sdp_conn *c) {}
 WEAK void tcp_watch_start(struct sdp_conn *c, uint32_t events) {}

@@ -303,8 +303,8 @@ static int test_link_header(void)
 
 static int test_link_open(void)
 {
-	struct sdp_open o = { .buf_count = 32, .buf_size = 32768 }, got;
-	struct sdp_open_ack a = { .buf_count = 16, .buf_size = 65536 }, agot;
+	struct sdp_open o = { .buf_count = 32, .buf_size = 32768, .rdv_port = 40123 }, got;
+	struct sdp_open_ack a = { .buf_count = 16, .buf_size = 65536, .rdv_port = 40124 }, agot;
 	uint8_t w[sizeof(struct sdp_open_wire)], aw[sizeof(struct sdp_open_ack_wire)];
 	int ok;
 
@@ -320,7 +320,9 @@ static int test_link_open(void)
 		   got.buf_size == 32768 && got.tuple.src_addr[15] == 2, "OPEN round trip") &&
 	     check(sdp_open_ack_from_wire(aw, sizeof(aw), &agot) == SDP_WIRE_OK, "OPEN_ACK accepted") &&
 	     check(agot.buf_count == 16 && agot.buf_size == 65536 && agot.nonce[7] == 0xab,
-		   "OPEN_ACK round trip");
+		   "OPEN_ACK round trip") &&
+	     check(got.rdv_port == 40123 && agot.rdv_port == 40124 && w[38] == 0x9c && w[39] == 0xbb,
+		   "rendezvous ports, big-endian where the padding was");
 	ok &= check(sdp_open_from_wire(w, sizeof(w) - 1, &got) == SDP_WIRE_SHORT, "short OPEN");
 	o.tuple.src_port = 0;
 	sdp_open_to_wire(&o, w);
@@ -390,8 +392,13 @@ static int test_climb_messages(void)
 			    rg.buf_size == 32768 && memcmp(rg.nonce, r.nonce, 16) == 0,
 		    "REQ round trip");
 	ok &= check(sdp_climb_req_from_wire(w, sizeof(w) - 1, &rg) == SDP_WIRE_SHORT, "REQ short");
-	w[38] = 1; /* pad */
-	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_BAD_FIELD, "REQ padding");
+	w[38] = 1; /* an unknown flag */
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_BAD_FIELD, "REQ flags");
+	w[38] = 0;
+	w[39] = SDP_CLIMB_FROM_SERVER;
+	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_OK &&
+			    rg.flags == SDP_CLIMB_FROM_SERVER,
+		    "REQ from the server end");
 	r.tuple.src_port = 0;
 	sdp_climb_req_to_wire(&r, w);
 	ok &= check(sdp_climb_req_from_wire(w, sizeof(w), &rg) == SDP_WIRE_BAD_FIELD, "REQ port 0");

@@ -475,3 +475,36 @@ honest_connects() {
   [ "$src" -eq 0 ]
   [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
 }
+
+@test "[link] a local user opens a stream on a process's rendezvous port (docs/upgrade.md, \"Fork\"): OPEN_NAK tuple, no stream; the process's own stream stays on RDMA, echo checked" {
+  local port sport rdv src=0 crc=0
+  link_mode link
+  port=$(free_port); sport=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  start_bg client timeout -k 5 120 env SDPSHIM_LOG=debug "${PRE[@]}" "$CONNECTS" \
+    -c "$RXE_IP" -p "$port" -n 1 -w "$T/release"
+  wait_for_line "$T/client.log" '^holding' 60
+  rdv=$(sed -n 's/.*debug: rendezvous port \([0-9]*\)$/\1/p' "$T/client.log" | head -1)
+  # Its link Hello names the port it dials (the rendezvous port); its OPEN a
+  # TCP connection no listener there serves.
+  rogue_start rogue hello --to "$RXE_IP:${rdv:-1}" --src-port "$sport" --hold 2 --link
+  wait_for_line "$T/rogue.log" '^(open_ack|open_nak|rejected|error) conn=0' 60 || true
+  rogue_stop rogue || true
+  touch "$T/release"
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  show "client's rendezvous port: ${rdv:-none}" "rogue:" "$(head -12 "$T/rogue.log")" \
+       "client (rc=$crc): $(grep -v debug "$T/client.log" | tail -4)" "server (rc=$src)" \
+       "$(stats_lines "$STATS")"
+  [ -n "$rdv" ]
+  grep -q 'uid=65534' "$T/rogue.log"
+  grep -q '^established conn=0 link=1 ' "$T/rogue.log"
+  grep -q '^open_nak conn=0 stream=0 code=5 ' "$T/rogue.log"   # SDP_REJECT_TUPLE
+  [ "$(rogue_field rogue opened)" = 0 ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$crc" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/client.log"
+  [ "$src" -eq 0 ]
+  [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
+}

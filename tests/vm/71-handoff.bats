@@ -5,7 +5,10 @@
 # parent closes it or exits while a child holds it.
 #
 #  - tests/vm/forkshare.py: one accepted connection, on RDMA (the test waits
-#    for path=rdma in `sdpshim stat` before it lets the server fork), then:
+#    for path=rdma in `sdpshim stat` before it lets the server fork), then
+#    (childclimbs) the child, alone with it once the parent closed its copy,
+#    brings it back to RDMA on a channel of its own (docs/upgrade.md, "Fork"),
+#    unless the peer lies in the challenge or refuses (no rendezvous port);
 #    parent and child both write (every record once, in its writer's order);
 #    a child that never touches it (the parent's stream stays on RDMA, no
 #    switch); the child serves and the parent closes (the stream moves);
@@ -33,8 +36,9 @@ forkshare_case() {
   start_bg server timeout -k 5 180 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
     server "$RXE_IP" "$port" "$T" "$mode"
   wait_port "$RXE_IP" "$port"
-  start_bg client timeout -k 5 180 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
-    client "$RXE_IP" "$port" "$mode"
+  local cenv=(${CLIENT_ENV:-}) # the client's own settings (a liar, a refusal)
+  start_bg client timeout -k 5 180 env "${cenv[@]}" "${PRE[@]}" "$PY" -S \
+    "$BATS_TEST_DIRNAME/forkshare.py" client "$RXE_IP" "$port" "$mode"
   bg_wait_for_file "$T/accepted" 60 && wait_live_path server "$port" rdma 60 || wrc=$?
   touch "$T/go"
   if [ "$mode" = parentkill ]; then
@@ -59,6 +63,15 @@ forkshare_case() {
   else
     [ "$src" -eq 0 ]
   fi
+}
+
+# child_on_tcp: the forked child's one stats line is on TCP, moved there
+# for the fork (its counters start at the fork: no switch of its own)
+child_on_tcp() {
+  local lines
+  lines=$(stats_lines "$STATS" role=server path=tcp reason=forked climbs=0)
+  show "the child's line: $lines"
+  [ "$(grep -c . <<<"$lines")" -eq 1 ]
 }
 
 # bg_wait_for_file PATH SECS
@@ -115,11 +128,42 @@ assert_stayed_on_rdma() {
   assert_stayed_on_rdma
 }
 
-@test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB, SHA-256 checked): byte-exact on TCP" {
+@test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB at once, SHA-256 checked): byte-exact, back on RDMA" {
   forkshare_case childserves
   grep -q "^forkshare: client childserves ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childserves ok (child)" <<<"$SRV_LOG"
-  assert_switched forked 1 role=client
+  # The child's first read waits for its climb (SDPSHIM_CLIMB_WAIT_MS): the
+  # client's stream ends on RDMA, moved there and back (how much of the
+  # 1 MiB crossed on TCP depends on when the fork caught it).
+  assert_climbed_share 1 0 role=client
+}
+
+@test "handoff: fork-per-connection, a long-lived stream: the child, alone with it, brings it back to RDMA (climb), every echo round compared" {
+  forkshare_case childclimbs
+  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
+  # The client and the child: back on RDMA, most bytes there (the
+  # parent's line, written at its close, is the one without a climb).
+  assert_climbed_share 1 80 role=client
+  assert_climbed_share 1 80 role=server climbs=1
+}
+
+@test "handoff: a peer that lies in the fork climb's challenge (its MAC): the child refuses it, the stream stays on TCP, every echo round compared" {
+  CLIENT_ENV="SDPSHIM_DEBUG_CLIMB_LIE=1" forkshare_case childclimbs
+  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
+  grep -q "could not prove it holds this stream" <<<"$SRV_LOG"
+  # Nobody climbed: the child asked once, found the answer forged, and stayed.
+  assert_switched forked 1 role=client climbs=0
+  child_on_tcp
+}
+
+@test "handoff: a peer that refuses climbs (SDPSHIM_CLIMB=0: no rendezvous port) keeps a forked child's stream on TCP, every echo round compared" {
+  CLIENT_ENV="SDPSHIM_CLIMB=0" forkshare_case childclimbs
+  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
+  assert_switched forked 1 role=client climbs=0
+  child_on_tcp
 }
 
 @test "handoff: the parent exits after fork (exit moves the stream), the child takes 1 MiB, SHA-256 checked: byte-exact" {

@@ -16,6 +16,9 @@ who uses the socket after the fork:
               takes 1 MiB and answers its SHA-256 (a redis BGSAVE child)
   childserves the parent closes its copy at once; the child takes 1 MiB
               and answers its SHA-256 (a fork-per-connection server)
+  childclimbs the parent closes its copy at once; the child echoes 200
+              rounds of 32 KiB, paced, long enough for the stream to climb
+              back to RDMA (the client compares every round)
   parentexit  the parent exits at once (exit handlers run); the child waits
               for that, then takes 1 MiB and answers its SHA-256 (a process
               that daemonizes)
@@ -41,6 +44,10 @@ import time
 
 RECORDS = 4000
 ECHO_BYTES = 1 << 20
+# childclimbs: echo rounds long enough for the child's stream to climb
+CLIMB_ROUNDS = 200
+CLIMB_CHUNK = 32768
+CLIMB_PAUSE = 0.01
 
 
 def record(writer, seq):
@@ -105,6 +112,7 @@ def wait_file(path, secs=120):
 
 
 HANDOFF_MAGIC = 0x5344484F
+HANDOFF_REPLY_MAGIC = 0x53444852
 
 
 def handoff_sockets():
@@ -144,11 +152,14 @@ def rogue_lies(owner):
                       [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", b.fileno()))])
             b.close()
             a.settimeout(30)
-            answers.append(a.recv(1))
+            answers.append(a.recv(4096))
             a.close()
         for i in range(3000):
             s.send(handoff_req(owner, 2, holder=os.getpid(), via=100000 + i))
-    if any(x != b"\x01" for x in answers):
+    # The owner's answer (struct handoff_reply): magic, status 1 ("no") and
+    # no climb ticket (its key never goes to a claim it refused).
+    refused = struct.pack("=IBBxx", HANDOFF_REPLY_MAGIC, 1, 0)
+    if any(x != refused for x in answers):
         sys.exit("forkshare: a forged claim was not refused: %r" % answers)
     return "%d request socket(s), %d forged claims refused" % (len(socks), len(answers))
 
@@ -190,11 +201,14 @@ def server(host, port, tdir, mode):
         digest_peer(conn, ECHO_BYTES)
         conn.close()
         print("forkshare: server childonly ok")
-    elif mode == "childserves":
+    elif mode in ("childserves", "childclimbs"):
         if pid == 0:
-            digest_peer(conn, ECHO_BYTES)
+            if mode == "childserves":
+                digest_peer(conn, ECHO_BYTES)
+            else:
+                echo_peer(conn, CLIMB_ROUNDS * CLIMB_CHUNK)
             conn.close()
-            print("forkshare: server childserves ok (child)", flush=True)
+            print("forkshare: server %s ok (child)" % mode, flush=True)
             os._exit(0)
         conn.close()
         _, status = os.waitpid(pid, 0)
@@ -280,6 +294,15 @@ def client(host, port, mode):
             got += chunk
         runs = check_records(bytes(got))
         print("forkshare: client both ok: %d records each, in writer order, %d runs" % (RECORDS, runs))
+    elif mode == "childclimbs":
+        for i in range(CLIMB_ROUNDS):
+            echo_check(sock, CLIMB_CHUNK, "round %d after the fork" % i)
+            time.sleep(CLIMB_PAUSE)
+        sock.shutdown(socket.SHUT_WR)
+        if sock.recv(1):
+            sys.exit("forkshare: bytes after the echo")
+        print("forkshare: client childclimbs ok: %d rounds of %d bytes echoed after the fork"
+              % (CLIMB_ROUNDS, CLIMB_CHUNK))
     elif mode in ("childonly", "childserves", "parentexit", "rogue"):
         digest_check(sock, ECHO_BYTES, "after the fork")
         sock.shutdown(socket.SHUT_WR)

@@ -428,6 +428,45 @@ EOF
   [ "$status" -eq 0 ]
 }
 
+# assert_climbed_share WANT MIN_PCT [FIELD=VALUE...]: WANT (a count, or
+# "any") stats lines match the filters, and each ended on RDMA after a
+# climb (path rdma, climbs >= 1) with at least MIN_PCT % of its bytes
+# (sent and received) carried over RDMA, by its own counters (the bytes
+# that went through the kernel socket are tcp_bytes_sent/received).
+assert_climbed_share() {
+  run "$PY" -S - "$STATS" "$@" <<'EOF'
+import json, os, sys
+path, want, pct = sys.argv[1], sys.argv[2], float(sys.argv[3])
+filters = [a.split("=", 1) for a in sys.argv[4:]]
+def text(v):
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+lines = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+sel = [c for c in lines if all(text(c.get(k)) == v for k, v in filters)]
+errors, shares = [], []
+if want != "any" and len(sel) != int(want):
+    errors.append("%d stats lines match, expected %s" % (len(sel), want))
+if not sel:
+    errors.append("no stats line matches")
+for c in sel:
+    total = c["bytes_sent"] + c["bytes_received"]
+    tcp = c["tcp_bytes_sent"] + c["tcp_bytes_received"]
+    share = 100.0 * (total - tcp) / total if total else 0.0
+    shares.append(share)
+    if c["path"] != "rdma" or c.get("climbs", 0) < 1 or share < pct:
+        errors.append("%s pid %s %s %s -> %s: path=%s reason=%s switches=%s climbs=%s, "
+                      "%d of %d bytes on TCP (%.1f %% on RDMA)" % (
+            c["comm"], c.get("pid"), c["role"], c["local"], c["remote"], c["path"],
+            c["reason"], c.get("switches"), c.get("climbs"), tcp, total, share))
+print("%d lines climbed; RDMA share %s" % (len(sel),
+      "%.1f..%.1f %%" % (min(shares), max(shares)) if shares else "-"))
+shown = errors[:12] + (["... %d more" % (len(errors) - 12)] if len(errors) > 12 else [])
+print("".join("ERROR: %s\n" % e for e in shown), end="")
+sys.exit(1 if errors else 0)
+EOF
+  show "climbed share (>= $2 %): $output"
+  [ "$status" -eq 0 ]
+}
+
 # live_server PORT: "PATH BYTES_RECEIVED" of the live server connection on PORT
 # (sdpshim stat --json), "none 0" while there is none
 live_server() {
@@ -565,7 +604,7 @@ link_mode() {
     conn) export SDPSHIM_LINKS=0; LINK_ARG=() ;;
     link)
       case " ${ROGUE_ARGS[*]} " in
-        *" --v1 "*|*" --wire-version "*) skip "links speak wire version 3 only (SDPSHIM_ROGUE_ARGS=${ROGUE_ARGS[*]})" ;;
+        *" --v1 "*|*" --wire-version "*) skip "links speak the current wire version only (SDPSHIM_ROGUE_ARGS=${ROGUE_ARGS[*]})" ;;
       esac
       export SDPSHIM_LINKS=1; LINK_ARG=(--link) ;;
     *) echo "link_mode: conn or link, not $1" >&2; return 1 ;;
