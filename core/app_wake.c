@@ -287,20 +287,6 @@ void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
 	conn_sleep_end_any();
 }
 
-void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += (time_t)(ms / 1000);
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	conn_cond_wait_counted(c, &until);
-}
-
 void app_wake_atfork_child(void)
 {
 	atomic_store(&app_sets, 0); /* the parent's sets; the child's timers are gone too */

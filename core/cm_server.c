@@ -61,22 +61,20 @@ static int listen_on(struct sdp_listener *l, struct rdma_event_channel *ch)
 	return err;
 }
 
-struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
-				     const struct sdp_policy *policy,
-				     enum sdp_reason *reason)
+struct sdp_listener *listener_open(const struct sockaddr *local, int backlog,
+				   const struct sdp_policy *policy, int *err)
 {
 	struct rdma_event_channel *ch;
 	struct sdp_listener *l;
 	uint8_t addr[16];
-	int err;
 
 	if (progress_start() != 0 || cm_channel_ensure(&ch) != 0) {
-		*reason = SDP_REASON_RDMA_CM_ERROR;
+		*err = -EIO;
 		return NULL;
 	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
-		*reason = SDP_REASON_RESOURCES;
+		*err = -ENOMEM;
 		return NULL;
 	}
 	l->cm_kind = CM_KIND_LISTENER;
@@ -90,20 +88,38 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 	l->policy = *policy;
 	if (l->policy.client_net_count > SDP_CLIENT_NETS_MAX)
 		l->policy.client_net_count = SDP_CLIENT_NETS_MAX;
-	err = listen_on(l, ch);
-	if (err == EADDRINUSE) {
-		sdp_warn("no RDMA listener on port %u: another process holds that port in the RDMA "
-			 "port space; this listener serves TCP only", l->port);
-	} else if (err) {
-		sdp_info("no RDMA listener on port %u: %s; this listener serves TCP only", l->port,
-			 strerror(err));
-	}
-	if (err) {
-		*reason = err == EADDRINUSE ? SDP_REASON_RESOURCES : SDP_REASON_LISTENER_TCP;
+	*err = listen_on(l, ch);
+	if (*err) {
 		listener_put(l);
 		return NULL;
 	}
 	return l;
+}
+
+struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
+				     const struct sdp_policy *policy,
+				     enum sdp_reason *reason)
+{
+	uint16_t port = local->sa_family == AF_INET6
+				? ntohs(((const struct sockaddr_in6 *)local)->sin6_port)
+				: ntohs(((const struct sockaddr_in *)local)->sin_port);
+	int err = 0;
+	struct sdp_listener *l = listener_open(local, backlog, policy, &err);
+
+	if (l)
+		return l;
+	if (err < 0) { /* no rdma_cm channel, or no memory */
+		*reason = err == -EIO ? SDP_REASON_RDMA_CM_ERROR : SDP_REASON_RESOURCES;
+		return NULL;
+	}
+	if (err == EADDRINUSE)
+		sdp_warn("no RDMA listener on port %u: another process holds that port in the RDMA "
+			 "port space; this listener serves TCP only", port);
+	else
+		sdp_info("no RDMA listener on port %u: %s; this listener serves TCP only", port,
+			 strerror(err));
+	*reason = err == EADDRINUSE ? SDP_REASON_RESOURCES : SDP_REASON_LISTENER_TCP;
+	return NULL;
 }
 
 /* Listeners waiting to listen again, each with a reference (progress

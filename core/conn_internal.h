@@ -5,6 +5,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <time.h>
 
 #include "core/conn_struct.h"
 #include "core/geometry.h" /* CTRL_SLOTS, CTRL_SLOT_SIZE */
@@ -173,7 +174,19 @@ int cq_poll_if_due(struct sdp_conn *c);
  * while it waits for the link's messages. */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until);
 /* The same, for at most ms from now. */
-void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms);
+static inline void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)(ms / 1000);
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	conn_cond_wait_counted(c, &until);
+}
 /* A linked stream's completion, its wr_id its own again (link.c). */
 void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc);
 /* A linked stream's work that never went (stopped): settled as flushed. */

@@ -42,6 +42,11 @@ struct sdp_listener {
 struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason);
+/* The same without a word: NULL with *err (an errno from rdma_cm, or
+ * -EIO with no rdma_cm channel, -ENOMEM).  A port of 0 listens on an
+ * ephemeral port (core/rendezvous.c reads it). */
+struct sdp_listener *listener_open(const struct sockaddr *local, int backlog,
+				   const struct sdp_policy *policy, int *err);
 /* A reference for a link that routes OPENs to the listener. */
 void listener_hold(struct sdp_listener *l);
 void listener_release(struct sdp_listener *l);

@@ -25,14 +25,14 @@ static struct sdp_listener *listen_any(int family)
 {
 	struct sockaddr_storage any;
 	struct sdp_policy policy;
-	enum sdp_reason reason;
+	int err = 0;
 
 	memset(&any, 0, sizeof(any));
 	any.ss_family = (sa_family_t)family;
 	if (family == AF_INET6)
 		((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
 	policy_default(&policy);
-	return listener_create((const struct sockaddr *)&any, 64, &policy, &reason);
+	return listener_open((const struct sockaddr *)&any, 64, &policy, &err);
 }
 
 static void create_locked(void)
@@ -50,6 +50,10 @@ static void create_locked(void)
 	SDP_GUARD_ENTER();
 	l->port = ntohs(rdma_get_src_port(l->id));
 	SDP_GUARD_LEAVE();
+	if (l->local.ss_family == AF_INET6) /* a listen again (a device that went) keeps it */
+		((struct sockaddr_in6 *)&l->local)->sin6_port = htons(l->port);
+	else
+		((struct sockaddr_in *)&l->local)->sin_port = htons(l->port);
 	l->rendezvous = true;
 	rdv = l;
 	sdp_debug("rendezvous port %u", l->port);
