@@ -1,8 +1,9 @@
 /* The sharer's side of the fork handoff (SDPSHIM_FORK=handoff): a process
  * that inherited an RDMA socket asks the socket's owner to move the stream
- * to TCP when it first uses it, then uses the kernel socket; and a sharer
- * that forks tells the owners that its child shares too.  The owner's side:
- * preload/fork_handoff.c. */
+ * to TCP when it first uses it, then uses the kernel socket, or, with the
+ * owner's climb ticket (it holds the socket alone), a channel of its own
+ * that climbs back to RDMA; and a sharer that forks tells the owners that
+ * its child shares too.  The owner's side: preload/fork_handoff.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -126,6 +127,29 @@ static bool adopt_with_ticket(struct sdp_sock *s, const struct conn_climb_ticket
 	return true;
 }
 
+/* The stream is on kernel TCP: ours on a held channel of our own with the
+ * owner's ticket (returned with a reference), else on the kernel socket
+ * (NULL).  s->lock held. */
+static struct sdp_conn *take_over(struct sdp_sock *s, const struct handoff_reply *reply)
+{
+	if (reply && reply->has_ticket && adopt_with_ticket(s, &reply->ticket)) {
+		conn_get(s->conn);
+		return s->conn;
+	}
+	sock_take_over_on_tcp(s);
+	return NULL;
+}
+
+/* A fork-per-connection server's connection is short: its first call
+ * waits for the climb (bounded), so that it does not live on TCP. */
+static void wait_for_climb(const struct sdp_sock *s, struct sdp_conn *c)
+{
+	if (sdp_tun.climb_wait_ms && !conn_wait_climb(c, sdp_tun.climb_wait_ms))
+		sdp_debug("fd %d: not back on RDMA within SDPSHIM_CLIMB_WAIT_MS (%u ms); it goes on "
+			  "on TCP meanwhile", s->primary_fd, sdp_tun.climb_wait_ms);
+	conn_put(c);
+}
+
 bool handoff_claim(struct sdp_sock *s)
 {
 	return handoff_claim_as(s, true);
@@ -147,23 +171,12 @@ bool handoff_claim_as(struct sdp_sock *s, bool may_climb)
 	rc = ask_owner(s, &reply);
 	state = atomic_load(s->handoff_state);
 	if (state == HANDOFF_ON_TCP) { /* the owner's word, whether or not it answered */
-		bool adopted = rc == 0 && reply.has_ticket && may_climb &&
-			       adopt_with_ticket(s, &reply.ticket);
-
-		struct sdp_conn *c = adopted ? s->conn : NULL;
+		struct sdp_conn *c = take_over(s, rc == 0 && may_climb ? &reply : NULL);
 
 		explicit_bzero(&reply, sizeof(reply));
-		if (!adopted)
-			sock_take_over_on_tcp(s);
-		if (c)
-			conn_get(c);
 		pthread_mutex_unlock(&s->lock);
-		if (c) { /* a fork-per-connection server's connection is short: not on TCP */
-			if (sdp_tun.climb_wait_ms && !conn_wait_climb(c, sdp_tun.climb_wait_ms))
-				sdp_debug("fd %d: not back on RDMA within SDPSHIM_CLIMB_WAIT_MS (%u ms); "
-					  "it goes on on TCP meanwhile", s->primary_fd, sdp_tun.climb_wait_ms);
-			conn_put(c);
-		}
+		if (c)
+			wait_for_climb(s, c);
 		return true;
 	}
 	sdp_warn("fd %d: the RDMA stream inherited from process %d could not move to TCP (%s%s); "

@@ -2,7 +2,8 @@
  * byte per shared socket, the processes that may share them (children, and
  * children's children a child reports), sockets closed here but kept for
  * live sharers (orphans), and the request server that moves a stream to
- * TCP when a sharer asks.  The sharer's side: preload/fork_claim.c. */
+ * TCP when a sharer asks, with a climb ticket when that sharer is left
+ * alone with it.  The sharer's side: preload/fork_claim.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
