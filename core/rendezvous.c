@@ -63,7 +63,7 @@ uint16_t rdv_port_ensure(void)
 {
 	uint16_t port = 0;
 
-	if (!sdp_tun.climb)
+	if (!sdp_tun.climb || !sdp_tun.climb_fork)
 		return 0;
 	pthread_mutex_lock(&rdv_lock);
 	if (!rdv && !rdv_failed)

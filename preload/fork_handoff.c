@@ -370,7 +370,7 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 	alone = claimer_alone(s);
 	pthread_mutex_unlock(&share_lock);
 	pthread_mutex_lock(&s->lock);
-	if (alone && s->climb_ticket) {
+	if (alone && s->climb_ticket && sdp_tun.climb_fork) {
 		reply->ticket = *s->climb_ticket;
 		reply->has_ticket = 1;
 	}
@@ -406,7 +406,7 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp
 		struct sdp_sock *again;
 		bool alone;
 
-		if (*orphan || !sdp_tun.climb || progress_now_ms() >= until)
+		if (*orphan || !sdp_tun.climb || !sdp_tun.climb_fork || progress_now_ms() >= until)
 			return s;
 		pthread_mutex_lock(&share_lock);
 		alone = one_sharer_open(s);
