@@ -501,28 +501,23 @@ void dev_atfork_child(int parent_cm_fd)
 	memset(&release_timer, 0, sizeof(release_timer));
 }
 
-void dev_after_fork_child(void)
-{
-	if ((inherited_count || inherited_cm_count) && sdp_tun.child_device_watch)
-		dev_watch_inherited_start();
-}
+/* The verbs-file mappings a forked child inherited (the parent's queues),
+ * read at the end of its fork handling; known: all of them fitted. */
+#define INHERITED_MAPS_MAX 256
+static struct { unsigned long start, end; } inherited_maps[INHERITED_MAPS_MAX];
+static unsigned inherited_maps_n;
+static bool inherited_maps_known;
 
-/* The mappings of a removed device's verbs file that this process holds
- * (the queues of the parent's QPs and CQs, which a provider such as rxe
- * maps from it): a mapping holds the file, as an fd does.  Only with no
- * record of its own, whose queues could be among them.  Each range gets
- * inaccessible anonymous memory in place (MAP_FIXED), not a hole: whoever
- * unmaps it later (a provider closing a context) unmaps nothing of ours. */
-static void cover_inherited_queues(void)
+typedef void verbs_mapping_fn(unsigned long start, unsigned long end, bool deleted, void *ctx);
+
+/* Each whole line of /proc/self/maps that maps a verbs file. */
+static void each_verbs_mapping(verbs_mapping_fn *fn, void *ctx)
 {
 	static const char prefix[] = "/dev/infiniband/uverbs", gone[] = " (deleted)";
 	char line[512];
 	bool at_line_start = true;
-	FILE *maps;
+	FILE *maps = fopen("/proc/self/maps", "re");
 
-	if (dev_list)
-		return;
-	maps = fopen("/proc/self/maps", "re");
 	if (!maps)
 		return;
 	while (fgets(line, sizeof(line), maps)) {
@@ -537,15 +532,70 @@ static void cover_inherited_queues(void)
 		line[--len] = '\0';
 		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &path_at) != 2 ||
 		    path_at < 0 || strncmp(line + path_at, prefix, sizeof(prefix) - 1) != 0 ||
-		    len < sizeof(gone) - 1 || strcmp(line + len - (sizeof(gone) - 1), gone) != 0 ||
 		    end <= start)
 			continue;
-		if (mmap((void *)start, end - start, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-			sdp_warn("cannot let go of an inherited mapping of a removed device: %s",
-				 strerror(errno));
+		fn(start, end, len >= sizeof(gone) - 1 && strcmp(line + len - (sizeof(gone) - 1), gone) == 0,
+		   ctx);
 	}
 	fclose(maps);
+}
+
+static void note_inherited_mapping(unsigned long start, unsigned long end, bool deleted, void *ctx)
+{
+	(void)deleted;
+	(void)ctx;
+	if (inherited_maps_n == INHERITED_MAPS_MAX) {
+		inherited_maps_known = false;
+		return;
+	}
+	inherited_maps[inherited_maps_n].start = start;
+	inherited_maps[inherited_maps_n++].end = end;
+}
+
+static bool mapping_inherited(unsigned long start, unsigned long end)
+{
+	for (unsigned i = 0; i < inherited_maps_n; i++)
+		if (start >= inherited_maps[i].start && end <= inherited_maps[i].end)
+			return true;
+	return false;
+}
+
+static void cover_if_inherited(unsigned long start, unsigned long end, bool deleted, void *ctx)
+{
+	(void)ctx;
+	if (!deleted)
+		return;
+	/* With a record of its own (a child that made its own connections), only
+	 * what it inherited: its own queues may be among the rest. */
+	if (dev_list && !(inherited_maps_known && mapping_inherited(start, end)))
+		return;
+	if (mmap((void *)start, end - start, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+		sdp_warn("cannot let go of an inherited mapping of a removed device: %s",
+			 strerror(errno));
+}
+
+/* The mappings of a removed device's verbs file that this process holds
+ * (the queues of the parent's QPs and CQs, which a provider such as rxe
+ * maps from it): a mapping holds the file, as an fd does.  With no record
+ * of its own, all of them; with one (a child that climbed, or connected),
+ * those it inherited at the fork.  Each range gets inaccessible anonymous
+ * memory in place (MAP_FIXED), not a hole: whoever unmaps it later (a
+ * provider closing a context) unmaps nothing of ours. */
+static void cover_inherited_queues(void)
+{
+	each_verbs_mapping(cover_if_inherited, NULL);
+}
+
+void dev_after_fork_child(void)
+{
+	inherited_maps_n = 0;
+	inherited_maps_known = false;
+	if (!(inherited_count || inherited_cm_count) || !sdp_tun.child_device_watch)
+		return;
+	inherited_maps_known = true;
+	each_verbs_mapping(note_inherited_mapping, NULL);
+	dev_watch_inherited_start();
 }
 
 void dev_release_inherited_gone(void)

@@ -640,11 +640,18 @@ children_hold_case() {
   [ "$crc" -eq 0 ]
   [ "$(bg_log client | tail -1)" = "holdecho: ok" ]
   [ "$src" -eq 0 ]
-  # Both connections began on RDMA and moved to TCP at the server's fork.
-  assert_switched forked 2 role=client
+  # Both connections began on RDMA and moved to TCP at the server's fork
+  # (and, where the children climbed back, to TCP again at the delete).
+  assert_switched "${CHILDREN_END:-forked}" 2 role=client
 }
 
 @test "switch: rdma link delete while fork-per-connection children hold their connections: the delete returns while they run, and their echoes go on" {
+  children_hold_case SDPSHIM_CHILD_DEVICE_WATCH=1
+  [ "${DEL%% *}" = rc=0 ]
+}
+
+@test "switch: rdma link delete while fork-per-connection children that climbed back to RDMA hold their connections: the delete returns while they run" {
+  export SDPSHIM_CLIMB_FORK=1 CHILDREN_END=failover
   children_hold_case SDPSHIM_CHILD_DEVICE_WATCH=1
   [ "${DEL%% *}" = rc=0 ]
 }
