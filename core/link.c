@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1697,9 +1698,15 @@ static void on_climb_step(struct sdp_link *link, const struct sdp_lh *lh, const 
 		return;
 	conn_lock(c);
 	if (c->link == link && !c->link_stopped && !climb_on_step(c, lh->kind, payload)) {
+		char what[96];
+
+		/* What it found, in the one line: which message, and where c stood. */
+		snprintf(what, sizeof(what), "climb message %u out of turn: phase %s, step %d, %s",
+			 lh->kind, conn_phase_name(c->phase), (int)c->climb.step,
+			 c->climb.initiator ? "initiator" : "responder");
 		conn_unlock(c);
 		conn_put(c);
-		protocol_violation(link, "a climb message out of turn");
+		protocol_violation(link, what);
 		return;
 	}
 	conn_unlock(c);
