@@ -330,18 +330,27 @@ zcpair_case() {
 # with exactly the bytes it READ, so no byte arrives twice or goes missing.
 # (A 1 MiB READ takes over 10 ms on this bed, so the cancel still crosses it.
 # With 1 ms, on an idle host the cancel won before the reader's thread woke:
-# 0 of 245 sources READ, where loaded hosts READ 65-88 MB.)
-@test "zero-copy cancel: a non-blocking writer cancelling after 5 ms against a blocking reader, $(size_name "$BIG_STREAM") byte-exact" {
-  export SDPSHIM_ZCOPY_NB_WAIT_MS=5
-  zc_stream up "$BIG_STREAM" -m 4M -e epoll
-  local got want
-  got=$(sed -nE "s/^stream: server received $BIG_BYTES bytes sha256=([0-9a-f]{64}) OK\$/\\1/p" "$T/server.log")
+# 0 of 245 sources READ, where loaded hosts READ 65-88 MB.  With 5 ms a loaded
+# host sometimes READ nothing either: CI54 and CI67, 58 sources all cancelled
+# unread.  Such a run has not tested the crossing, so the case runs again with
+# a longer wait, still shorter than a READ; every run must be byte-exact.)
+@test "zero-copy cancel: a non-blocking writer cancelling after 5 ms (8, then 12, if it READ nothing) against a blocking reader, $(size_name "$BIG_STREAM") byte-exact" {
+  local got want wait_ms
   want=$(ref_digest 1 "$BIG_STREAM")
-  show "received sha256 $got, reference $want; client: ops $(zc_sum zcopy_ops role=client)," \
-       "cancels $(zc_sum zcopy_cancels role=client), zero-copy bytes $(zc_sum zcopy_bytes_sent role=client);" \
-       "server: direct READ bytes $(zc_sum zcopy_bytes_received role=server)"
-  [ -n "$got" ]
-  [ "$got" = "$want" ]
+  for wait_ms in 5 8 12; do
+    : >"$STATS"
+    export SDPSHIM_ZCOPY_NB_WAIT_MS=$wait_ms
+    zc_stream up "$BIG_STREAM" -m 4M -e epoll
+    got=$(sed -nE "s/^stream: server received $BIG_BYTES bytes sha256=([0-9a-f]{64}) OK\$/\\1/p" \
+      "$T/server.log")
+    show "cancel after $wait_ms ms: received sha256 ${got:-none}, reference $want;" \
+         "client: ops $(zc_sum zcopy_ops role=client), cancels $(zc_sum zcopy_cancels role=client)," \
+         "zero-copy bytes $(zc_sum zcopy_bytes_sent role=client); server: READ bytes" \
+         "$(zc_sum zcopy_bytes_received role=server)"
+    [ -n "$got" ]
+    [ "$got" = "$want" ]
+    [ "$(zc_sum zcopy_bytes_sent role=client)" -eq 0 ] || break
+  done
   # The case is the crossing: cancels happened, and the reader READ bytes of the
   # sources they cancelled.  (Under TCG the cancel often lands before the
   # reader's thread wakes, so most of its READs go to the staging buffer; the
