@@ -115,8 +115,6 @@ void zc_wait_answer(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), const c
 	uint64_t deadline = conn_now_us() + (uint64_t)sdp_tun.zcopy_answer_ms * 1000u;
 
 	while (!pred(c) && !c->carrier_dead && c->qp) {
-		struct timespec until;
-
 		cq_poll(c);
 		if (pred(c))
 			break;
@@ -124,13 +122,7 @@ void zc_wait_answer(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), const c
 			answer_overdue(c, what);
 			break;
 		}
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 20 * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		conn_cond_wait_counted(c, &until);
+		conn_cond_wait_ms(c, 20);
 	}
 }
 

@@ -80,7 +80,7 @@ static int wait_reply(int fd, struct handoff_reply *reply)
 			return -errno;
 	}
 	n = real.recv(fd, reply, sizeof(*reply), MSG_DONTWAIT);
-	if (n < 8 || reply->magic != HANDOFF_REPLY_MAGIC)
+	if (n < (ssize_t)HANDOFF_REPLY_HEAD || reply->magic != HANDOFF_REPLY_MAGIC)
 		return n < 0 || n == 0 ? -ECONNRESET : -EIO; /* the owner went away, or garbled */
 	if (n != sizeof(*reply))
 		reply->has_ticket = 0;

@@ -159,16 +159,23 @@ static void sharers_prune(void)
 	}
 }
 
+/* share_lock held: the recorded sharers forked while a socket was open
+ * here (forks first..last). */
+static unsigned sharers_in_forks(uint64_t first, uint64_t last)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < sharers_n; i++)
+		n += sharers[i].seq >= first && sharers[i].seq <= last;
+	return n;
+}
+
 /* share_lock held, the list pruned: true if a sharer forked while a socket
  * was open here (forks first..last) is recorded, or a fork is under way
  * (its child is not recorded yet). */
 static bool sharer_in_forks(uint64_t first, uint64_t last)
 {
-	bool alive = sharers_unknown || forks_in_flight > 0;
-
-	for (size_t i = 0; !alive && i < sharers_n; i++)
-		alive = sharers[i].seq >= first && sharers[i].seq <= last;
-	return alive;
+	return sharers_unknown || forks_in_flight > 0 || sharers_in_forks(first, last) > 0;
 }
 
 /* share_lock held: sharer_in_forks over the sharers still alive. */
@@ -351,14 +358,10 @@ static uint8_t state_of_id(uint64_t id)
  * itself came while a fork was under way. */
 static bool claimer_alone(const struct sdp_sock *s)
 {
-	unsigned n = 0;
-
 	sharers_prune();
 	if (sharers_unknown || (forks_in_flight && s->handoff_closed_in_fork))
 		return false;
-	for (size_t i = 0; i < sharers_n; i++)
-		n += sharers[i].seq >= s->handoff_seq && sharers[i].seq <= s->handoff_last;
-	return n == 1;
+	return sharers_in_forks(s->handoff_seq, s->handoff_last) == 1;
 }
 
 /* An orphan moved to TCP for its claimer: the ticket, if it holds it alone. */
@@ -383,14 +386,10 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
  * (the claimer) and no fork is under way. */
 static bool one_sharer_open(const struct sdp_sock *s)
 {
-	unsigned n = 0;
-
 	sharers_prune();
 	if (sharers_unknown || forks_in_flight)
 		return false;
-	for (size_t i = 0; i < sharers_n; i++)
-		n += sharers[i].seq >= s->handoff_seq && sharers[i].seq <= fork_seq;
-	return n == 1;
+	return sharers_in_forks(s->handoff_seq, fork_seq) == 1;
 }
 
 /* A claim that came before its owner's close (a fork-per-connection
@@ -529,7 +528,7 @@ static bool serve_one(int fd)
 
 		if (verdict == HANDOFF_REQ_CLAIM)
 			serve_claim(&req, &reply);
-		real.send(reply_fd, &reply, reply.has_ticket ? sizeof(reply) : 8,
+		real.send(reply_fd, &reply, reply.has_ticket ? sizeof(reply) : HANDOFF_REPLY_HEAD,
 			  MSG_NOSIGNAL | MSG_DONTWAIT);
 		explicit_bzero(&reply, sizeof(reply));
 		real.close(reply_fd);

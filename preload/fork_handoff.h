@@ -6,6 +6,7 @@
 #define SDPSHIM_FORK_HANDOFF_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "core/conn.h" /* struct conn_climb_ticket */
@@ -68,6 +69,8 @@ struct handoff_reply {
 	uint8_t pad[2];
 	struct conn_climb_ticket ticket;
 };
+/* A reply without a ticket is its head alone. */
+#define HANDOFF_REPLY_HEAD offsetof(struct handoff_reply, ticket)
 
 /* Sharer (s inherited on RDMA from its owner): asks the owner to move the
  * stream to TCP and takes the socket over on kernel TCP, or, with the
