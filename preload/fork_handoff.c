@@ -382,20 +382,34 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 		  reply->has_ticket ? "it may climb back to RDMA" : "it stays on TCP");
 }
 
-/* share_lock held: s, still open here, is shared with one live process
- * (the claimer) and no fork is under way. */
-static bool one_sharer_open(const struct sdp_sock *s)
+/* Who holds s, still open here, besides this process, as a claim sees it. */
+enum open_sharers {
+	OPEN_SHARED,    /* another live process may hold it: no ticket */
+	OPEN_ONE,       /* the claimer alone, and no fork under way */
+	OPEN_UNSETTLED, /* a fork is under way: its child (maybe the claimer,
+			 * which can run before its parent's fork() returns)
+			 * is not recorded yet */
+};
+
+/* share_lock held: s's sharers among the recorded ones, pruned. */
+static enum open_sharers open_sharers_of(const struct sdp_sock *s)
 {
+	unsigned n;
+
 	sharers_prune();
-	if (sharers_unknown || forks_in_flight)
-		return false;
-	return sharers_in_forks(s->handoff_seq, fork_seq) == 1;
+	if (sharers_unknown)
+		return OPEN_SHARED;
+	n = sharers_in_forks(s->handoff_seq, fork_seq);
+	if (n > 1)
+		return OPEN_SHARED;
+	return forks_in_flight || n == 0 ? OPEN_UNSETTLED : OPEN_ONE;
 }
 
 /* A claim that came before its owner's close (a fork-per-connection
  * server closes its copy right after the fork): it waits for that close a
- * little, so that the claimer, then alone, may climb.  s held; returns the
- * socket found last (held), an orphan (*orphan) once closed. */
+ * little, so that the claimer, then alone, may climb.  It waits too while
+ * the fork that made the claimer is still returning in the owner.  s held;
+ * returns the socket found last (held), an orphan (*orphan) once closed. */
 static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp_sock *s,
 				       bool *orphan)
 {
@@ -403,14 +417,14 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp
 
 	for (;;) {
 		struct sdp_sock *again;
-		bool alone;
+		enum open_sharers who;
 
 		if (*orphan || !sdp_tun.climb || !sdp_tun.climb_fork || progress_now_ms() >= until)
 			return s;
 		pthread_mutex_lock(&share_lock);
-		alone = one_sharer_open(s);
+		who = open_sharers_of(s);
 		pthread_mutex_unlock(&share_lock);
-		if (!alone)
+		if (who == OPEN_SHARED)
 			return s;
 		nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
 		again = find_claimed(req, orphan);

@@ -33,7 +33,8 @@ teardown() { vm_teardown; }
 forkshare_case() {
   local mode=$1 port src=0 crc=0 wrc=0
   port=$(free_port)
-  start_bg server timeout -k 5 180 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
+  local senv=(${SERVER_ENV:-}) # the server's own settings
+  start_bg server timeout -k 5 180 env "${senv[@]}" "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkshare.py" \
     server "$RXE_IP" "$port" "$T" "$mode"
   wait_port "$RXE_IP" "$port"
   local cenv=(${CLIENT_ENV:-}) # the client's own settings (a liar, a refusal)
@@ -144,6 +145,17 @@ assert_stayed_on_rdma() {
   grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
   # The client and the child: back on RDMA, most bytes there (the
   # parent's line, written at its close, is the one without a climb).
+  assert_climbed_share 1 80 role=client
+  assert_climbed_share 1 80 role=server climbs=1
+}
+
+@test "handoff: the child claims before its parent's fork() has returned (a late fork handler): it still gets the ticket and climbs, every echo round compared" {
+  export SDPSHIM_CLIMB_FORK=1 # both ends (the fork climb is off by default)
+  # 100 ms: the owner waits up to 250 ms for its close, and the parent
+  # closes right after its fork returns.
+  SERVER_ENV="FORKSHARE_FORK_RETURN_MS=100" forkshare_case childclimbs
+  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
   assert_climbed_share 1 80 role=client
   assert_climbed_share 1 80 role=server climbs=1
 }

@@ -32,6 +32,11 @@ who uses the socket after the fork:
               descriptors did not grow with the lies, then takes 1 MiB
               and answers its SHA-256 (the stream must not have moved)
 
+With FORKSHARE_FORK_RETURN_MS=N in the server's environment, the parent's
+fork() returns N ms late (a fork handler registered after the library's
+sleeps): the child, which runs at once, uses the socket before its parent
+has recorded it.
+
 Each side prints "forkshare: ... ok" last and exits 0, or exits nonzero with
 one line on stderr."""
 import errno
@@ -164,6 +169,21 @@ def rogue_lies(owner):
     return "%d request socket(s), %d forged claims refused" % (len(socks), len(answers))
 
 
+_fork_hold = None
+
+
+def hold_fork_return(ms):
+    """The parent's fork() returns ms late: a fork handler of ours, run after
+    the library's (handlers run in the order they were registered)."""
+    global _fork_hold
+    import ctypes
+    libc = ctypes.CDLL(None)
+    _fork_hold = ctypes.CFUNCTYPE(None)(lambda: time.sleep(ms / 1000.0))
+    # pthread_atfork is in libc_nonshared.a: its exported form takes a DSO handle
+    if libc.__register_atfork(None, _fork_hold, None, None) != 0:
+        sys.exit("forkshare: could not register a fork handler")
+
+
 def fd_count():
     return len(os.listdir("/proc/self/fd"))
 
@@ -182,6 +202,8 @@ def server(host, port, tdir, mode):
     with open(os.path.join(tdir, "parent.pid"), "w") as f:
         f.write("%d\n" % os.getpid())
     fds_before = fd_count()
+    if os.environ.get("FORKSHARE_FORK_RETURN_MS"):
+        hold_fork_return(int(os.environ["FORKSHARE_FORK_RETURN_MS"]))
     pid = os.fork()
     if mode == "both":
         writer = b"C"[0] if pid == 0 else b"P"[0]
