@@ -20,6 +20,7 @@
 #include "base/policy.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/sockaddr.h"
 #include "core/conn_internal.h"
 #include "core/link.h"
 
@@ -400,13 +401,11 @@ void climb_note_peer_rdv(struct sdp_conn *c, const struct sockaddr *link_peer, u
 	memset(&c->climb.peer_rdv, 0, sizeof(c->climb.peer_rdv));
 	if (!port)
 		return;
-	if (link_peer->sa_family == AF_INET6) {
+	if (link_peer->sa_family == AF_INET6)
 		memcpy(&c->climb.peer_rdv, link_peer, sizeof(struct sockaddr_in6));
-		((struct sockaddr_in6 *)&c->climb.peer_rdv)->sin6_port = htons(port);
-	} else if (link_peer->sa_family == AF_INET) {
+	else if (link_peer->sa_family == AF_INET)
 		memcpy(&c->climb.peer_rdv, link_peer, sizeof(struct sockaddr_in));
-		((struct sockaddr_in *)&c->climb.peer_rdv)->sin_port = htons(port);
-	}
+	sockaddr_set_port(&c->climb.peer_rdv, port);
 }
 
 void climb_not_eligible(struct sdp_conn *c)
@@ -950,15 +949,6 @@ void climb_device_added(void)
 
 /* ------------------------------------------------ a forked child's */
 
-static uint16_t rdv_port_of(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET6)
-		return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
-	if (ss->ss_family == AF_INET)
-		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
-	return 0;
-}
-
 bool conn_climb_ticket(struct sdp_conn *c, struct conn_climb_ticket *t)
 {
 	bool ok;
@@ -966,7 +956,7 @@ bool conn_climb_ticket(struct sdp_conn *c, struct conn_climb_ticket *t)
 	memset(t, 0, sizeof(*t));
 	conn_lock(c);
 	ok = c->policy.climb && c->phase == CONN_FALLBACK && c->fail_reason == SDP_REASON_FORKED &&
-	     c->tuple.src_port && c->tuple.dst_port && rdv_port_of(&c->climb.peer_rdv) &&
+	     c->tuple.src_port && c->tuple.dst_port && sockaddr_port(&c->climb.peer_rdv) &&
 	     c->close_state == CLOSE_ACTIVE && !c->hard_error && !c->sw.peer_err && !c->sw.shut_wr &&
 	     !c->rd_shut;
 	if (ok) {
@@ -984,7 +974,7 @@ bool conn_climb_ticket(struct sdp_conn *c, struct conn_climb_ticket *t)
 	} else {
 		sdp_debug("no climb for a forked child: climb %d phase %s reason %d rendezvous %u "
 			  "close %d error %d/%d shut %d/%d fd %d ports %u/%u", c->policy.climb,
-			  conn_phase_name(c->phase), (int)c->fail_reason, rdv_port_of(&c->climb.peer_rdv),
+			  conn_phase_name(c->phase), (int)c->fail_reason, sockaddr_port(&c->climb.peer_rdv),
 			  (int)c->close_state, c->hard_error, c->sw.peer_err, c->sw.shut_wr, c->rd_shut,
 			  c->tcp_fd, c->tuple.src_port, c->tuple.dst_port);
 	}
@@ -1024,7 +1014,7 @@ struct sdp_conn *conn_adopt_held(int app_fd, const struct conn_climb_ticket *t, 
 	struct sdp_policy policy;
 	struct sdp_conn *c;
 
-	if (!rdv_port_of(&t->peer_rdv) || progress_start() != 0)
+	if (!sockaddr_port(&t->peer_rdv) || progress_start() != 0)
 		return NULL;
 	policy_default(&policy);
 	c = conn_alloc(t->is_server, &policy);

@@ -10,6 +10,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/sockaddr.h"
 #include "core/conn_internal.h"
 #include "core/link.h"
 #include "core/listener.h"
@@ -100,9 +101,7 @@ struct sdp_listener *listener_create(const struct sockaddr *local, int backlog,
 				     const struct sdp_policy *policy,
 				     enum sdp_reason *reason)
 {
-	uint16_t port = local->sa_family == AF_INET6
-				? ntohs(((const struct sockaddr_in6 *)local)->sin6_port)
-				: ntohs(((const struct sockaddr_in *)local)->sin_port);
+	uint16_t port = sockaddr_port(local);
 	int err = 0;
 	struct sdp_listener *l = listener_open(local, backlog, policy, &err);
 

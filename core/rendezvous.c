@@ -13,6 +13,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/policy.h"
+#include "base/sockaddr.h"
 #include "core/conn_internal.h"
 #include "core/link.h"
 #include "core/listener.h"
@@ -50,10 +51,7 @@ static void create_locked(void)
 	SDP_GUARD_ENTER();
 	l->port = ntohs(rdma_get_src_port(l->id));
 	SDP_GUARD_LEAVE();
-	if (l->local.ss_family == AF_INET6) /* a listen again (a device that went) keeps it */
-		((struct sockaddr_in6 *)&l->local)->sin6_port = htons(l->port);
-	else
-		((struct sockaddr_in *)&l->local)->sin_port = htons(l->port);
+	sockaddr_set_port(&l->local, l->port); /* a listen again keeps it */
 	l->rendezvous = true;
 	rdv = l;
 	sdp_debug("rendezvous port %u", l->port);
