@@ -364,6 +364,18 @@ static bool claimer_alone(const struct sdp_sock *s)
 	return sharers_in_forks(s->handoff_seq, s->handoff_last) == 1;
 }
 
+/* s's stream could climb back in a child that held it alone (a ticket was
+ * kept for it: why not, sock_rdma.c's debug line says). */
+static bool may_climb_for_fork(struct sdp_sock *s)
+{
+	bool kept;
+
+	pthread_mutex_lock(&s->lock);
+	kept = s->climb_ticket != NULL;
+	pthread_mutex_unlock(&s->lock);
+	return kept && sdp_tun.climb && sdp_tun.climb_fork;
+}
+
 /* An orphan moved to TCP for its claimer: the ticket, if it holds it alone. */
 static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 {
@@ -378,6 +390,9 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 		reply->has_ticket = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (!alone && may_climb_for_fork(s))
+		sdp_info("fork: a child's stream stays on TCP: another process may still hold the "
+			 "socket (no climb while two can write to it)");
 	sdp_debug("fork: the claimer %s the socket alone; %s", alone ? "holds" : "does not hold",
 		  reply->has_ticket ? "it may climb back to RDMA" : "it stays on TCP");
 }
@@ -461,6 +476,10 @@ static void serve_claim(const struct handoff_req *req, struct handoff_reply *rep
 	reply->status = on_tcp ? 0 : 1;
 	if (on_tcp && orphan)
 		give_ticket(s, reply);
+	else if (on_tcp && may_climb_for_fork(s))
+		sdp_info("fork: a child's stream stays on TCP: this process still held its copy "
+			 "after waiting up to %d ms for its close (no climb while two can write to it)",
+			 OWNER_CLOSE_WAIT_MS);
 	if (orphan)
 		orphan_end(s); /* on TCP now: its channel goes; the sharer has the socket */
 	else

@@ -102,10 +102,13 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: parent and child both write on one socket after fork: every record once, in writer order" {
-  forkshare_case both
+  export SDPSHIM_CLIMB_FORK=1 # both ends: the stream could climb, were it not shared
+  SERVER_ENV=SDPSHIM_LOG=info forkshare_case both
   grep -q "^forkshare: client both ok: 4000 records each, in writer order" <<<"$CLI_LOG"
-  # The first write of the child moved the stream to TCP, from the parent.
-  assert_switched forked 1 role=client
+  # The first write of the child moved the stream to TCP, from the parent,
+  # which still held it: no climb, and the parent says why.
+  assert_switched forked 1 role=client climbs=0
+  grep -q "fork: a child's stream stays on TCP: this process still held its copy" <<<"$SRV_LOG"
 }
 
 @test "handoff: a child that never touches the socket (redis BGSAVE) leaves it on RDMA, no switch" {
