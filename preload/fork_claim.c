@@ -87,10 +87,13 @@ static int wait_reply(int fd, struct handoff_reply *reply)
 	return reply->status == 0 ? 0 : -EIO;
 }
 
-static int ask_owner(const struct sdp_sock *s, struct handoff_reply *reply)
+/* may_climb: a ticket is wanted (the owner may wait a little for its own
+ * close to give one). */
+static int ask_owner(const struct sdp_sock *s, struct handoff_reply *reply, bool may_climb)
 {
 	struct handoff_req req = {
-		.magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid, .kind = HANDOFF_CLAIM,
+		.magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid,
+		.kind = may_climb ? HANDOFF_CLAIM : HANDOFF_CLAIM_TCP,
 		.sock = (uint64_t)(uintptr_t)s, .id = s->handoff_id,
 	};
 	int pair[2], rc;
@@ -168,7 +171,7 @@ bool handoff_claim_as(struct sdp_sock *s, bool may_climb)
 		pthread_mutex_unlock(&s->lock);
 		return done;
 	}
-	rc = ask_owner(s, &reply);
+	rc = ask_owner(s, &reply, may_climb);
 	state = atomic_load(s->handoff_state);
 	if (state == HANDOFF_ON_TCP) { /* the owner's word, whether or not it answered */
 		struct sdp_conn *c = take_over(s, rc == 0 && may_climb ? &reply : NULL);

@@ -58,7 +58,9 @@ static int server_rx = -1, server_tx = -1;
 static _Atomic uint8_t *slots;
 static uint32_t slots_used;
 static bool forced_switch; /* daemon(): its child outlives an _exit'ed parent */
-static bool fork_shares;   /* this fork's child shares RDMA streams */
+/* This thread's fork's child shares RDMA streams (set by its prepare
+ * handler, read when its fork returns: two threads may fork at once). */
+static __thread bool fork_shares;
 static __thread bool in_fork_wrapper; /* our fork(): it records the child */
 
 /* Sharers and orphans, under share_lock (the app's threads and the server). */
@@ -399,11 +401,12 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 
 /* Who holds s, still open here, besides this process, as a claim sees it. */
 enum open_sharers {
-	OPEN_SHARED,    /* another live process may hold it: no ticket */
-	OPEN_ONE,       /* the claimer alone, and no fork under way */
-	OPEN_UNSETTLED, /* a fork is under way: its child (maybe the claimer,
-			 * which can run before its parent's fork() returns)
-			 * is not recorded yet */
+	OPEN_OTHERS,   /* another live process may hold it, or the claimer is
+			* not one we know: no ticket */
+	OPEN_ONE,      /* the claimer alone, and no fork under way */
+	OPEN_FORKING,  /* a fork is under way: its child (maybe the claimer,
+			* which can run before its parent's fork() returns)
+			* is not recorded yet */
 };
 
 /* share_lock held: s's sharers among the recorded ones, pruned. */
@@ -413,20 +416,30 @@ static enum open_sharers open_sharers_of(const struct sdp_sock *s)
 
 	sharers_prune();
 	if (sharers_unknown)
-		return OPEN_SHARED;
+		return OPEN_OTHERS;
 	n = sharers_in_forks(s->handoff_seq, fork_seq);
 	if (n > 1)
-		return OPEN_SHARED;
-	return forks_in_flight || n == 0 ? OPEN_UNSETTLED : OPEN_ONE;
+		return OPEN_OTHERS;
+	if (forks_in_flight)
+		return OPEN_FORKING;
+	return n == 1 ? OPEN_ONE : OPEN_OTHERS;
 }
+
+/* How a claim's wait for its owner's close ended. */
+enum close_wait_end {
+	CLOSE_WAIT_CLOSED,    /* an orphan now */
+	CLOSE_WAIT_TIMED_OUT, /* still open here after OWNER_CLOSE_WAIT_MS */
+	CLOSE_WAIT_SHARED,    /* open here and shared beyond the claimer: not waited */
+};
 
 /* A claim that came before its owner's close (a fork-per-connection
  * server closes its copy right after the fork): it waits for that close a
  * little, so that the claimer, then alone, may climb.  It waits too while
  * the fork that made the claimer is still returning in the owner.  s held;
- * returns the socket found last (held), an orphan (*orphan) once closed. */
+ * returns the socket found last (held), an orphan (*orphan) once closed;
+ * *end says why the wait ended. */
 static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp_sock *s,
-				       bool *orphan)
+				       bool *orphan, enum close_wait_end *end)
 {
 	uint64_t until = progress_now_ms() + OWNER_CLOSE_WAIT_MS;
 
@@ -434,13 +447,16 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp
 		struct sdp_sock *again;
 		enum open_sharers who;
 
-		if (*orphan || !sdp_tun.climb || !sdp_tun.climb_fork || progress_now_ms() >= until)
+		*end = *orphan ? CLOSE_WAIT_CLOSED : CLOSE_WAIT_TIMED_OUT;
+		if (*orphan || progress_now_ms() >= until)
 			return s;
 		pthread_mutex_lock(&share_lock);
 		who = open_sharers_of(s);
 		pthread_mutex_unlock(&share_lock);
-		if (who == OPEN_SHARED)
+		if (who == OPEN_OTHERS) {
+			*end = CLOSE_WAIT_SHARED;
 			return s;
+		}
 		nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
 		again = find_claimed(req, orphan);
 		if (!again)
@@ -450,36 +466,52 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp
 	}
 }
 
-/* status 0: the stream is on kernel TCP; 1: it is not, and will not be. */
-static void serve_claim(const struct handoff_req *req, struct handoff_reply *reply)
+/* The claimed socket, held, or NULL with reply->status set: one between
+ * the fd table and the orphans (its close is under way) is looked for
+ * again while its state byte says RDMA. */
+static struct sdp_sock *claimed_sock(const struct handoff_req *req, struct handoff_reply *reply,
+				     bool *orphan)
 {
 	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms;
 	struct sdp_sock *s;
-	bool orphan, on_tcp = true;
 
-	/* A socket between the fd table and the orphans (its close is under
-	 * way) is looked for again while its state byte says RDMA. */
-	while (!(s = find_claimed(req, &orphan))) {
+	while (!(s = find_claimed(req, orphan))) {
 		uint8_t st = state_of_id(req->id);
 
 		if (st != HANDOFF_ON_RDMA) {
 			reply->status = st == HANDOFF_ON_TCP ? 0 : 1;
-			return;
+			return NULL;
 		}
 		if (progress_now_ms() >= deadline)
-			return;
+			return NULL;
 		nanosleep(&(struct timespec){ 0, 5 * 1000000L }, NULL);
 	}
-	s = wait_for_close(req, s, &orphan);
+	return s;
+}
+
+/* status 0: the stream is on kernel TCP; 1: it is not, and will not be.
+ * may_climb: the claimer takes a ticket (a forked child, not an exec). */
+static void serve_claim(const struct handoff_req *req, struct handoff_reply *reply, bool may_climb)
+{
+	enum close_wait_end end = CLOSE_WAIT_SHARED;
+	bool orphan, on_tcp = true;
+	struct sdp_sock *s = claimed_sock(req, reply, &orphan);
+
+	if (!s)
+		return;
+	may_climb = may_climb && sdp_tun.climb && sdp_tun.climb_fork;
+	if (may_climb)
+		s = wait_for_close(req, s, &orphan, &end);
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
-		on_tcp = move_for_sharers(s);
+		on_tcp = move_for_sharers(s); /* keeps the ticket (sock_rdma.c) */
 	reply->status = on_tcp ? 0 : 1;
-	if (on_tcp && orphan)
+	if (on_tcp && orphan && may_climb)
 		give_ticket(s, reply);
-	else if (on_tcp && may_climb_for_fork(s))
-		sdp_info("fork: a child's stream stays on TCP: this process still held its copy "
-			 "after waiting up to %d ms for its close (no climb while two can write to it)",
-			 OWNER_CLOSE_WAIT_MS);
+	else if (on_tcp && may_climb && may_climb_for_fork(s))
+		sdp_info("fork: a child's stream stays on TCP: %s (no climb while two can write "
+			 "to it)", end == CLOSE_WAIT_TIMED_OUT
+				   ? "this process still held its copy after the claim's wait for its close"
+				   : "another process may hold the socket as well");
 	if (orphan)
 		orphan_end(s); /* on TCP now: its channel goes; the sharer has the socket */
 	else
@@ -559,8 +591,8 @@ static bool serve_one(int fd)
 	if (reply_fd >= 0) {
 		struct handoff_reply reply = { .magic = HANDOFF_REPLY_MAGIC, .status = 1 };
 
-		if (verdict == HANDOFF_REQ_CLAIM)
-			serve_claim(&req, &reply);
+		if (verdict == HANDOFF_REQ_CLAIM || verdict == HANDOFF_REQ_CLAIM_TCP)
+			serve_claim(&req, &reply, verdict == HANDOFF_REQ_CLAIM);
 		real.send(reply_fd, &reply, reply.has_ticket ? sizeof(reply) : HANDOFF_REPLY_HEAD,
 			  MSG_NOSIGNAL | MSG_DONTWAIT);
 		explicit_bzero(&reply, sizeof(reply));
@@ -738,6 +770,24 @@ void handoff_lock_for_fork(void)
 	forks_in_flight++;
 }
 
+/* share_lock held: a fork returned, its child recorded as child_seq (0:
+ * not recorded).  An orphan closed while that fork was under way may be
+ * in its child (the close came after the kernel copied the fds): its range
+ * takes the child in.  Once no fork is under way, no close is in doubt. */
+static void orphans_after_fork(uint64_t child_seq)
+{
+	for (size_t i = 0; i < orphans_n; i++) {
+		struct sdp_sock *s = orphans[i];
+
+		if (!s->handoff_closed_in_fork)
+			continue;
+		if (child_seq > s->handoff_last)
+			s->handoff_last = child_seq;
+		if (!forks_in_flight)
+			s->handoff_closed_in_fork = false;
+	}
+}
+
 void handoff_unlock_after_fork(void)
 {
 	if (!in_fork_wrapper) {
@@ -745,6 +795,7 @@ void handoff_unlock_after_fork(void)
 		sharers_unknown |= fork_shares;
 		fork_shares = false;
 		forks_in_flight--;
+		orphans_after_fork(0);
 	}
 	pthread_mutex_unlock(&share_lock);
 }
@@ -766,6 +817,7 @@ void handoff_fork_end(pid_t pid)
 		sharer_add(pid, ++fork_seq);
 	fork_shares = false;
 	forks_in_flight--;
+	orphans_after_fork(pid > 0 && shares ? fork_seq : 0);
 	pthread_mutex_unlock(&share_lock);
 	if (pid > 0 && shares)
 		wake_server(); /* it watches the child's pidfd */

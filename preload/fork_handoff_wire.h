@@ -22,6 +22,8 @@ enum handoff_kind {
 	HANDOFF_NOP = 0,    /* wakes the server (an orphan to watch) */
 	HANDOFF_CLAIM = 1,  /* move this stream to TCP: a sharer uses it (reply fd) */
 	HANDOFF_HOLDER = 2, /* a sharer forked: its child (holder_pid) shares too */
+	HANDOFF_CLAIM_TCP = 3, /* a CLAIM whose sharer stays on TCP whatever the
+				* owner says (an exec): no ticket, so no wait for one */
 };
 
 /* A request; the reply to a CLAIM is one byte on the fd it carries:
@@ -48,6 +50,7 @@ enum handoff_req_verdict {
 	HANDOFF_REQ_NOP = HANDOFF_NOP,
 	HANDOFF_REQ_CLAIM = HANDOFF_CLAIM,
 	HANDOFF_REQ_HOLDER = HANDOFF_HOLDER,
+	HANDOFF_REQ_CLAIM_TCP = HANDOFF_CLAIM_TCP,
 };
 
 /* A pid as the kernel hands them out: positive, within pid_t. */
@@ -66,7 +69,8 @@ static inline enum handoff_req_verdict handoff_req_check(const struct handoff_re
 	case HANDOFF_NOP:
 		return HANDOFF_REQ_NOP;
 	case HANDOFF_CLAIM:
-		return r->id != 0 && r->sock != 0 ? HANDOFF_REQ_CLAIM : HANDOFF_REQ_BAD;
+	case HANDOFF_CLAIM_TCP:
+		return r->id != 0 && r->sock != 0 ? (enum handoff_req_verdict)r->kind : HANDOFF_REQ_BAD;
 	case HANDOFF_HOLDER:
 		return handoff_pid_ok(r->holder_pid) && handoff_pid_ok(r->via_pid) &&
 				       r->holder_pid != r->via_pid && r->holder_pid != self_pid

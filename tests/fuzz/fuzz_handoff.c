@@ -9,7 +9,7 @@
  *
  * Checked: the verdict equals the model below, taken from the raw bytes at
  * the layout's offsets (exactly one request, magic, this owner's pid, pad 0,
- * a known kind; a CLAIM names a socket and an id; a HOLDER names two
+ * a known kind; a CLAIM or CLAIM_TCP names a socket and an id; a HOLDER names two
  * distinct real pids, neither the owner); a message of any other length or a
  * truncated one is BAD whatever it holds; the bytes past what was received
  * (left as the server's stack had them) never change the verdict. */
@@ -62,8 +62,10 @@ static enum handoff_req_verdict model(const uint8_t *m, size_t n, bool truncated
 	via = u32_at(m + 16);
 	if (kind == 0)
 		return HANDOFF_REQ_NOP;
-	if (kind == 1)
-		return u64_at(m + 24) && u64_at(m + 32) ? HANDOFF_REQ_CLAIM : HANDOFF_REQ_BAD;
+	if (kind == 1 || kind == 3)
+		return !u64_at(m + 24) || !u64_at(m + 32) ? HANDOFF_REQ_BAD
+		       : kind == 1		     ? HANDOFF_REQ_CLAIM
+						     : HANDOFF_REQ_CLAIM_TCP;
 	if (kind == 2)
 		return model_pid(holder) && model_pid(via) && holder != via && holder != self
 			       ? HANDOFF_REQ_HOLDER
@@ -102,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(check_with_fill(m, n, truncated, self, 0xff) == got);
 	if (got != HANDOFF_REQ_BAD) {
 		CHECK(n == sizeof(struct handoff_req) && !truncated);
-		CHECK(got == HANDOFF_REQ_NOP || got == HANDOFF_REQ_CLAIM || got == HANDOFF_REQ_HOLDER);
+		CHECK(got == HANDOFF_REQ_NOP || got == HANDOFF_REQ_CLAIM || got == HANDOFF_REQ_HOLDER ||
+		      got == HANDOFF_REQ_CLAIM_TCP);
 		/* The same bytes reported truncated, or one byte short, are BAD. */
 		CHECK(check_with_fill(m, n, true, self, 0) == HANDOFF_REQ_BAD);
 		CHECK(check_with_fill(m, n - 1, false, self, 0) == HANDOFF_REQ_BAD);

@@ -410,8 +410,11 @@ rstream_pp_sampled() {
   # at most one wake-up per 5 messages.  (Runs measured 1-3 %, and 13-15 %
   # in one of eight when the guest's scheduler kept the app thread off the
   # CPU as answers landed: the progress thread took those in.  One per
-  # message, the failure this catches, is 100 %.)
-  pp_samples_check "$a" "$b" 2000 0.8 5 0.05 1.3
+  # message, the failure this catches, is 100 %.)  Write calls: one a
+  # message is the send's own; an eventfd write per message, the failure,
+  # makes 2.  bench/RESULTS.md measured 1.02; one CI run saw 1.30 on a host
+  # also running a build and the fuzzers: the bound is 1.5.
+  pp_samples_check "$a" "$b" 2000 0.8 5 0.05 1.5
   assert_all_rdma "$STATS" rstream
 }
 

@@ -183,6 +183,18 @@ assert_stayed_on_rdma() {
   child_on_tcp
 }
 
+@test "handoff: a forked child execs on the inherited socket while the parent keeps its copy: moved for the exec without waiting for a ticket, 1 MiB SHA-256 checked" {
+  export SDPSHIM_CLIMB_FORK=1 # both ends: a forked child's claim would wait
+  SERVER_ENV=SDPSHIM_LOG=info forkshare_case childexec
+  grep -q "^forkshare: client childexec ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childexec ok (exec'd child)" <<<"$SRV_LOG"
+  grep -q "^forkshare: server childexec ok$" <<<"$SRV_LOG"
+  assert_switched forked 1 role=client climbs=0
+  # An exec takes no ticket (CLAIM_TCP): the owner did not wait for its
+  # close for one, so it says nothing of a climb that could not be.
+  ! grep -q "fork: a child's stream stays on TCP" <<<"$SRV_LOG"
+}
+
 @test "handoff: the parent exits after fork (exit moves the stream), the child takes 1 MiB, SHA-256 checked: byte-exact" {
   forkshare_case parentexit
   grep -q "^forkshare: client parentexit ok" <<<"$CLI_LOG"

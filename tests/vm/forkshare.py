@@ -3,6 +3,7 @@
 Usage:
   forkshare.py server HOST PORT DIR MODE
   forkshare.py client HOST PORT MODE
+  forkshare.py execserve FD     (childexec's new image)
 
 The client sends 64 KiB and checks the echo.  The server echoes it, creates
 DIR/accepted (with its pid) and waits (up to 120 s) for DIR/go, so that a
@@ -19,6 +20,9 @@ who uses the socket after the fork:
   childclimbs the parent closes its copy at once; the child echoes 200
               rounds of 32 KiB, paced, long enough for the stream to climb
               back to RDMA (the client compares every round)
+  childexec   the parent keeps its copy open until the child is gone; the
+              child execs this script (execserve) on the inherited socket,
+              which takes 1 MiB and answers its SHA-256 (a fork+exec helper)
   parentexit  the parent exits at once (exit handlers run); the child waits
               for that, then takes 1 MiB and answers its SHA-256 (a process
               that daemonizes)
@@ -236,6 +240,16 @@ def server(host, port, tdir, mode):
         _, status = os.waitpid(pid, 0)
         if status:
             sys.exit("forkshare: the child failed (status %d)" % status)
+    elif mode == "childexec":
+        if pid == 0:
+            os.set_inheritable(conn.fileno(), True)
+            os.execv(sys.executable, [sys.executable, "-S", os.path.abspath(__file__),
+                                      "execserve", str(conn.fileno())])
+        _, status = os.waitpid(pid, 0)
+        conn.close()
+        if status:
+            sys.exit("forkshare: the exec'd child failed (status %d)" % status)
+        print("forkshare: server childexec ok", flush=True)
     elif mode == "parentexit":
         if pid != 0:
             sys.exit(0)  # exit handlers run: the library moves the stream first
@@ -325,7 +339,7 @@ def client(host, port, mode):
             sys.exit("forkshare: bytes after the echo")
         print("forkshare: client childclimbs ok: %d rounds of %d bytes echoed after the fork"
               % (CLIMB_ROUNDS, CLIMB_CHUNK))
-    elif mode in ("childonly", "childserves", "parentexit", "rogue"):
+    elif mode in ("childonly", "childserves", "childexec", "parentexit", "rogue"):
         digest_check(sock, ECHO_BYTES, "after the fork")
         sock.shutdown(socket.SHUT_WR)
         if sock.recv(1):
@@ -348,8 +362,18 @@ def client(host, port, mode):
     sock.close()
 
 
+def execserve(fd):
+    """childexec's new image: the inherited socket, 1 MiB, its SHA-256."""
+    conn = socket.socket(fileno=fd)
+    digest_peer(conn, ECHO_BYTES)
+    conn.close()
+    print("forkshare: server childexec ok (exec'd child)", flush=True)
+
+
 def main():
-    if sys.argv[1] == "server":
+    if sys.argv[1] == "execserve":
+        execserve(int(sys.argv[2]))
+    elif sys.argv[1] == "server":
         server(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
     else:
         client(sys.argv[2], int(sys.argv[3]), sys.argv[4])
