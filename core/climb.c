@@ -345,11 +345,29 @@ static void held_readiness(struct sdp_conn *c, bool *readable, bool *writable)
 	*writable = mask & (POLLOUT | POLLHUP | POLLERR);
 }
 
+/* A responder whose CHAL is out: the peer may already write on the new
+ * channel, so the stream does not leave HELD before that settles, by the
+ * peer's PROVE or the attempt's bound (its timer).  c locked; let go while
+ * it waits, until deadline_ms. */
+static void settle_attempt(struct sdp_conn *c, uint64_t deadline_ms)
+{
+	for (;;) {
+		uint64_t now = progress_now_ms();
+
+		if (c->phase != CONN_HELD || c->climb.step != CLIMB_CHAL_SENT || now >= deadline_ms)
+			return;
+		conn_cond_wait_ms(c, deadline_ms - now < 20 ? deadline_ms - now : 20);
+	}
+}
+
 /* A shutdown ends the climb: the stream stays on TCP (FALLBACK) and the
- * owner shuts the kernel socket. */
+ * owner shuts the kernel socket.  One that comes while the peer may
+ * already be writing on the new channel (our CHAL is out) lets the attempt
+ * settle first: the shutdown then goes where the stream is. */
 static int held_shutdown(struct sdp_conn *c, int how)
 {
-	if (c->phase == CONN_CLIMB_HALF)
+	settle_attempt(c, progress_now_ms() + CLIMB_RESPONDER_BOUNDS * sdp_tun.connect_timeout_ms);
+	if (c->phase == CONN_CLIMB_HALF || c->phase == CONN_OPEN)
 		return channel_carrier.shutdown(c, how);
 	climb_give_up(c, "shutdown");
 	return CONN_USE_TCP;
@@ -464,12 +482,17 @@ bool climb_hold(struct sdp_conn *c)
 	return true;
 }
 
-/* HELD: the stream stays on TCP for good (plain FALLBACK). */
+/* HELD: the stream stays on TCP for good (plain FALLBACK).  An attempt in
+ * flight ends with it: the channel's release tells the peer (RELEASED),
+ * and a message of the attempt that crosses it is ignored (climb_on_step). */
 void climb_give_up(struct sdp_conn *c, const char *why)
 {
 	if (c->phase != CONN_HELD)
 		return;
 	sdp_debug("a held stream stays on TCP: %s", why);
+	if (c->climb.step != CLIMB_IDLE)
+		progress_timer_cancel(&c->timer);
+	c->climb.step = CLIMB_IDLE;
 	held_unregister(c);
 	c->climb.eligible = false;
 	conn_set_phase(c, CONN_FALLBACK); /* fail_reason: why it moved (failover, forked) */
@@ -877,11 +900,12 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
 {
-	if (c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE) {
-		/* This end's bound ended the attempt, and the answer crossed it
-		 * (the stream is still on the attempt's link only until its
-		 * release, which tells the peer): a race, not a lie.  Failing
-		 * the link would reset every stream climbing on it. */
+	if ((c->phase == CONN_HELD || c->phase == CONN_FALLBACK) && c->climb.step == CLIMB_IDLE) {
+		/* This end ended the attempt (its bound, or the stream stays on
+		 * TCP for good now), and the answer crossed it (the stream is
+		 * still on the attempt's link only until its release, which
+		 * tells the peer): a race, not a lie.  Failing the link would
+		 * reset every stream climbing on it. */
 		sdp_debug("a climb message (kind %u) after the attempt ended here: ignored", kind);
 		return true;
 	}
