@@ -82,7 +82,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_CHILD_DEVICE_WATCH", 0, 1, 1, store_child_device_watch },
 	{ "SDPSHIM_CLIMB", 0, 1, 1, store_climb },
 	{ "SDPSHIM_CLIMB_WAIT_MS", 0, 60000, 1000, store_climb_wait_ms },
-	{ "SDPSHIM_CLIMB_FORK", 0, 1, 0, store_climb_fork },
+	{ "SDPSHIM_CLIMB_FORK", 0, 1, 1, store_climb_fork },
 	{ "SDPSHIM_DEBUG_CLIMB_LIE", 0, 3, 0, store_debug_climb_lie },
 };
 

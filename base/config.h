@@ -41,8 +41,8 @@ struct sdp_tunables {
 	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
 				      * to RDMA (1), or stays (0); a peer asking is refused */
 	unsigned climb_fork;         /* SDPSHIM_CLIMB_FORK: a forked child alone with a stream
-				      * climbs back to RDMA (1); this process opens a rendezvous
-				      * port for a peer's child (0, the default: not yet) */
+				      * climbs back to RDMA (1, the default); this process opens a
+				      * rendezvous port for a peer's child (0: neither) */
 	unsigned climb_wait_ms;      /* SDPSHIM_CLIMB_WAIT_MS: a forked child that takes over a
 				      * stream waits this long for its climb before its first
 				      * call goes on (0: it never waits) */

@@ -479,7 +479,6 @@ honest_connects() {
 @test "[link] a local user opens a stream on a process's rendezvous port (docs/upgrade.md, \"Fork\"): OPEN_NAK tuple, no stream; the process's own stream stays on RDMA, echo checked" {
   local port sport rdv src=0 crc=0
   link_mode link
-  export SDPSHIM_CLIMB_FORK=1 # it opens a rendezvous port
   port=$(free_port); sport=$(free_port)
   start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
   wait_port "$RXE_IP" "$port"

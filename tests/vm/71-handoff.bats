@@ -132,17 +132,16 @@ assert_stayed_on_rdma() {
   assert_stayed_on_rdma
 }
 
-@test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB at once, SHA-256 checked): byte-exact on TCP" {
+@test "handoff: fork-per-connection (the parent closes, the child takes 1 MiB at once, SHA-256 checked): byte-exact on TCP with SDPSHIM_CLIMB_FORK=0" {
+  export SDPSHIM_CLIMB_FORK=0
   forkshare_case childserves
   grep -q "^forkshare: client childserves ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childserves ok (child)" <<<"$SRV_LOG"
-  # Without SDPSHIM_CLIMB_FORK=1 (the default) it stays on TCP, moved there
-  # for the fork.
+  # Without the fork climb it stays on TCP, moved there for the fork.
   assert_switched forked 1 role=client
 }
 
 @test "handoff: fork-per-connection, a long-lived stream: the child, alone with it, brings it back to RDMA (climb), every echo round compared" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends (the fork climb is off by default)
   forkshare_case childclimbs
   grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
@@ -153,7 +152,6 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: the child claims before its parent's fork() has returned (a late fork handler): it still gets the ticket and climbs, every echo round compared" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends (the fork climb is off by default)
   # 100 ms: the owner waits up to 250 ms for its close, and the parent
   # closes right after its fork returns.
   SERVER_ENV="FORKSHARE_FORK_RETURN_MS=100" forkshare_case childclimbs
@@ -164,7 +162,6 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: a peer that lies in the fork climb's challenge (its MAC): the child refuses it, the stream stays on TCP, every echo round compared" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends (the fork climb is off by default)
   CLIENT_ENV="SDPSHIM_DEBUG_CLIMB_LIE=1" forkshare_case childclimbs
   grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
@@ -175,7 +172,6 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: a peer that refuses climbs (SDPSHIM_CLIMB=0: no rendezvous port) keeps a forked child's stream on TCP, every echo round compared" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends (the fork climb is off by default)
   CLIENT_ENV="SDPSHIM_CLIMB=0" forkshare_case childclimbs
   grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"

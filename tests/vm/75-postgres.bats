@@ -97,7 +97,6 @@ checked() { comm -12 <(sort "$1") <(sort "$2") | wc -l; }
 
 @test "climb: PostgreSQL (postmaster forks per connection), 200 sequential and 20 concurrent connections, sha-checked, each >= 90 % on RDMA" {
   local t0 seq_ms par_ms i seq_ok par_ok pids=() rc=0
-  export SDPSHIM_CLIMB_FORK=1 # postgres and every psql (off by default: README)
   pg_start
   # Sequential: one psql, a new connection (\connect: a new backend) per query.
   # A \connect that fails must stop the run, not reuse the previous connection.

@@ -390,7 +390,10 @@ redis_stats() {   # redis_stats MIN_CLIENT_LINES CLIENT_COMM
 
 # assert_switched REASON COUNT [K=V...]: the stats lines matching every K=V (a JSON
 # field) number exactly COUNT ("any": at least one), and each has path=tcp,
-# reason=REASON and switches >= 1.
+# reason=REASON and switches >= 1.  REASON forked-or-climbed: each has that
+# (path=tcp reason=forked), or climbed back after it (path=rdma, climbs >= 1,
+# switches >= 2): a fork-per-connection child's stream, which climbs when the
+# child holds it alone and neither end has shut it down first.
 assert_switched() {
   run "$PY" -S - "$STATS" "$@" <<'EOF'
 import collections, json, os, sys
@@ -407,13 +410,23 @@ if want == "any":
         errors.append("no stats line matches %s" % what)
 elif len(sel) != int(want):
     errors.append("%d stats lines match %s, expected %s" % (len(sel), what, want))
+def climbed(c, sw):
+    return c["path"] == "rdma" and c.get("climbs", 0) >= 1 and sw >= 2
+if reason == "forked-or-climbed":
+    reason = "forked"
+    may_climb = True
+else:
+    may_climb = False
 for c in sel:
     sw = c.get("switches")
+    if may_climb and isinstance(sw, int) and climbed(c, sw):
+        continue
     if c["path"] != "tcp" or c["reason"] != reason or not isinstance(sw, int) or sw < 1:
         errors.append("%s pid %s fd %s %s %s -> %s: path=%s reason=%s switches=%s" % (
             c["comm"], c.get("pid"), c.get("fd"), c["role"], c["local"], c["remote"],
             c["path"], c["reason"], sw))
-kinds = collections.Counter("%s/%s" % (c["path"], c["reason"]) for c in sel)
+kinds = collections.Counter("%s/%s%s" % (c["path"], c["reason"], " climbed" if c.get("climbs") else "")
+                            for c in sel)
 sws = [c.get("switches") for c in sel if isinstance(c.get("switches"), int)]
 print("%d lines with %s: %s; switches %s" % (
     len(sel), what, ", ".join("%s %d" % kv for kv in sorted(kinds.items())) or "-",
