@@ -1,11 +1,18 @@
-/* The port of an AF_INET or AF_INET6 socket address, read and set in host
- * order, for the layers that keep addresses as struct sockaddr_storage. */
+/* The length and port of an AF_INET or AF_INET6 socket address (the port
+ * read and set in host order), for the layers that keep addresses as
+ * struct sockaddr_storage. */
 #ifndef SDPSHIM_SOCKADDR_H
 #define SDPSHIM_SOCKADDR_H
 
 #include <netinet/in.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+/* The length of sa, an AF_INET6 address or else an AF_INET one. */
+static inline socklen_t sockaddr_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
 
 /* The port of sa (a struct sockaddr, or a sockaddr_storage holding one);
  * 0 for a family that has none here. */

@@ -356,7 +356,7 @@ static void settle_attempt(struct sdp_conn *c, uint64_t deadline_ms)
 
 		if (c->phase != CONN_HELD || c->climb.step != CLIMB_CHAL_SENT || now >= deadline_ms)
 			return;
-		conn_cond_wait_ms(c, deadline_ms - now < 20 ? deadline_ms - now : 20);
+		conn_cond_wait_slice(c, now, deadline_ms);
 	}
 }
 
@@ -430,11 +430,6 @@ void climb_not_eligible(struct sdp_conn *c)
 {
 	c->climb.eligible = false;
 	held_unregister(c);
-}
-
-static socklen_t sockaddr_len(const struct sockaddr *sa)
-{
-	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
 static void release_on_progress(void *arg)
@@ -1089,7 +1084,7 @@ bool conn_wait_climb(struct sdp_conn *c, unsigned ms)
 
 		if (now >= deadline)
 			break;
-		conn_cond_wait_ms(c, deadline - now < 20 ? deadline - now : 20);
+		conn_cond_wait_slice(c, now, deadline);
 	}
 	climbed = c->phase == CONN_CLIMB_HALF || c->phase == CONN_OPEN;
 	conn_unlock(c);

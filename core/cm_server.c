@@ -82,8 +82,7 @@ struct sdp_listener *listener_open(const struct sockaddr *local, int backlog,
 	pthread_mutex_init(&l->lock, NULL);
 	atomic_init(&l->refs, 1);
 	sockaddr_to_tuple_addr(local, addr, &l->port);
-	memcpy(&l->local, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							      : sizeof(struct sockaddr_in));
+	memcpy(&l->local, local, sockaddr_len(local));
 	l->backlog = backlog;
 	l->pending_max = backlog > 0 ? (unsigned)backlog * 2 + 16 : 144;
 	l->policy = *policy;

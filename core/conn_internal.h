@@ -187,6 +187,13 @@ static inline void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms)
 	}
 	conn_cond_wait_counted(c, &until);
 }
+/* One slice of a wait that ends at deadline_ms (now: the time it is): at
+ * most 20 ms, so that a caller's loop looks at its condition again even
+ * without a broadcast. */
+static inline void conn_cond_wait_slice(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
+{
+	conn_cond_wait_ms(c, deadline_ms - now < 20 ? deadline_ms - now : 20);
+}
 /* A linked stream's completion, its wr_id its own again (link.c). */
 void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc);
 /* A linked stream's work that never went (stopped): settled as flushed. */

@@ -613,11 +613,6 @@ static bool attach_settling(const struct sdp_conn *c)
 	return c->phase == CONN_OPEN && c->attach_unconfirmed && !c->carrier_dead;
 }
 
-static void wait_settle(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
-{
-	conn_cond_wait_ms(c, deadline_ms - now < 20 ? deadline_ms - now : 20);
-}
-
 /* Drives our resend and the peer's record from this thread (the progress
  * thread does too), sleeping on the TCP socket in between. */
 static void drive_switch(struct sdp_conn *c, uint64_t now, uint64_t deadline_ms)
@@ -646,7 +641,7 @@ bool conn_switch_wait(struct sdp_conn *c, enum sdp_reason reason, uint64_t deadl
 		if (now >= deadline_ms)
 			break;
 		if (phase_settling(c->phase) || attach_settling(c)) {
-			wait_settle(c, now, deadline_ms); /* then move it once it opened */
+			conn_cond_wait_slice(c, now, deadline_ms); /* then move it once it opened */
 		} else if (c->phase == CONN_OPEN) {
 			if (!switch_start(c, reason, false, false))
 				break;

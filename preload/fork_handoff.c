@@ -366,20 +366,21 @@ static bool claimer_alone(const struct sdp_sock *s)
 	return sharers_in_forks(s->handoff_seq, s->handoff_last) == 1;
 }
 
-/* s's stream could climb back in a child that held it alone (a ticket was
- * kept for it: why not, sock_rdma.c's debug line says). */
-static bool may_climb_for_fork(struct sdp_sock *s)
+/* s's stream could climb back in a child that held it alone: a ticket was
+ * kept for it (why not, sock_rdma.c's debug line says). */
+static bool ticket_kept(struct sdp_sock *s)
 {
 	bool kept;
 
 	pthread_mutex_lock(&s->lock);
 	kept = s->climb_ticket != NULL;
 	pthread_mutex_unlock(&s->lock);
-	return kept && sdp_tun.climb && sdp_tun.climb_fork;
+	return kept;
 }
 
-/* An orphan moved to TCP for its claimer: the ticket, if it holds it alone. */
-static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
+/* An orphan moved to TCP for its claimer: the ticket, if it holds it
+ * alone.  False if it does not. */
+static bool give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 {
 	bool alone;
 
@@ -392,11 +393,9 @@ static void give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
 		reply->has_ticket = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (!alone && may_climb_for_fork(s))
-		sdp_info("fork: a child's stream stays on TCP: another process may still hold the "
-			 "socket (no climb while two can write to it)");
 	sdp_debug("fork: the claimer %s the socket alone; %s", alone ? "holds" : "does not hold",
 		  reply->has_ticket ? "it may climb back to RDMA" : "it stays on TCP");
+	return alone;
 }
 
 /* Who holds s, still open here, besides this process, as a claim sees it. */
@@ -494,7 +493,7 @@ static struct sdp_sock *claimed_sock(const struct handoff_req *req, struct hando
 static void serve_claim(const struct handoff_req *req, struct handoff_reply *reply, bool may_climb)
 {
 	enum close_wait_end end = CLOSE_WAIT_SHARED;
-	bool orphan, on_tcp = true;
+	bool orphan, on_tcp = true, alone = false;
 	struct sdp_sock *s = claimed_sock(req, reply, &orphan);
 
 	if (!s)
@@ -505,9 +504,9 @@ static void serve_claim(const struct handoff_req *req, struct handoff_reply *rep
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
 		on_tcp = move_for_sharers(s); /* keeps the ticket (sock_rdma.c) */
 	reply->status = on_tcp ? 0 : 1;
-	if (on_tcp && orphan && may_climb)
-		give_ticket(s, reply);
-	else if (on_tcp && may_climb && may_climb_for_fork(s))
+	if (on_tcp && may_climb && orphan)
+		alone = give_ticket(s, reply);
+	if (on_tcp && may_climb && !alone && ticket_kept(s))
 		sdp_info("fork: a child's stream stays on TCP: %s (no climb while two can write "
 			 "to it)", end == CLOSE_WAIT_TIMED_OUT
 				   ? "this process still held its copy after the claim's wait for its close"

@@ -102,7 +102,7 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: parent and child both write on one socket after fork: every record once, in writer order" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends: the stream could climb, were it not shared
+  # The fork climb is on (the default): the stream could climb, were it not shared.
   SERVER_ENV=SDPSHIM_LOG=info forkshare_case both
   grep -q "^forkshare: client both ok: 4000 records each, in writer order" <<<"$CLI_LOG"
   # The first write of the child moved the stream to TCP, from the parent,
@@ -180,7 +180,7 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: a forked child execs on the inherited socket while the parent keeps its copy: moved for the exec without waiting for a ticket, 1 MiB SHA-256 checked" {
-  export SDPSHIM_CLIMB_FORK=1 # both ends: a forked child's claim would wait
+  # The fork climb is on (the default): a forked child's claim would wait.
   SERVER_ENV=SDPSHIM_LOG=info forkshare_case childexec
   grep -q "^forkshare: client childexec ok" <<<"$CLI_LOG"
   grep -q "^forkshare: server childexec ok (exec'd child)" <<<"$SRV_LOG"

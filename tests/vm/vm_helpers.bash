@@ -412,11 +412,9 @@ elif len(sel) != int(want):
     errors.append("%d stats lines match %s, expected %s" % (len(sel), what, want))
 def climbed(c, sw):
     return c["path"] == "rdma" and c.get("climbs", 0) >= 1 and sw >= 2
-if reason == "forked-or-climbed":
+may_climb = reason == "forked-or-climbed"
+if may_climb:
     reason = "forked"
-    may_climb = True
-else:
-    may_climb = False
 for c in sel:
     sw = c.get("switches")
     if may_climb and isinstance(sw, int) and climbed(c, sw):
