@@ -62,6 +62,8 @@
 	X(int, dup3, (int, int, int), 1)                                                 \
 	X(int, close_range, (unsigned int, unsigned int, int), 0)                        \
 	X(pid_t, fork, (void), 1)                                                        \
+	X(void, _exit, (int), 0)                                                         \
+	X(void, _Exit, (int), 0)                                                         \
 	X(int, daemon, (int, int), 1)                                                    \
 	X(int, execve, (const char *, char *const[], char *const[]), 1)                  \
 	X(int, execv, (const char *, char *const[]), 1)                                  \

@@ -18,6 +18,7 @@
 #include "base/real.h"
 #include "base/self.h"
 #include "core/progress.h" /* progress_now_ms() */
+#include "preload/exit_flush.h"
 #include "preload/fork_handoff.h"
 #include "preload/fork_handoff_wire.h"
 #include "preload/sock_rdma.h"
@@ -126,6 +127,7 @@ static bool adopt_with_ticket(struct sdp_sock *s, const struct conn_climb_ticket
 	s->handoff_state = NULL;
 	s->handoff_fd = -1;
 	s->owner_pid = self_pid(); /* a fork of ours from here hands it off as its owner */
+	exit_flush_helper_ensure(); /* an _exit flushes the stream once it climbed */
 	sock_note_moved(s, SDP_REASON_FORKED);
 	return true;
 }

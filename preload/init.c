@@ -19,6 +19,7 @@
 #include "base/real.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
+#include "preload/exit_flush.h"
 #include "preload/gate.h"
 #include "preload/init.h"
 #include "preload/procs.h" /* proc_atfork_*() */
@@ -205,17 +206,6 @@ static void adopt_inherited_sockets(void)
 	closedir(dir);
 }
 
-/* Normal exit: RDMA-backed sockets still open end like TCP sockets do at
- * exit (their queued bytes go out, then DisConn), bounded by the linger
- * tunable; then the progress thread parks so no library destructor races
- * with it. */
-static void at_exit_flush(void)
-{
-	sock_close_all_rdma(); /* first: channels stop using the stats slots */
-	sock_flush_all_stats();
-	progress_quiesce_for_exit(sdp_tun.linger_ms < 5000 ? sdp_tun.linger_ms : 5000);
-}
-
 static void init_once_fn(void)
 {
 	initialising = true;
@@ -229,7 +219,7 @@ static void init_once_fn(void)
 	path_init();
 	adopt_inherited_sockets();
 	pthread_atfork(proc_atfork_prepare, proc_atfork_parent, proc_atfork_child);
-	atexit(at_exit_flush);
+	atexit(exit_flush_at_exit); /* RDMA sockets end as TCP ones do at exit */
 	sdp_ready = true;
 	gate_init_done();
 	initialising = false;

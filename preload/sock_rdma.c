@@ -15,6 +15,7 @@
 #include "base/self.h"
 #include "core/progress.h"
 #include "ipoib_fallback/path.h"
+#include "preload/exit_flush.h"
 #include "preload/fork_handoff.h"
 #include "preload/readiness.h" /* rdy_sock_to_rdma(), rdy_sock_to_kernel() */
 #include "preload/sock_rdma.h"
@@ -26,6 +27,7 @@ void sock_adopt_conn(struct sdp_sock *s, struct sdp_conn *c)
 	s->owner_pid = self_pid();
 	sock_set_mode(s, SOCK_MODE_RDMA);
 	rdy_sock_to_rdma(s);
+	exit_flush_helper_ensure(); /* an _exit flushes it as exit() would */
 }
 
 struct sdp_conn *sock_conn_get(struct sdp_sock *s)

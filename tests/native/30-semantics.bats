@@ -558,3 +558,24 @@ for spec in sys.argv[3:]:
   show "$output"
   [ "$status" -eq 0 ]
 }
+
+@test "_exit from a signal handler and _Exit keep their status under the shim (TCP sockets: no flush to wait for)" {
+  local port rounds=3 crc=0 src=0
+  port=$(free_port)
+  timeout -k 5 60 "${PRELOADED[@]}" "$PROGS/exitsig" server 127.0.0.1 "$port" "$rounds" \
+    >"$BATS_TEST_TMPDIR/server.log" 2>&1 3>&- &
+  local spid=$!
+  wait_port 127.0.0.1 "$port"
+  run_timeout 60 "${PRELOADED[@]}" "$PROGS/exitsig" client 127.0.0.1 "$port" "$rounds" \
+    >"$BATS_TEST_TMPDIR/client.log" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  show "client (rc=$crc): $(cat "$BATS_TEST_TMPDIR/client.log")" "server (rc=$src): $(cat "$BATS_TEST_TMPDIR/server.log")"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$(grep -c '^client round .*: rc 7 ' "$BATS_TEST_TMPDIR/client.log")" -eq "$rounds" ]
+  # _Exit, and os._exit from Python (glibc's _exit), with its status.
+  run "${PRELOADED[@]}" python3 -c 'import ctypes, os; ctypes.CDLL(None)._Exit(5)'
+  [ "$status" -eq 5 ]
+  run "${PRELOADED[@]}" python3 -c 'import os; os._exit(23)'
+  [ "$status" -eq 23 ]
+}

@@ -109,3 +109,75 @@ kill_case() {
   [ "$(stats_lines "$STATS" | wc -l)" -eq 16 ]
   qps_back_to_baseline
 }
+
+# exit_case HOW: the server writes 4 MiB in one sendall, ends as HOW says
+# (tests/vm/exitwrite.py) and leaves by _exit at once.  Over TCP the kernel
+# sends every byte and then the FIN; over RDMA the process's QP dies with it,
+# so the library must have sent them first.  The client checks every byte.
+exit_case() {
+  local how=$1 delay=${2:-0} port bytes=$((4 << 20)) crc=0
+  port=$(free_port)
+  start_bg server timeout -k 5 60 "${PRE[@]}" "$PY" "$BATS_TEST_DIRNAME/exitwrite.py" \
+    server "$RXE_IP" "$port" "$bytes" "$how"
+  wait_port "$RXE_IP" "$port"
+  EXITWRITE_READ_DELAY_S=$delay run_timeout 60 "${PRE[@]}" "$PY" "$BATS_TEST_DIRNAME/exitwrite.py" client "$RXE_IP" "$port" \
+    "$bytes" >"$T/client.log" 2>&1 || crc=$?
+  wait_bg server || true
+  show "client (rc=$crc): $(cat "$T/client.log")" "server: $(bg_log server)" "$(stats_lines "$STATS")"
+  [ "$crc" -eq 0 ]
+  grep -q "^exitwrite: $bytes bytes" "$T/client.log"
+  # Both ends stayed on RDMA and closed in order: the server's _exit flushed
+  # its socket (DisConn, then its stats line) as exit() would.
+  [ "$(stats_lines "$STATS" role=client path=rdma | wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" role=server path=rdma | wc -l)" -eq 1 ]
+  assert_exact_bytes "$STATS"
+  qps_back_to_baseline
+}
+
+@test "_exit right after close(): the peer reads every byte written before it (4 MiB, SHA-256), as over TCP" {
+  exit_case close
+}
+
+@test "_exit with the socket still open: the peer reads every byte, then EOF, as over TCP" {
+  exit_case open
+}
+
+@test "_exit right after shutdown(SHUT_WR) and close(): the peer reads every byte" {
+  exit_case shutdown
+}
+
+@test "_exit right after close() while the reader is 1 s behind: the peer reads every byte" {
+  exit_case close 1
+}
+
+@test "_exit with the socket open while the reader is 1 s behind: the peer reads every byte" {
+  exit_case open 1
+}
+
+@test "_exit from a signal handler that interrupts send(): every child leaves within its bound, the server never hangs" {
+  local port rounds=6 crc=0
+  port=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$PROGS/exitsig" server "$RXE_IP" "$port" "$rounds"
+  wait_port "$RXE_IP" "$port"
+  SDPSHIM_LINGER_MS=1000 run_timeout 100 "${PRE[@]}" "$PROGS/exitsig" client "$RXE_IP" "$port" \
+    "$rounds" >"$T/client.log" 2>&1 || crc=$?
+  local src=0
+  wait_bg server || src=$?
+  show "client (rc=$crc): $(cat "$T/client.log")" "server (rc=$src): $(bg_log server)" \
+       "$(stats_lines "$STATS")"
+  # Each child left by its own _exit(7), within the flush's bound (exitsig's
+  # BOUND_MS), and the server saw each connection end.
+  [ "$crc" -eq 0 ]
+  [ "$(grep -c '^client round .*: rc 7 ' "$T/client.log")" -eq "$rounds" ]
+  [ "$src" -eq 0 ]
+  [ "$(grep -c '^server conn ' "$T/server.log")" -eq "$rounds" ]
+  # Every connection was on RDMA at the server: closed in order (the child's
+  # flush ran) or moved to TCP when the child's QP died first (its flush was
+  # still waiting for a lock the interrupted send() held).
+  local orderly moved
+  orderly=$(stats_lines "$STATS" role=server path=rdma reason=none | wc -l)
+  moved=$(stats_lines "$STATS" role=server path=tcp reason=failover | wc -l)
+  show "server ends: $orderly closed in order, $moved moved to TCP"
+  [ $((orderly + moved)) -eq "$rounds" ]
+  qps_back_to_baseline
+}
