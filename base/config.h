@@ -38,6 +38,9 @@ struct sdp_tunables {
 	unsigned debug_climb_lie;    /* SDPSHIM_DEBUG_CLIMB_LIE: tests only, this end lies in the
 				      * climb (core/climb.c): 1 its MAC, 2 its cut, 3 a server
 				      * that never answers a REQ */
+	unsigned debug_holder_delay_ms; /* SDPSHIM_DEBUG_HOLDER_DELAY_MS: tests only, a sharer's
+				      * report of its own child to the owner goes this late
+				      * (preload/fork_claim.c) */
 	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
 				      * to RDMA (1), or stays (0); a peer asking is refused */
 	unsigned climb_fork;         /* SDPSHIM_CLIMB_FORK: a forked child alone with a stream

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/config.h"
@@ -219,6 +220,10 @@ static void report_to_owner(int fd, void *obj, void *ctx)
 	req = (struct handoff_req){ .magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid,
 				    .kind = HANDOFF_HOLDER, .holder_pid = (uint32_t)r->child,
 				    .via_pid = (uint32_t)getpid() };
+	if (sdp_tun.debug_holder_delay_ms && r->n == 1) /* tests: the child's claim comes first */
+		nanosleep(&(struct timespec){ sdp_tun.debug_holder_delay_ms / 1000,
+					      (long)(sdp_tun.debug_holder_delay_ms % 1000) * 1000000L },
+			  NULL);
 	real.send(s->handoff_fd, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 

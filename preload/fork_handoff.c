@@ -172,6 +172,24 @@ static unsigned sharers_in_forks(uint64_t first, uint64_t last)
 	return n;
 }
 
+/* share_lock held: those sharers but the claimer (its pid, from the
+ * kernel's credentials of its request); *is_one: the claimer is one. */
+static unsigned sharers_besides(uint64_t first, uint64_t last, pid_t claimer, bool *is_one)
+{
+	unsigned n = 0;
+
+	*is_one = false;
+	for (size_t i = 0; i < sharers_n; i++) {
+		if (sharers[i].seq < first || sharers[i].seq > last)
+			continue;
+		if (claimer > 0 && sharers[i].pid == claimer)
+			*is_one = true;
+		else
+			n++;
+	}
+	return n;
+}
+
 /* share_lock held, the list pruned: true if a sharer forked while a socket
  * was open here (forks first..last) is recorded, or a fork is under way
  * (its child is not recorded yet). */
@@ -357,13 +375,17 @@ static uint8_t state_of_id(uint64_t id)
 /* share_lock held: the claimer is the one sharer of s left (s was closed
  * here, so no other process holds the kernel socket).  A fork under way
  * now began after the close, so its child has no copy, unless the close
- * itself came while a fork was under way. */
-static bool claimer_alone(const struct sdp_sock *s)
+ * itself came while a fork was under way.  By pid: a grandchild whose
+ * parent's report of it is still on its way is not taken for that parent,
+ * nor a descendant that never held the socket for the one that does. */
+static bool claimer_alone(const struct sdp_sock *s, pid_t claimer)
 {
+	bool is_one;
+
 	sharers_prune();
 	if (sharers_unknown || (forks_in_flight && s->handoff_closed_in_fork))
 		return false;
-	return sharers_in_forks(s->handoff_seq, s->handoff_last) == 1;
+	return sharers_besides(s->handoff_seq, s->handoff_last, claimer, &is_one) == 0 && is_one;
 }
 
 /* s's stream could climb back in a child that held it alone: a ticket was
@@ -380,12 +402,12 @@ static bool ticket_kept(struct sdp_sock *s)
 
 /* An orphan moved to TCP for its claimer: the ticket, if it holds it
  * alone.  False if it does not. */
-static bool give_ticket(struct sdp_sock *s, struct handoff_reply *reply)
+static bool give_ticket(struct sdp_sock *s, pid_t claimer, struct handoff_reply *reply)
 {
 	bool alone;
 
 	pthread_mutex_lock(&share_lock);
-	alone = claimer_alone(s);
+	alone = claimer_alone(s, claimer);
 	pthread_mutex_unlock(&share_lock);
 	pthread_mutex_lock(&s->lock);
 	if (alone && s->climb_ticket && sdp_tun.climb_fork) {
@@ -409,19 +431,16 @@ enum open_sharers {
 };
 
 /* share_lock held: s's sharers among the recorded ones, pruned. */
-static enum open_sharers open_sharers_of(const struct sdp_sock *s)
+static enum open_sharers open_sharers_of(const struct sdp_sock *s, pid_t claimer)
 {
-	unsigned n;
+	bool is_one;
 
 	sharers_prune();
-	if (sharers_unknown)
-		return OPEN_OTHERS;
-	n = sharers_in_forks(s->handoff_seq, fork_seq);
-	if (n > 1)
+	if (sharers_unknown || sharers_besides(s->handoff_seq, fork_seq, claimer, &is_one) > 0)
 		return OPEN_OTHERS;
 	if (forks_in_flight)
 		return OPEN_FORKING;
-	return n == 1 ? OPEN_ONE : OPEN_OTHERS;
+	return is_one ? OPEN_ONE : OPEN_OTHERS;
 }
 
 /* How a claim's wait for its owner's close ended. */
@@ -437,8 +456,8 @@ enum close_wait_end {
  * the fork that made the claimer is still returning in the owner.  s held;
  * returns the socket found last (held), an orphan (*orphan) once closed;
  * *end says why the wait ended. */
-static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp_sock *s,
-				       bool *orphan, enum close_wait_end *end)
+static struct sdp_sock *wait_for_close(const struct handoff_req *req, pid_t claimer,
+				       struct sdp_sock *s, bool *orphan, enum close_wait_end *end)
 {
 	uint64_t until = progress_now_ms() + OWNER_CLOSE_WAIT_MS;
 
@@ -450,7 +469,7 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, struct sdp
 		if (*orphan || progress_now_ms() >= until)
 			return s;
 		pthread_mutex_lock(&share_lock);
-		who = open_sharers_of(s);
+		who = open_sharers_of(s, claimer);
 		pthread_mutex_unlock(&share_lock);
 		if (who == OPEN_OTHERS) {
 			*end = CLOSE_WAIT_SHARED;
@@ -489,8 +508,10 @@ static struct sdp_sock *claimed_sock(const struct handoff_req *req, struct hando
 }
 
 /* status 0: the stream is on kernel TCP; 1: it is not, and will not be.
- * may_climb: the claimer takes a ticket (a forked child, not an exec). */
-static void serve_claim(const struct handoff_req *req, struct handoff_reply *reply, bool may_climb)
+ * may_climb: the claimer takes a ticket (a forked child, not an exec).
+ * claimer: its pid by the kernel (0: unknown, never alone). */
+static void serve_claim(const struct handoff_req *req, pid_t claimer, struct handoff_reply *reply,
+			bool may_climb)
 {
 	enum close_wait_end end = CLOSE_WAIT_SHARED;
 	bool orphan, on_tcp = true, alone = false;
@@ -500,12 +521,12 @@ static void serve_claim(const struct handoff_req *req, struct handoff_reply *rep
 		return;
 	may_climb = may_climb && sdp_tun.climb && sdp_tun.climb_fork;
 	if (may_climb)
-		s = wait_for_close(req, s, &orphan, &end);
+		s = wait_for_close(req, claimer, s, &orphan, &end);
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
 		on_tcp = move_for_sharers(s); /* keeps the ticket (sock_rdma.c) */
 	reply->status = on_tcp ? 0 : 1;
 	if (on_tcp && may_climb && orphan)
-		alone = give_ticket(s, reply);
+		alone = give_ticket(s, claimer, reply);
 	if (on_tcp && may_climb && !alone && ticket_kept(s))
 		sdp_info("fork: a child's stream stays on TCP: %s (no climb while two can write "
 			 "to it)", end == CLOSE_WAIT_TIMED_OUT
@@ -531,12 +552,22 @@ static void serve_holder(const struct handoff_req *req)
 	pthread_mutex_unlock(&share_lock);
 } /* the next poll set has its pidfd */
 
-/* The reply fd a request carries (the first; any more are closed). */
-static int take_reply_fd(struct msghdr *msg)
+/* The reply fd a request carries (the first; any more are closed), and its
+ * sender's pid as the kernel gives it (SO_PASSCRED; 0 if none came). */
+static int take_reply_fd(struct msghdr *msg, pid_t *sender)
 {
 	int reply_fd = -1;
 
+	*sender = 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+			struct ucred cred;
+
+			memcpy(&cred, CMSG_DATA(cm), sizeof(cred));
+			*sender = cred.pid;
+			continue;
+		}
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
 		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
@@ -567,7 +598,7 @@ static void note_bad_request(void)
 static bool serve_one(int fd)
 {
 	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct handoff_req req;
@@ -576,13 +607,17 @@ static bool serve_one(int fd)
 			      .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
 	ssize_t n = real.recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 	enum handoff_req_verdict verdict;
+	pid_t sender;
 	int reply_fd;
 
 	if (n < 0)
 		return errno == EINTR || errno == EAGAIN;
-	reply_fd = take_reply_fd(&msg); /* an empty message is ignored: we hold the other end */
+	reply_fd = take_reply_fd(&msg, &sender); /* an empty message is ignored: we hold the other end */
 	verdict = handoff_req_check(&req, (size_t)n, msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC),
 				    (uint32_t)getpid());
+	/* A holder is reported by the sharer that forked it, no one else. */
+	if (verdict == HANDOFF_REQ_HOLDER && sender > 0 && (uint32_t)sender != req.via_pid)
+		verdict = HANDOFF_REQ_BAD;
 	if (verdict == HANDOFF_REQ_BAD && n > 0)
 		note_bad_request();
 	if (verdict == HANDOFF_REQ_HOLDER)
@@ -591,7 +626,7 @@ static bool serve_one(int fd)
 		struct handoff_reply reply = { .magic = HANDOFF_REPLY_MAGIC, .status = 1 };
 
 		if (verdict == HANDOFF_REQ_CLAIM || verdict == HANDOFF_REQ_CLAIM_TCP)
-			serve_claim(&req, &reply, verdict == HANDOFF_REQ_CLAIM);
+			serve_claim(&req, sender, &reply, verdict == HANDOFF_REQ_CLAIM);
 		real.send(reply_fd, &reply, reply.has_ticket ? sizeof(reply) : HANDOFF_REPLY_HEAD,
 			  MSG_NOSIGNAL | MSG_DONTWAIT);
 		explicit_bzero(&reply, sizeof(reply));
@@ -701,6 +736,9 @@ static bool ensure_server(void)
 	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
 		goto fail_unmap;
+	/* Each request then says which process sent it: a claimer is matched
+	 * by pid, not by how many sharers are left. */
+	(void)setsockopt(pair[0], SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
 	server_rx = progress_hide_fd(pair[0]);
 	server_tx = progress_hide_fd(pair[1]);
 	if (!start_server_thread(server_rx)) {

@@ -179,6 +179,21 @@ assert_stayed_on_rdma() {
   child_on_tcp
 }
 
+@test "handoff: a grandchild claims before its parent's report of it arrives, the parent still holding the socket: no ticket (by pid, not by count), every echo round compared" {
+  # The child's report of its own child to the owner goes 400 ms late: the
+  # grandchild's claim comes first, when the owner's one live sharer is the
+  # child.  Counted, that one sharer was taken for the claimer.
+  SERVER_ENV="SDPSHIM_LOG=info SDPSHIM_DEBUG_HOLDER_DELAY_MS=400" forkshare_case grandchild
+  grep -q "^forkshare: client grandchild ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server grandchild ok (grandchild)" <<<"$SRV_LOG"
+  grep -q "another process may hold the socket" <<<"$SRV_LOG"
+  assert_switched forked 1 role=client climbs=0
+  # The grandchild's line (it took the echo) is on TCP, and nobody climbed.
+  [ "$(stats_lines "$STATS" role=server path=tcp reason=forked climbs=0 bytes_received=6553600 |
+       wc -l)" -eq 1 ]
+  [ "$(stats_lines "$STATS" climbs=1 | wc -l)" -eq 0 ]
+}
+
 @test "handoff: a forked child execs on the inherited socket while the parent keeps its copy: moved for the exec without waiting for a ticket, 1 MiB SHA-256 checked" {
   # The fork climb is on (the default): a forked child's claim would wait.
   SERVER_ENV=SDPSHIM_LOG=info forkshare_case childexec

@@ -20,6 +20,10 @@ who uses the socket after the fork:
   childclimbs the parent closes its copy at once; the child echoes 200
               rounds of 32 KiB, paced, long enough for the stream to climb
               back to RDMA (the client compares every round)
+  grandchild  the parent closes its copy at once; the child forks a
+              grandchild, keeps its own copy (untouched) until the
+              grandchild is gone, and the grandchild echoes as childclimbs
+              does: two processes hold the socket, so it must not climb
   childexec   the parent keeps its copy open until the child is gone; the
               child execs this script (execserve) on the inherited socket,
               which takes 1 MiB and answers its SHA-256 (a fork+exec helper)
@@ -240,6 +244,21 @@ def server(host, port, tdir, mode):
         _, status = os.waitpid(pid, 0)
         if status:
             sys.exit("forkshare: the child failed (status %d)" % status)
+    elif mode == "grandchild":
+        if pid == 0:
+            gpid = os.fork()
+            if gpid == 0:
+                echo_peer(conn, CLIMB_ROUNDS * CLIMB_CHUNK)
+                conn.close()
+                print("forkshare: server grandchild ok (grandchild)", flush=True)
+                os._exit(0)
+            _, status = os.waitpid(gpid, 0)
+            conn.close()
+            os._exit(1 if status else 0)
+        conn.close()
+        _, status = os.waitpid(pid, 0)
+        if status:
+            sys.exit("forkshare: the child or grandchild failed (status %d)" % status)
     elif mode == "childexec":
         if pid == 0:
             os.set_inheritable(conn.fileno(), True)
@@ -330,15 +349,15 @@ def client(host, port, mode):
             got += chunk
         runs = check_records(bytes(got))
         print("forkshare: client both ok: %d records each, in writer order, %d runs" % (RECORDS, runs))
-    elif mode == "childclimbs":
+    elif mode in ("childclimbs", "grandchild"):
         for i in range(CLIMB_ROUNDS):
             echo_check(sock, CLIMB_CHUNK, "round %d after the fork" % i)
             time.sleep(CLIMB_PAUSE)
         sock.shutdown(socket.SHUT_WR)
         if sock.recv(1):
             sys.exit("forkshare: bytes after the echo")
-        print("forkshare: client childclimbs ok: %d rounds of %d bytes echoed after the fork"
-              % (CLIMB_ROUNDS, CLIMB_CHUNK))
+        print("forkshare: client %s ok: %d rounds of %d bytes echoed after the fork"
+              % (mode, CLIMB_ROUNDS, CLIMB_CHUNK))
     elif mode in ("childonly", "childserves", "childexec", "parentexit", "rogue"):
         digest_check(sock, ECHO_BYTES, "after the fork")
         sock.shutdown(socket.SHUT_WR)
