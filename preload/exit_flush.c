@@ -26,17 +26,20 @@
 
 #define HELPER_STACK (256 * 1024)
 #define QUIESCE_MS 2500 /* progress_quiesce_for_exit's own wait for the park, and a margin */
-/* How long the closes may take to be issued.  Longer means a lock they
- * need is held by the code the signal interrupted: that thread will never
- * let it go, so the process leaves without the flush. */
-#define CLOSES_MS 500
+/* How long the closes may go without progress (a socket closed, or moved
+ * for its sharers).  Longer means a lock they need is held by the code the
+ * signal interrupted: that thread will never let it go, so the process
+ * leaves without the rest of the flush.  CLOSES_CAP_MS bounds them all. */
+#define CLOSES_MS     500
+#define CLOSES_CAP_MS 15000
+#define SLICE_MS      50
 
 static atomic_int flushed_pid;  /* the process whose flush has run (or runs) */
 static atomic_int helper_pid;   /* the process whose helper thread waits */
 static atomic_uint helper_go;   /* futex word: 1 asks the helper for the flush */
 static atomic_uint helper_step; /* futex word: STEP_* */
 enum { STEP_WAITING, STEP_CLOSED, STEP_DONE };
-static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint closes_done; /* bumped by each socket the flush has dealt with */
 
 static unsigned linger_bound_ms(void)
 {
@@ -64,13 +67,20 @@ static void futex_wake_all(atomic_uint *word)
 	futex(word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
 }
 
+static void set_step(unsigned step)
+{
+	atomic_store(&helper_step, step);
+	futex_wake_all(&helper_step);
+}
+
+/* exit()'s thread or the helper, once per process. */
 static void flush_now(void)
 {
 	sock_close_all_rdma(); /* first: channels stop using the stats slots */
 	sock_flush_all_stats();
-	atomic_store(&helper_step, STEP_CLOSED);
-	futex_wake_all(&helper_step);
+	set_step(STEP_CLOSED);
 	progress_quiesce_for_exit(linger_bound_ms());
+	set_step(STEP_DONE);
 }
 
 void exit_flush_at_exit(void)
@@ -79,6 +89,12 @@ void exit_flush_at_exit(void)
 		flush_now();
 }
 
+void exit_flush_note_progress(void)
+{
+	atomic_fetch_add(&closes_done, 1);
+}
+
+/* Its flush, unless exit()'s runs already (that one then ends the steps). */
 static void *helper_main(void *arg)
 {
 	(void)arg;
@@ -86,42 +102,39 @@ static void *helper_main(void *arg)
 		futex(&helper_go, FUTEX_WAIT_PRIVATE, 0, NULL);
 	if (claim_flush())
 		flush_now();
-	atomic_store(&helper_step, STEP_DONE);
-	futex_wake_all(&helper_step);
 	return NULL;
 }
 
 /* The process holds an RDMA-backed socket: its _exit will need the
  * helper.  One per process; a forked child that gets a socket of its
- * own starts its own. */
+ * own starts its own.  helper_pid is -pid while a thread of pid starts it
+ * (no lock: a fork meanwhile leaves the child nothing held). */
 void exit_flush_helper_ensure(void)
 {
+	static atomic_int warned_pid;
+	int self = (int)self_pid(), seen = atomic_load_explicit(&helper_pid, memory_order_acquire);
 	pthread_attr_t attr;
 	pthread_t tid;
 	sigset_t all, old;
 	int rc;
 
-	if (atomic_load_explicit(&helper_pid, memory_order_acquire) == (int)self_pid())
-		return;
-	pthread_mutex_lock(&helper_lock);
-	if (atomic_load(&helper_pid) != (int)self_pid()) {
-		atomic_store(&helper_go, 0);
-		atomic_store(&helper_step, STEP_WAITING);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, HELPER_STACK);
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
-		rc = pthread_create(&tid, &attr, helper_main, NULL);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		pthread_attr_destroy(&attr);
-		if (rc == 0)
-			atomic_store_explicit(&helper_pid, (int)self_pid(), memory_order_release);
-		else
-			sdp_warn("no helper thread for _exit (%s): an _exit will not flush RDMA sockets",
-				 strerror(rc));
-	}
-	pthread_mutex_unlock(&helper_lock);
+	if (seen == self || seen == -self ||
+	    !atomic_compare_exchange_strong(&helper_pid, &seen, -self))
+		return; /* there, being started, or another thread won the start */
+	atomic_store(&helper_go, 0);
+	atomic_store(&helper_step, STEP_WAITING);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, HELPER_STACK);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
+	rc = pthread_create(&tid, &attr, helper_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	atomic_store_explicit(&helper_pid, rc == 0 ? self : 0, memory_order_release);
+	if (rc != 0 && atomic_exchange(&warned_pid, self) != self)
+		sdp_warn("no helper thread for _exit (%s): an _exit will not flush RDMA sockets",
+			 strerror(rc));
 }
 
 static uint64_t monotonic_ms(void)
@@ -132,40 +145,62 @@ static uint64_t monotonic_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Until the helper's step is past `step` or the clock reaches until_ms;
- * false if the clock did. */
-static bool wait_step_past(unsigned step, uint64_t until_ms)
+/* Sleeps on the step word for at most SLICE_MS, or until until_ms. */
+static void step_wait_slice(unsigned seen, uint64_t now, uint64_t until_ms)
 {
-	unsigned seen;
+	uint64_t left = until_ms - now < SLICE_MS ? until_ms - now : SLICE_MS;
+	struct timespec slice = { 0, (long)left * 1000000L };
 
-	while ((seen = atomic_load(&helper_step)) <= step) {
-		uint64_t now = monotonic_ms();
-		struct timespec slice;
+	futex(&helper_step, FUTEX_WAIT_PRIVATE, seen, &slice);
+}
 
-		if (now >= until_ms)
+/* The closes: true once issued; false when they stopped making progress
+ * for CLOSES_MS, or passed CLOSES_CAP_MS. */
+static bool wait_closes(void)
+{
+	uint64_t now = monotonic_ms(), cap = now + CLOSES_CAP_MS, quiet_until = now + CLOSES_MS;
+	unsigned progress = atomic_load(&closes_done), seen;
+
+	while ((seen = atomic_load(&helper_step)) == STEP_WAITING) {
+		unsigned p = atomic_load(&closes_done);
+
+		now = monotonic_ms();
+		if (p != progress) {
+			progress = p;
+			quiet_until = now + CLOSES_MS;
+		}
+		if (now >= quiet_until || now >= cap)
 			return false;
-		slice.tv_sec = (time_t)((until_ms - now) / 1000);
-		slice.tv_nsec = (long)((until_ms - now) % 1000) * 1000000;
-		futex(&helper_step, FUTEX_WAIT_PRIVATE, seen, &slice);
+		step_wait_slice(seen, now, quiet_until < cap ? quiet_until : cap);
 	}
 	return true;
 }
 
-/* Async-signal-safe: atomics, futex calls and clock reads.  The closes
- * come first (bounded by CLOSES_MS: past it, the code we interrupted holds
- * a lock they need), then the linger. */
+/* The linger: until the flush is done or the bound passes. */
+static void wait_done(uint64_t until_ms)
+{
+	unsigned seen;
+
+	while ((seen = atomic_load(&helper_step)) != STEP_DONE) {
+		uint64_t now = monotonic_ms();
+
+		if (now >= until_ms)
+			return;
+		step_wait_slice(seen, now, until_ms);
+	}
+}
+
+/* Async-signal-safe: atomics, futex calls and clock reads.  The helper
+ * runs the flush (or finds exit()'s under way, and leaves the steps to
+ * it); this thread waits for the closes, then the linger. */
 static void flush_by_helper(void)
 {
 	if (!sdp_ready || atomic_load(&helper_pid) != (int)getpid())
 		return;
-	/* exit()'s flush ran, or runs, in this process: nothing is left to ask.
-	 * Another thread's _exit that asked first is waited for as our own. */
-	if (atomic_load(&flushed_pid) == (int)getpid() && !atomic_load(&helper_go))
-		return;
 	atomic_store(&helper_go, 1);
 	futex(&helper_go, FUTEX_WAKE_PRIVATE, 1, NULL);
-	if (wait_step_past(STEP_WAITING, monotonic_ms() + CLOSES_MS))
-		(void)wait_step_past(STEP_CLOSED, monotonic_ms() + linger_bound_ms() + QUIESCE_MS);
+	if (wait_closes())
+		wait_done(monotonic_ms() + linger_bound_ms() + QUIESCE_MS);
 }
 
 static _Noreturn void leave(void (*real_exit)(int), int status)

@@ -8,5 +8,8 @@ void exit_flush_at_exit(void);
 /* The process holds an RDMA-backed socket: start the helper that an
  * _exit asks for the flush (once per process). */
 void exit_flush_helper_ensure(void);
+/* The flush dealt with one more socket (preload/sock.c): the _exit that
+ * waits for it knows it is not stuck. */
+void exit_flush_note_progress(void);
 
 #endif

@@ -174,6 +174,9 @@ bool handoff_claim_as(struct sdp_sock *s, bool may_climb)
 		pthread_mutex_unlock(&s->lock);
 		return done;
 	}
+	/* One that forked while holding it has a child with a copy, which the
+	 * owner may not have heard of yet: two holders, no climb. */
+	may_climb = may_climb && !s->shared_with_child;
 	rc = ask_owner(s, &reply, may_climb);
 	state = atomic_load(s->handoff_state);
 	if (state == HANDOFF_ON_TCP) { /* the owner's word, whether or not it answered */

@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "core/progress.h" /* progress_hide_fd(), progress_close_hidden() */
+#include "preload/exit_flush.h"
 #include "preload/fork_handoff.h"
 #include "preload/fork_handoff_wire.h"
 #include "preload/readiness.h"
@@ -615,9 +616,6 @@ static bool serve_one(int fd)
 	reply_fd = take_reply_fd(&msg, &sender); /* an empty message is ignored: we hold the other end */
 	verdict = handoff_req_check(&req, (size_t)n, msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC),
 				    (uint32_t)getpid());
-	/* A holder is reported by the sharer that forked it, no one else. */
-	if (verdict == HANDOFF_REQ_HOLDER && sender > 0 && (uint32_t)sender != req.via_pid)
-		verdict = HANDOFF_REQ_BAD;
 	if (verdict == HANDOFF_REQ_BAD && n > 0)
 		note_bad_request();
 	if (verdict == HANDOFF_REQ_HOLDER)
@@ -738,7 +736,9 @@ static bool ensure_server(void)
 		goto fail_unmap;
 	/* Each request then says which process sent it: a claimer is matched
 	 * by pid, not by how many sharers are left. */
-	(void)setsockopt(pair[0], SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
+	if (setsockopt(pair[0], SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int)) != 0)
+		sdp_warn("fork: SO_PASSCRED on the handoff socket failed (%s): no forked child "
+			 "will climb back to RDMA", strerror(errno));
 	server_rx = progress_hide_fd(pair[0]);
 	server_tx = progress_hide_fd(pair[1]);
 	if (!start_server_thread(server_rx)) {
@@ -930,6 +930,7 @@ void handoff_orphans_at_exit(void)
 
 		if (sharer_in_forks(s->handoff_seq, s->handoff_last))
 			move_for_sharers(s);
+		exit_flush_note_progress();
 	}
 	pthread_mutex_unlock(&share_lock);
 }

@@ -15,6 +15,7 @@
 #include "base/real.h"
 #include "base/self.h"
 #include "core/conn.h" /* conn_forked_with_channels() */
+#include "preload/exit_flush.h"
 #include "preload/gate.h"
 #include "preload/sock.h"
 #include "preload/fork_handoff.h"
@@ -525,11 +526,13 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 		return;
 	if (!handoff_at_exit(s)) /* a process that shares it goes on, on TCP */
 		sock_close_transport(s, fd); /* the fd stays open; the kernel closes it at exit */
+	exit_flush_note_progress();
 }
 
 void sock_close_all_rdma(void)
 {
 	handoff_stop_server();
+	exit_flush_note_progress();
 	fdt_for_each(FDT_SOCK, close_rdma_at_exit, NULL);
 	handoff_orphans_at_exit();
 }
