@@ -7,8 +7,6 @@
 #include <errno.h>
 #include <linux/netlink.h>
 #include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -16,6 +14,7 @@
 
 #include "base/log.h"
 #include "base/real.h"
+#include "base/thread.h"
 #include "core/conn_internal.h" /* cm_server_device_added, climb_device_added */
 #include "core/dev.h"
 #include "core/progress.h"
@@ -150,22 +149,13 @@ static void *inherited_watch_main(void *arg)
 
 void dev_watch_inherited_start(void)
 {
-	pthread_attr_t attr;
-	pthread_t thread;
-	sigset_t all, old;
 	int err;
 
 	inherited_fd = open_uevents();
 	if (inherited_fd < 0)
 		return;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, INHERITED_WATCH_STACK); /* its buffer is static */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
-	err = pthread_create(&thread, &attr, inherited_watch_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
+	/* its buffer is static */
+	err = lib_thread_start(NULL, inherited_watch_main, NULL, false, INHERITED_WATCH_STACK);
 	if (err) {
 		sdp_info("no watch for a removed device's inherited files: %s", strerror(err));
 		progress_close_hidden(inherited_fd);

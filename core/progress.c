@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "base/self.h"
+#include "base/thread.h"
 #include "base/stats_shm.h" /* progress_wakeups */
 #include "core/progress.h"
 
@@ -391,8 +392,6 @@ static int create_fds(void)
 
 int progress_start(void)
 {
-	pthread_attr_t attr;
-	sigset_t all, old;
 	int err = 0;
 
 	pthread_mutex_lock(&prog.lock);
@@ -406,13 +405,7 @@ int progress_start(void)
 	prog.timerfd_at_ms = 0;
 	err = create_fds();
 	if (!err) {
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
-		err = -pthread_create(&prog.thread, &attr, progress_main, NULL);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		pthread_attr_destroy(&attr);
+		err = -lib_thread_start(&prog.thread, progress_main, NULL, false, 0);
 	}
 	if (!err)
 		prog.pid = self_pid();

@@ -6,8 +6,6 @@
  * here the process's QPs die with it, so the flush comes first. */
 #include <errno.h>
 #include <linux/futex.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,6 +17,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "base/self.h"
+#include "base/thread.h"
 #include "core/progress.h"
 #include "preload/exit_flush.h"
 #include "preload/init.h"
@@ -113,9 +112,6 @@ void exit_flush_helper_ensure(void)
 {
 	static atomic_int warned_pid;
 	int self = (int)self_pid(), seen = atomic_load_explicit(&helper_pid, memory_order_acquire);
-	pthread_attr_t attr;
-	pthread_t tid;
-	sigset_t all, old;
 	int rc;
 
 	if (seen == self || seen == -self ||
@@ -123,26 +119,11 @@ void exit_flush_helper_ensure(void)
 		return; /* there, being started, or another thread won the start */
 	atomic_store(&helper_go, 0);
 	atomic_store(&helper_step, STEP_WAITING);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, HELPER_STACK);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
-	rc = pthread_create(&tid, &attr, helper_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
+	rc = lib_thread_start(NULL, helper_main, NULL, false, HELPER_STACK);
 	atomic_store_explicit(&helper_pid, rc == 0 ? self : 0, memory_order_release);
 	if (rc != 0 && atomic_exchange(&warned_pid, self) != self)
 		sdp_warn("no helper thread for _exit (%s): an _exit will not flush RDMA sockets",
 			 strerror(rc));
-}
-
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Sleeps on the step word for at most SLICE_MS, or until until_ms. */
@@ -158,13 +139,13 @@ static void step_wait_slice(unsigned seen, uint64_t now, uint64_t until_ms)
  * for CLOSES_MS, or passed CLOSES_CAP_MS. */
 static bool wait_closes(void)
 {
-	uint64_t now = monotonic_ms(), cap = now + CLOSES_CAP_MS, quiet_until = now + CLOSES_MS;
+	uint64_t now = progress_now_ms(), cap = now + CLOSES_CAP_MS, quiet_until = now + CLOSES_MS;
 	unsigned progress = atomic_load(&closes_done), seen;
 
 	while ((seen = atomic_load(&helper_step)) == STEP_WAITING) {
 		unsigned p = atomic_load(&closes_done);
 
-		now = monotonic_ms();
+		now = progress_now_ms();
 		if (p != progress) {
 			progress = p;
 			quiet_until = now + CLOSES_MS;
@@ -182,7 +163,7 @@ static void wait_done(uint64_t until_ms)
 	unsigned seen;
 
 	while ((seen = atomic_load(&helper_step)) != STEP_DONE) {
-		uint64_t now = monotonic_ms();
+		uint64_t now = progress_now_ms();
 
 		if (now >= until_ms)
 			return;
@@ -190,7 +171,8 @@ static void wait_done(uint64_t until_ms)
 	}
 }
 
-/* Async-signal-safe: atomics, futex calls and clock reads.  The helper
+/* Async-signal-safe: atomics, futex calls and clock reads (progress_now_ms
+ * is one clock_gettime).  The helper
  * runs the flush (or finds exit()'s under way, and leaves the steps to
  * it); this thread waits for the closes, then the linger. */
 static void flush_by_helper(void)
@@ -200,7 +182,7 @@ static void flush_by_helper(void)
 	atomic_store(&helper_go, 1);
 	futex(&helper_go, FUTEX_WAKE_PRIVATE, 1, NULL);
 	if (wait_closes())
-		wait_done(monotonic_ms() + linger_bound_ms() + QUIESCE_MS);
+		wait_done(progress_now_ms() + linger_bound_ms() + QUIESCE_MS);
 }
 
 static _Noreturn void leave(void (*real_exit)(int), int status)

@@ -21,6 +21,7 @@
 #include "base/guard.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/thread.h"
 #include "core/progress.h" /* progress_hide_fd(), progress_close_hidden() */
 #include "preload/exit_flush.h"
 #include "preload/fork_handoff.h"
@@ -163,18 +164,9 @@ static void sharers_prune(void)
 }
 
 /* share_lock held: the recorded sharers forked while a socket was open
- * here (forks first..last). */
-static unsigned sharers_in_forks(uint64_t first, uint64_t last)
-{
-	unsigned n = 0;
-
-	for (size_t i = 0; i < sharers_n; i++)
-		n += sharers[i].seq >= first && sharers[i].seq <= last;
-	return n;
-}
-
-/* share_lock held: those sharers but the claimer (its pid, from the
- * kernel's credentials of its request); *is_one: the claimer is one. */
+ * here (forks first..last), but the claimer (its pid, from the kernel's
+ * credentials of its request; 0: count them all); *is_one: the claimer is
+ * one of them. */
 static unsigned sharers_besides(uint64_t first, uint64_t last, pid_t claimer, bool *is_one)
 {
 	unsigned n = 0;
@@ -189,6 +181,14 @@ static unsigned sharers_besides(uint64_t first, uint64_t last, pid_t claimer, bo
 			n++;
 	}
 	return n;
+}
+
+/* share_lock held: all of those sharers. */
+static unsigned sharers_in_forks(uint64_t first, uint64_t last)
+{
+	bool none;
+
+	return sharers_besides(first, last, 0, &none);
 }
 
 /* share_lock held, the list pruned: true if a sharer forked while a socket
@@ -699,18 +699,10 @@ static void *server_main(void *arg)
 
 static bool start_server_thread(int fd)
 {
-	pthread_attr_t attr;
-	sigset_t all, old;
 	int err;
 
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, HANDOFF_STACK);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* signals stay with the app's threads */
 	atomic_store(&server_stopping, false);
-	err = pthread_create(&server_thread, &attr, server_main, (void *)(intptr_t)fd);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
+	err = lib_thread_start(&server_thread, server_main, (void *)(intptr_t)fd, true, HANDOFF_STACK);
 	if (err)
 		errno = err;
 	return err == 0;
