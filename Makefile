@@ -161,6 +161,13 @@ $(BUILD)/tests/unit/test_zcopy: tests/unit/test_zcopy.c $(ZCM_DEPS) $(ZCM_CORE) 
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
 	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(TLIB_SRCS) $(ZCM_WRAP) -lpthread
+# The climb's messages (core/climb.c) on the same model's connection, the
+# test playing the link and the peer.
+$(BUILD)/tests/unit/test_climb: tests/unit/test_climb.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
+	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(TLIB_SRCS) $(ZCM_WRAP) -lpthread
 $(BUILD)/fuzz/fuzz_zcopy: tests/fuzz/fuzz_zcopy.c $(ZCM_DEPS) $(ZCM_CORE)
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \

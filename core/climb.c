@@ -198,6 +198,13 @@ static bool prefix_left(const struct sdp_conn *c)
 
 static void back_on_rdma(struct sdp_conn *c);
 
+/* CLIMB_HALF with TCP read up to the peer's cut: the stream goes on the
+ * channel alone.  Never a stream the climb's failure reset. */
+static bool half_done(const struct sdp_conn *c)
+{
+	return c->phase == CONN_CLIMB_HALF && c->close_state != CLOSE_ABORTED && !prefix_left(c);
+}
+
 /* Reads TCP (non-blocking; c locked): at most up to the peer's cut. */
 ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 		       size_t total, int flags, bool *again)
@@ -234,7 +241,7 @@ ssize_t climb_tcp_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 		if (!(flags & MSG_PEEK)) {
 			c->climb.tcp_rx_off += (uint64_t)n;
 			stats_count_tcp(c->st, false, (uint64_t)n);
-			if (c->phase == CONN_CLIMB_HALF && !prefix_left(c))
+			if (half_done(c))
 				back_on_rdma(c);
 		}
 		done += (size_t)n;
@@ -285,7 +292,7 @@ ssize_t climb_tcp_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, 
 static ssize_t held_recv_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			      size_t total, int flags, bool *again)
 {
-	if (c->phase == CONN_CLIMB_HALF && !prefix_left(c)) {
+	if (half_done(c)) {
 		back_on_rdma(c);
 		return c->carrier->recv_step(c, iov, iovcnt, done, total, flags, again);
 	}
@@ -638,6 +645,7 @@ void climb_half_lost(struct sdp_conn *c, const char *why)
 {
 	sdp_warn("the channel failed while the stream was moving back to RDMA (%s); resetting "
 		 "the connection", why);
+	c->climb.step = CLIMB_IDLE; /* the attempt is over: a late ACK is ignored */
 	c->fail_reason = SDP_REASON_FAILOVER;
 	c->close_state = CLOSE_ABORTED;
 	c->hard_error = ECONNRESET;
@@ -651,6 +659,7 @@ void climb_half_lost(struct sdp_conn *c, const char *why)
 static void back_on_rdma(struct sdp_conn *c)
 {
 	conn_set_phase(c, CONN_OPEN);
+	c->climb.step = CLIMB_IDLE; /* no step outlives the climb (the next failover's) */
 	tx_kick(c);
 	progress_timer_cancel(&c->timer);
 	if (c->keepalive)
@@ -893,14 +902,23 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 	return true;
 }
 
+/* This end ended the attempt, and a message of it may still cross that (the
+ * stream is on the attempt's link until its release, which tells the
+ * peer): HELD after its bound, FALLBACK (on TCP for good, whatever step it
+ * had reached), CLIMB_HALF once reset.  Nothing such a message carries can
+ * move the stream, so a liar gains nothing by sending one; failing the
+ * link would reset every stream climbing on it.  c locked. */
+static bool attempt_ended_here(const struct sdp_conn *c)
+{
+	if (c->phase == CONN_FALLBACK)
+		return true;
+	return (c->phase == CONN_HELD || c->phase == CONN_CLIMB_HALF) &&
+	       c->climb.step == CLIMB_IDLE;
+}
+
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
 {
-	if ((c->phase == CONN_HELD || c->phase == CONN_FALLBACK) && c->climb.step == CLIMB_IDLE) {
-		/* This end ended the attempt (its bound, or the stream stays on
-		 * TCP for good now), and the answer crossed it (the stream is
-		 * still on the attempt's link only until its release, which
-		 * tells the peer): a race, not a lie.  Failing the link would
-		 * reset every stream climbing on it. */
+	if (attempt_ended_here(c)) {
 		sdp_debug("a climb message (kind %u) after the attempt ended here: ignored", kind);
 		return true;
 	}

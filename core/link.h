@@ -46,7 +46,8 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
  * link's peer address (port 0: it has none). */
 void climb_note_peer_rdv(struct sdp_conn *c, const struct sockaddr *link_peer, uint16_t port);
 /* False: the message is not one c expects now (a protocol violation).  One
- * that crossed the end of an attempt this end's bound ended is ignored. */
+ * that crossed the end of an attempt this end ended (its bound, a give-up
+ * to TCP, a reset) is ignored. */
 bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload);
 
 /* Server: a Hello with SDP_HELLO_FLAG_LINK arrived on listener l. */

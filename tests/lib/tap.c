@@ -1,6 +1,8 @@
 /* TAP output for the C unit tests (see tap.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tap.h"
 
@@ -41,4 +43,25 @@ int tap_run(const struct tap_case *cases, unsigned count)
 	for (unsigned i = 0; i < count; i++)
 		tap_result(cases[i].fn(), cases[i].desc);
 	return tap_exit_status();
+}
+
+int tap_run_isolated(int (*fn)(void), unsigned alarm_s)
+{
+	int status;
+	pid_t pid;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid == 0) {
+		alarm(alarm_s);
+		_exit(fn() ? 0 : 1);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return 0;
+	if (WIFSIGNALED(status))
+		printf("#   crashed (signal %d)\n", WTERMSIG(status));
+	else if (WEXITSTATUS(status) > 1)
+		printf("#   exited %d (a sanitizer report?)\n", WEXITSTATUS(status));
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }

@@ -17,5 +17,8 @@ struct tap_case {
 	int (*fn)(void);
 };
 int tap_run(const struct tap_case *cases, unsigned count);
+/* Runs fn in a child process, bounded by alarm_s seconds: a crash, a
+ * sanitizer report or a hang fails that case alone.  True if fn passed. */
+int tap_run_isolated(int (*fn)(void), unsigned alarm_s);
 
 #endif

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tap.h"
@@ -739,28 +738,6 @@ static const struct tap_case cases[] = {
 	  test_send_behind_queued_bytes_zero_copies },
 };
 
-/* Each case in a child: a sanitizer report or a hang fails it alone. */
-static int run_isolated(int (*fn)(void))
-{
-	int status;
-	pid_t pid;
-
-	fflush(stdout);
-	fflush(stderr);
-	pid = fork();
-	if (pid == 0) {
-		alarm(60);
-		_exit(fn() ? 0 : 1);
-	}
-	if (pid < 0 || waitpid(pid, &status, 0) != pid)
-		return 0;
-	if (WIFSIGNALED(status))
-		printf("#   crashed (signal %d)\n", WTERMSIG(status));
-	else if (WEXITSTATUS(status) > 1)
-		printf("#   exited %d (a sanitizer report?)\n", WEXITSTATUS(status));
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 static void run_case(const struct tap_case *tc, const char *only, const char *skip_why)
 {
 	char skipped[256];
@@ -772,7 +749,7 @@ static void run_case(const struct tap_case *tc, const char *only, const char *sk
 		tap_result(1, skipped);
 		return;
 	}
-	tap_result(run_isolated(tc->fn), tc->desc);
+	tap_result(tap_run_isolated(tc->fn, 60), tc->desc);
 }
 
 /* test_zcopy [TEXT]: only the cases whose description contains TEXT. */

@@ -1,0 +1,327 @@
+/* Unit tests (TAP) of the climb's messages (core/climb.c) on the zero-copy
+ * model's connection (tests/model/): the stream is held as a failover
+ * leaves it, and the test plays the link and the peer (REQ, CHAL, PROVE,
+ * ACK with the MACs an honest peer computes).  What is checked: a message
+ * that crosses the end of an attempt on this side is ignored (a race, not
+ * a lie: climb_on_step true), no climb step outlives the climb, and a
+ * message out of turn from a liar is still refused (false: the link
+ * fails).  Each case runs in a child process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/hmac.h"
+#include "base/policy.h"
+#include "core/conn_internal.h"
+#include "core/link.h"
+#include "tap.h"
+#include "tests/model/zcmodel.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define FAKE_LINK ((struct sdp_link *)0x1) /* never dereferenced: the link is the test's */
+#define IDX       3u
+
+static const struct zcm_opts opts = { .quiet = true };
+
+/* ---------------------------------------------- the link, as the test */
+
+static struct {
+	unsigned n;
+	uint8_t kind;
+	uint8_t payload[64];
+} sent;
+
+int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx)
+{
+	return 0;
+}
+
+int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len)
+{
+	sent.n++;
+	sent.kind = kind;
+	memcpy(sent.payload, payload, len < sizeof(sent.payload) ? len : sizeof(sent.payload));
+	return 0;
+}
+
+int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t dst_len,
+		     enum sdp_reason *reason)
+{
+	return 0; /* on a link; the test sends the REQ as the link would once up */
+}
+
+/* The model's send slots, as the new channel's (linked: ordinary memory). */
+int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count)
+{
+	c->peer_buf_size = peer_buf_size;
+	c->peer_buf_count = peer_buf_count;
+	c->tx_peer_bufs = peer_buf_count;
+	c->tx_nslots = ZCM_BUF_COUNT + 1;
+	return 0;
+}
+
+static void owner_event(void *owner, struct sdp_conn *conn, const struct conn_event_info *info) {}
+static void owner_hold(void *owner) {}
+static const struct conn_owner_ops owner_ops = { owner_event, owner_hold, owner_hold };
+
+/* ------------------------------------------------------- the peer's MACs */
+
+static size_t tuple_bytes(const struct sdp_tuple *t, uint8_t out[36])
+{
+	memcpy(out, t->src_addr, 16);
+	memcpy(out + 16, t->dst_addr, 16);
+	out[32] = (uint8_t)(t->src_port >> 8);
+	out[33] = (uint8_t)t->src_port;
+	out[34] = (uint8_t)(t->dst_port >> 8);
+	out[35] = (uint8_t)t->dst_port;
+	return 36;
+}
+
+/* docs/upgrade.md: MAC(K, role || Ni || Nr || tuple [|| cut]), K the key
+ * both ends derived at the hold (read from c: the peer has the same). */
+static void peer_mac(const struct sdp_conn *c, char role, const uint64_t *cut, uint8_t out[32])
+{
+	uint8_t msg[1 + 2 * SDP_NONCE_SIZE + 36 + 8];
+	size_t len = 0;
+
+	msg[len++] = (uint8_t)role;
+	memcpy(msg + len, c->climb.nonce_i, SDP_NONCE_SIZE);
+	len += SDP_NONCE_SIZE;
+	memcpy(msg + len, c->climb.nonce_r, SDP_NONCE_SIZE);
+	len += SDP_NONCE_SIZE;
+	len += tuple_bytes(&c->tuple, msg + len);
+	if (cut) {
+		for (int i = 7; i >= 0; i--)
+			msg[len++] = (uint8_t)(*cut >> (8 * i));
+	}
+	hmac_sha256(c->climb.key, CLIMB_KEY_SIZE, msg, len, out);
+}
+
+static void prove_payload(const struct sdp_conn *c, uint64_t cut, bool honest, uint8_t *out)
+{
+	uint8_t mac[32];
+
+	peer_mac(c, 'i', &cut, mac);
+	if (!honest)
+		mac[0] ^= 1;
+	sdp_climb_cut_to_wire(mac, cut, out);
+}
+
+static void chal_payload(struct sdp_conn *c, uint8_t *out)
+{
+	struct sdp_climb_chal ch = { .buf_count = ZCM_BUF_COUNT, .buf_size = ZCM_BUF_SIZE };
+
+	memset(ch.nonce, 0x44, sizeof(ch.nonce));
+	memcpy(c->climb.nonce_r, ch.nonce, sizeof(ch.nonce)); /* what on_chal takes */
+	peer_mac(c, 'r', NULL, ch.mac);
+	memset(c->climb.nonce_r, 0, sizeof(c->climb.nonce_r));
+	sdp_climb_chal_to_wire(&ch, out);
+}
+
+/* -------------------------------------------------------------- streams */
+
+/* The model's connection, moved to TCP by a failover and held (as
+ * switch.c's finish_if_done leaves it), its last channel released. */
+static struct sdp_conn *held_stream(bool is_server)
+{
+	struct sdp_conn *c = zcm_open(&opts);
+	int sv[2];
+	bool held;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0)
+		abort();
+	c->is_server = is_server;
+	c->tcp_fd = sv[0];
+	c->policy.climb = true;
+	c->owner_ops = &owner_ops;
+	c->tuple.src_addr[10] = c->tuple.src_addr[11] = 0xff;
+	c->tuple.src_addr[15] = 1;
+	c->tuple.dst_addr[10] = c->tuple.dst_addr[11] = 0xff;
+	c->tuple.dst_addr[15] = 2;
+	c->tuple.src_port = 40000;
+	c->tuple.dst_port = 5000;
+	memset(c->nonce_local, 0x11, sizeof(c->nonce_local));
+	memset(c->nonce_peer, 0x22, sizeof(c->nonce_peer));
+	conn_lock(c);
+	climb_note_switch(c, SDP_REASON_FAILOVER);
+	conn_phase_start(c, CONN_SWITCHING);
+	held = climb_hold(c);
+	conn_unlock(c);
+	zcm_settle(); /* the channel's release (progress thread) */
+	if (!held || c->phase != CONN_HELD || !c->climb.released)
+		printf("#   the stream is not held: phase %s\n", conn_phase_name(c->phase));
+	return c;
+}
+
+/* The client's REQ reaches the held server stream: its CHAL goes out. */
+static bool req_arrives(struct sdp_conn *c)
+{
+	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = ZCM_BUF_COUNT,
+				   .buf_size = ZCM_BUF_SIZE };
+	struct sdp_policy lp;
+
+	policy_default(&lp);
+	lp.climb = true;
+	memset(r.nonce, 0x33, sizeof(r.nonce));
+	sent.n = 0;
+	climb_on_req(FAKE_LINK, IDX, &r, &lp);
+	if (sent.n != 1 || sent.kind != SDP_LINK_CLIMB_CHAL || c->climb.step != CLIMB_CHAL_SENT) {
+		printf("#   no CHAL: %u sent, kind %u, step %d\n", sent.n, sent.kind, (int)c->climb.step);
+		return false;
+	}
+	return true;
+}
+
+/* A link message for c, as link.c's on_climb_step hands it over. */
+static bool step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
+{
+	bool ok;
+
+	conn_lock(c);
+	ok = climb_on_step(c, kind, payload);
+	conn_unlock(c);
+	return ok;
+}
+
+static int expect(int cond, const char *what)
+{
+	if (!cond)
+		printf("#   failed: %s\n", what);
+	return cond;
+}
+
+/* A held server stream whose CHAL is out, and the honest client's PROVE
+ * of it (its cut: what the server has read); NULL if no CHAL went. */
+static struct sdp_conn *server_chal_out(uint8_t prove[sizeof(struct sdp_climb_prove_wire)])
+{
+	struct sdp_conn *c = held_stream(true);
+
+	if (!req_arrives(c))
+		return NULL;
+	prove_payload(c, c->climb.tcp_rx_off, true, prove);
+	return c;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+/* CI71: the server's CHAL is out when the stream leaves the climb for good
+ * (switch.c's conn_switch_wait for a fork: climb_give_up at once); the
+ * client, committed, sends its PROVE: ignored, the link stands. */
+static int test_prove_after_give_up(void)
+{
+	uint8_t prove[sizeof(struct sdp_climb_prove_wire)];
+	struct sdp_conn *c = server_chal_out(prove);
+	int ok = 1;
+
+	if (!c)
+		return 0;
+	conn_lock(c);
+	climb_give_up(c, "fork or exec");
+	conn_unlock(c);
+	ok &= expect(c->phase == CONN_FALLBACK, "the stream stays on TCP");
+	sent.n = 0;
+	ok &= expect(step(c, SDP_LINK_CLIMB_PROVE, prove), "the late PROVE is ignored");
+	ok &= expect(c->phase == CONN_FALLBACK && sent.n == 0, "nothing moved, no ACK");
+	return ok;
+}
+
+/* A server stream climbs back; no step is left behind, so its next move
+ * to plain TCP ignores a late message as any FALLBACK stream does, while
+ * the same message on the open stream is still a lie. */
+static int test_no_step_outlives_the_climb(void)
+{
+	uint8_t prove[sizeof(struct sdp_climb_prove_wire)];
+	struct sdp_conn *c = server_chal_out(prove);
+	int ok = 1;
+
+	if (!c)
+		return 0;
+	sent.n = 0;
+	ok &= expect(step(c, SDP_LINK_CLIMB_PROVE, prove), "the PROVE is taken");
+	ok &= expect(sent.n == 1 && sent.kind == SDP_LINK_CLIMB_ACK, "an ACK answers it");
+	ok &= expect(c->phase == CONN_OPEN, "the stream is back on RDMA");
+	ok &= expect(c->climb.step == CLIMB_IDLE, "no climb step outlives the climb");
+	ok &= expect(!step(c, SDP_LINK_CLIMB_PROVE, prove), "a replayed PROVE on it is refused");
+	conn_lock(c);
+	conn_set_phase(c, CONN_SWITCHING); /* a second failover, to plain TCP */
+	conn_set_phase(c, CONN_FALLBACK);
+	conn_unlock(c);
+	ok &= expect(step(c, SDP_LINK_CLIMB_PROVE, prove), "a late PROVE in FALLBACK is ignored");
+	return ok;
+}
+
+/* The client's attempt: its bound passes with the ACK still out (it resets
+ * the stream); the ACK that then arrives moves nothing and fails no link. */
+static int test_late_ack_after_reset(void)
+{
+	uint8_t chal[sizeof(struct sdp_climb_chal_wire)], ack[sizeof(struct sdp_climb_ack_wire)];
+	struct sdp_conn *c = held_stream(false);
+	int ok = 1;
+
+	zcm_advance(c->climb.backoff_ms + 1); /* the retry timer: start_attempt, deferred */
+	zcm_settle();
+	ok &= expect(c->climb.step == CLIMB_DIALING, "the client dials");
+	climb_send_req(c); /* as the link does once it is up */
+	ok &= expect(sent.kind == SDP_LINK_CLIMB_REQ, "its REQ goes");
+	chal_payload(c, chal);
+	sent.n = 0;
+	ok &= expect(step(c, SDP_LINK_CLIMB_CHAL, chal), "the CHAL is taken");
+	ok &= expect(sent.kind == SDP_LINK_CLIMB_PROVE && c->phase == CONN_CLIMB_HALF,
+		     "the PROVE goes, writes on the new channel");
+	zcm_advance(sdp_tun.connect_timeout_ms + 1); /* no ACK within the bound */
+	ok &= expect(c->close_state == CLOSE_ABORTED, "the stream is reset");
+	sdp_climb_cut_to_wire(NULL, 0, ack);
+	ok &= expect(step(c, SDP_LINK_CLIMB_ACK, ack), "the late ACK is ignored");
+	ok &= expect(c->phase == CONN_CLIMB_HALF, "the reset stream does not go back on RDMA");
+	return ok;
+}
+
+/* A liar gains nothing: each message out of turn is refused (the link
+ * fails), and a PROVE without the key ends the attempt on TCP. */
+static int test_liar_still_refused(void)
+{
+	uint8_t prove[sizeof(struct sdp_climb_prove_wire)], chal[sizeof(struct sdp_climb_chal_wire)];
+	uint8_t ack[sizeof(struct sdp_climb_ack_wire)];
+	struct sdp_conn *c = held_stream(true);
+	int ok = 1;
+
+	if (!req_arrives(c))
+		return 0;
+	memset(chal, 0, sizeof(chal));
+	sdp_climb_cut_to_wire(NULL, 0, ack);
+	ok &= expect(!step(c, SDP_LINK_CLIMB_CHAL, chal), "a CHAL to the responder is refused");
+	ok &= expect(!step(c, SDP_LINK_CLIMB_ACK, ack), "an ACK to the responder is refused");
+	ok &= expect(c->phase == CONN_HELD && c->climb.step == CLIMB_CHAL_SENT,
+		     "neither moved the attempt");
+	prove_payload(c, c->climb.tcp_rx_off, false, prove);
+	ok &= expect(!step(c, SDP_LINK_CLIMB_PROVE, prove), "a PROVE without the key is refused");
+	ok &= expect(c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE, "the stream stays on TCP");
+	zcm_settle();
+	prove_payload(c, c->climb.tcp_rx_off, true, prove);
+	ok &= expect(step(c, SDP_LINK_CLIMB_PROVE, prove) && c->phase == CONN_HELD,
+		     "after it, even a good PROVE moves nothing");
+	return ok;
+}
+
+static const struct tap_case cases[] = {
+	{ "a PROVE that crosses the responder's give-up (CHAL out) is ignored, not a violation",
+	  test_prove_after_give_up },
+	{ "no climb step outlives the climb: a later FALLBACK ignores a late PROVE, OPEN refuses it",
+	  test_no_step_outlives_the_climb },
+	{ "an ACK after the client's bound reset the stream is ignored and moves nothing",
+	  test_late_ack_after_reset },
+	{ "a liar's messages out of turn are still refused, and move nothing",
+	  test_liar_still_refused },
+};
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	printf("1..%zu\n", ARRAY_SIZE(cases));
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+		tap_result(tap_run_isolated(cases[i].fn, 60), cases[i].desc);
+	return tap_exit_status();
+}
