@@ -10,7 +10,8 @@
 #define CELL_PAGE 4096
 
 static pthread_once_t cell_once = PTHREAD_ONCE_INIT;
-static _Atomic pid_t *cell; /* NULL: no wipe-on-fork page here; getpid() every time */
+/* NULL: not made yet, or no wipe-on-fork page here (getpid() every time). */
+static _Atomic pid_t *_Atomic cell;
 
 /* A page the kernel zeroes in every child, however it was made (fork,
  * _Fork, clone without CLONE_VM): a child never reads its parent's id. */
@@ -24,20 +25,25 @@ static void make_cell(void)
 		munmap(page, CELL_PAGE);
 		return;
 	}
-	cell = page;
+	atomic_store_explicit(&cell, (_Atomic pid_t *)page, memory_order_release);
 }
 
 pid_t self_pid(void)
 {
+	/* Once the page is made, a load: no pthread_once on the per-message path. */
+	_Atomic pid_t *page = atomic_load_explicit(&cell, memory_order_acquire);
 	pid_t pid;
 
-	pthread_once(&cell_once, make_cell);
-	if (!cell)
-		return getpid();
-	pid = atomic_load_explicit(cell, memory_order_relaxed);
+	if (__builtin_expect(!page, 0)) {
+		pthread_once(&cell_once, make_cell);
+		page = atomic_load_explicit(&cell, memory_order_acquire);
+		if (!page)
+			return getpid();
+	}
+	pid = atomic_load_explicit(page, memory_order_relaxed);
 	if (__builtin_expect(pid == 0, 0)) {
 		pid = getpid();
-		atomic_store_explicit(cell, pid, memory_order_relaxed);
+		atomic_store_explicit(page, pid, memory_order_relaxed);
 	}
 	return pid;
 }
