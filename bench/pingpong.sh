@@ -10,7 +10,8 @@
 # Env: BASE_REV (e923ef7), BUILD (build: the "after" build), PP_ROUNDS (5:
 #   timed runs per setup, the setups' order rotating each round), PP_N (5000
 #   round trips a timed run), PP_SHORT / PP_LONG (1000 / 3000: the two
-#   callgrind runs of each setup), VM_BENCH_MEM (1536M).
+#   callgrind runs of each setup), VM_BENCH_MEM (1536M), PP_MODES ("s"; "s b"
+#   adds the callgrind pair with blocking calls, rstream -T b, rows *-b).
 #
 # Two figures per setup:
 #   - us per round trip: rstream's own usec/xfer, the median of the rounds;
@@ -44,6 +45,11 @@ if [ -z "$TABLE_ONLY" ]; then
 	for prog in rstream valgrind; do
 		command -v "$prog" >/dev/null || { echo "pingpong: $prog is not installed" >&2; exit 2; }
 	done
+	export PP_MODES=${PP_MODES:-s}
+	case " $PP_MODES " in *" s "*) ;; *) echo "pingpong: PP_MODES must include s" >&2; exit 2 ;; esac
+	for m in $PP_MODES; do
+		case $m in s | b) ;; *) echo "pingpong: PP_MODES: '$m' is neither s nor b" >&2; exit 2 ;; esac
+	done
 	export PP_ROUNDS=${PP_ROUNDS:-5} PP_N=${PP_N:-5000} PP_SHORT=${PP_SHORT:-1000} PP_LONG=${PP_LONG:-3000}
 	for v in PP_ROUNDS PP_N PP_SHORT PP_LONG; do
 		case ${!v} in '' | *[!0-9]* | 0) echo "pingpong: $v must be a positive number" >&2; exit 2 ;; esac
@@ -69,7 +75,7 @@ if [ -z "$TABLE_ONLY" ]; then
 	} | tee "$OUTDIR/host.txt" >&2
 	RXE_VM_TIMING_FILE=$OUTDIR/vm_timing.txt "$REPO/tests/vm/run-in-vm.sh" -n dummy \
 		-m "${VM_BENCH_MEM:-1536M}" -t 1500 -w "$OUTDIR" -e BENCH_OUT -e PP_BEFORE -e PP_AFTER \
-		-e PP_ROUNDS -e PP_N -e PP_SHORT -e PP_LONG "bash $REPO/bench/pingpong_inside.sh" || rc=$?
+		-e PP_ROUNDS -e PP_N -e PP_SHORT -e PP_LONG -e PP_MODES "bash $REPO/bench/pingpong_inside.sh" || rc=$?
 fi
 
 # ---- the table ------------------------------------------------------------------
@@ -88,6 +94,17 @@ rs_us=$(us_of rsocket) rs_ir=$(ir_of rsocket)
 		us=$(us_of $s) ir=$(ir_of $s)
 		echo "| $s | $us | $(ratio "$us" "$rs_us")x | ${ir:--} | $(ratio "$ir" "$rs_ir")x |"
 	done
+	if grep -q '^after-b' "$OUTDIR/instr.tsv" 2>/dev/null; then
+		echo
+		echo "| blocking calls (-T b) | instructions per round trip (client) | vs rsocket |"
+		echo "|---|---|---|"
+		for s in before-b after-b rsocket-b; do
+			ir=$(ir_of $s)
+			echo "| $s | ${ir:--} | $(ratio "$ir" "$(ir_of rsocket-b)")x |"
+		done
+		echo
+		echo "blocking, after/before: instructions $(ratio "$(ir_of after-b)" "$(ir_of before-b)")x"
+	fi
 	echo
 	echo "after/before: time $(ratio "$(us_of after)" "$(us_of before)")x, instructions $(ratio "$(ir_of after)" "$(ir_of before)")x"
 	[ -s "$OUTDIR/notes.txt" ] && { echo; sed 's/^/note: /' "$OUTDIR/notes.txt"; }

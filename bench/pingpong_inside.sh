@@ -6,7 +6,11 @@
 # callgrind pair per setup (client -I PP_SHORT and -I PP_LONG).  Writes into
 # $BENCH_OUT: times.tsv (setup round us), instr.tsv (setup Ir_per_round_trip
 # Ir_short Ir_long), notes.txt (FAIL lines make the bench fail), and each
-# run's logs and stats.
+# run's logs and stats.  PP_MODES ("s"): "s b" also takes the callgrind pair
+# with blocking calls (rstream -T b; setups before-b, after-b, rsocket-b):
+# rstream's default loops on poll() with a zero timeout, so its client's
+# count includes the spin of its wait, while a blocked client counts only
+# the work of a round trip.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/helpers.bash"   # free_port, RXE_IP
 unset SDPSHIM_LIB LD_PRELOAD SDPSHIM_CONFIG SDPSHIM_MODE
@@ -26,11 +30,13 @@ note() { echo "$*" | tee -a "$OUT/notes.txt" >&2; }
 
 # prefix SETUP STATS: PRE, the command prefix of one end, and OPTS, rstream's
 # socket-type options (sdpshim: plain sockets).
+MODE=s
 prefix() {
 	PRE=(env) OPTS=()
+	[ "$MODE" = b ] && OPTS=(-T b)
 	[ "$1" = rsocket ] && return
 	PRE+=("LD_PRELOAD=$W/$1/libsdpshim.so" "SDPSHIM_STATS_FILE=$2")
-	OPTS=(-T s)
+	OPTS+=(-T s)
 }
 
 # Every sdpshim connection in a stats file on path rdma (at least one).
@@ -108,16 +114,21 @@ for r in $(seq "$PP_ROUNDS"); do
 done
 
 total_ir() { awk '/^summary:/ { print $2 }' "$1" 2>/dev/null; }
-for s in "${setups[@]}"; do
-	short=$(run "$s" "$s.cg-short" "$PP_SHORT" "$OUT/$s.short.cg")
-	long=$(run "$s" "$s.cg-long" "$PP_LONG" "$OUT/$s.long.cg")
-	a=$(total_ir "$OUT/$s.short.cg") b=$(total_ir "$OUT/$s.long.cg")
-	if [ "$short" = fails ] || [ "$long" = fails ] || [ -z "$a" ] || [ -z "$b" ]; then
-		note "FAIL $s: no callgrind totals"
-		continue
-	fi
-	per=$(awk -v a="$a" -v b="$b" -v s="$PP_SHORT" -v l="$PP_LONG" 'BEGIN { printf "%.0f", (b - a) / (l - s) }')
-	printf '%s\t%s\t%s\t%s\n' "$s" "$per" "$a" "$b" >>"$OUT/instr.tsv"
-	echo "$s: $per instructions a round trip" >&2
+for MODE in ${PP_MODES:-s}; do
+	sfx=
+	[ "$MODE" = s ] || sfx=-$MODE
+	for s in "${setups[@]}"; do
+		t=$s$sfx
+		short=$(run "$s" "$t.cg-short" "$PP_SHORT" "$OUT/$t.short.cg")
+		long=$(run "$s" "$t.cg-long" "$PP_LONG" "$OUT/$t.long.cg")
+		a=$(total_ir "$OUT/$t.short.cg") b=$(total_ir "$OUT/$t.long.cg")
+		if [ "$short" = fails ] || [ "$long" = fails ] || [ -z "$a" ] || [ -z "$b" ]; then
+			note "FAIL $t: no callgrind totals"
+			continue
+		fi
+		per=$(awk -v a="$a" -v b="$b" -v s="$PP_SHORT" -v l="$PP_LONG" 'BEGIN { printf "%.0f", (b - a) / (l - s) }')
+		printf '%s\t%s\t%s\t%s\n' "$t" "$per" "$a" "$b" >>"$OUT/instr.tsv"
+		echo "$t: $per instructions a round trip" >&2
+	done
 done
 exit 0

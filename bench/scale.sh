@@ -27,7 +27,8 @@
 #   SCALE_BULK (134217728), SCALE_N ("100 1000"; add 10000 for the issue's
 #   figure, with VM_BENCH_MEM=3G), SCALE_NOFILE (1048576: RLIMIT_NOFILE of every
 #   sdpshim process), SCALE_CAP (900 s per run), VM_BENCH_MEM (2G),
-#   SCALE_VM_TIMEOUT (5400 s for the boot).
+#   SCALE_VM_TIMEOUT (5400 s for the boot), SCALE_PARTS ("rate bulk pin": the
+#   parts to run; a part left out shows "-").
 # Under TCG, compare the setups of one boot with each other, never with hardware.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,18 +57,22 @@ if [ -z "$TABLE_ONLY" ]; then
 	export BENCH_OUT=$OUTDIR BUILD=$B
 	export SCALE_ROUNDS=${SCALE_ROUNDS:-3} SCALE_CYCLES=${SCALE_CYCLES:-1000} SCALE_IDLE=${SCALE_IDLE:-1000}
 	export SCALE_BULK=${SCALE_BULK:-134217728} SCALE_N=${SCALE_N:-100 1000} SCALE_NOFILE=${SCALE_NOFILE:-1048576}
-	export SCALE_CAP=${SCALE_CAP:-900}
+	export SCALE_CAP=${SCALE_CAP:-900} SCALE_PARTS=${SCALE_PARTS:-rate bulk pin}
+	for p in $SCALE_PARTS; do
+		case $p in rate | bulk | pin) ;; *) echo "scale: SCALE_PARTS: '$p' is not rate, bulk or pin" >&2; exit 2 ;; esac
+	done
 	dirty=$( [ -n "$(git -C "$REPO" status --porcelain -- base core preload ipoib_fallback 2>/dev/null)" ] &&
 		echo ' + working tree changes' || true)
 	{
 		echo "host: $(hostname), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 		echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 		echo "build: $B (HEAD $(git -C "$REPO" rev-parse --short HEAD)$dirty), lib $(sha256sum "$B/libsdpshim.so" | cut -c1-16)"
+		echo "parts: $SCALE_PARTS"
 		echo "runs: $SCALE_ROUNDS rounds; rate $SCALE_CYCLES cycles of 64 B; bulk $SCALE_BULK B alone and beside $SCALE_IDLE idle; pin N = $SCALE_N"
 	} | tee "$OUTDIR/host.txt" >&2
 	RXE_VM_TIMING_FILE=$OUTDIR/vm_timing.txt "$REPO/tests/vm/run-in-vm.sh" -n dummy -m "${VM_BENCH_MEM:-2G}" \
 		-t "${SCALE_VM_TIMEOUT:-5400}" -w "$OUTDIR" -e BENCH_OUT -e BUILD -e SCALE_ROUNDS -e SCALE_CYCLES \
-		-e SCALE_IDLE -e SCALE_BULK -e SCALE_N -e SCALE_NOFILE -e SCALE_CAP \
+		-e SCALE_IDLE -e SCALE_BULK -e SCALE_N -e SCALE_NOFILE -e SCALE_CAP -e SCALE_PARTS \
 		"bash $REPO/bench/scale_inside.sh" || rc=$?
 	echo "scale: $(cat "$OUTDIR/vm_timing.txt" 2>/dev/null); raw results in $OUTDIR" >&2
 fi

@@ -10,6 +10,8 @@
 #         -> tests/progs/evecho, both preloaded; while all are open, per process
 #         the sum of mrlen of its MRs, their count, VmPin and its RC QPs
 #         (rdma_usage, tests/vm/vm_helpers.bash), and how many are on RDMA.
+# SCALE_PARTS ("rate bulk pin") picks the parts; a part left out keeps only
+# its header line.
 # Writes into $BENCH_OUT: rate.tsv, bulk.tsv, pin.tsv, notes.txt, and each run's
 # output and stats files.  An sdpshim run whose connections are not all on RDMA
 # is marked FALLBACK (a failed one FAIL); the script then exits 1.
@@ -212,21 +214,26 @@ pin_run() {   # pin_run N
 	echo "$tag: $status, live client ${lc:--} server ${lsv:--}; $(grep -E '^(pid|other)' "$OUT/$tag.usage" 2>/dev/null | tr '\n' ';')" >&2
 }
 
+part() { case " ${SCALE_PARTS:-rate bulk pin} " in *" $1 "*) return 0 ;; esac; return 1; }
 T0=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
+	part rate || break
 	if [ $(( r % 2 )) = 1 ]; then order="tcp sdpshim"; else order="sdpshim tcp"; fi
 	for b in $order; do rate_run "$b" "$r"; done
 done
-note "rate: $ROUNDS rounds in $(( $(date +%s) - T0 )) s"
+part rate && note "rate: $ROUNDS rounds in $(( $(date +%s) - T0 )) s"
 T0=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
+	part bulk || break
 	if [ $(( r % 2 )) = 1 ]; then order="0 $IDLE"; else order="$IDLE 0"; fi
 	for k in $order; do bulk_run "$k" "$r"; done
 done
-note "bulk: $ROUNDS rounds in $(( $(date +%s) - T0 )) s"
+part bulk && note "bulk: $ROUNDS rounds in $(( $(date +%s) - T0 )) s"
 T0=$(date +%s)
-for n in $NS; do pin_run "$n"; done
-note "pin: N = $NS in $(( $(date +%s) - T0 )) s"
+if part pin; then
+	for n in $NS; do pin_run "$n"; done
+	note "pin: N = $NS in $(( $(date +%s) - T0 )) s"
+fi
 
 # Any sdpshim run that fell back or failed: these are not sdpshim-over-RDMA figures.
 if awk -F'\t' 'FNR > 1 && $NF != "ok" { bad = 1 } END { exit !bad }' "$OUT/rate.tsv" "$OUT/bulk.tsv" "$OUT/pin.tsv"; then

@@ -12,7 +12,7 @@ load vm_helpers
 # Reference digests: ref_digests_start in vm_helpers.bash.
 setup_file() {
   requires_rdma
-  ref_digests_start "1 $BIG_STREAM" "0 64M" "3 64M" "0 32M" "3 32M" "0 2M" "3 2M"
+  ref_digests_start "1 $BIG_STREAM" "0 32M" "3 32M" "0 16M" "3 16M" "0 2M" "3 2M"
 }
 
 teardown_file() { ref_digests_stop; }
@@ -95,11 +95,11 @@ both_case() {   # both_case BYTES MAXMSG MODE SECS
   [ "$to_client" = "$(ref_digest 3 "$1")" ]
 }
 
-@test "stream: 64 MiB each way at once (-d both), -e block" { both_case 64M 1M block 300; }
-@test "stream: 32 MiB each way at once (-d both), -e poll" { both_case 32M 1M poll 300; }
-@test "stream: 32 MiB each way at once (-d both), -e select" { both_case 32M 1M select 300; }
-@test "stream: 32 MiB each way at once (-d both), -e epoll" { both_case 32M 1M epoll 300; }
-@test "stream: 32 MiB each way at once (-d both), -e epollet" { both_case 32M 1M epollet 300; }
+@test "stream: 32 MiB each way at once (-d both), -e block" { both_case 32M 1M block 300; }
+@test "stream: 16 MiB each way at once (-d both), -e poll" { both_case 16M 1M poll 300; }
+@test "stream: 16 MiB each way at once (-d both), -e select" { both_case 16M 1M select 300; }
+@test "stream: 16 MiB each way at once (-d both), -e epoll" { both_case 16M 1M epoll 300; }
+@test "stream: 16 MiB each way at once (-d both), -e epollet" { both_case 16M 1M epollet 300; }
 
 @test "stream: 2 MiB each way at once in writes of 1..16 bytes (-m 16 -d both)" {
   both_case 2M 16 block 300
