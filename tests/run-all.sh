@@ -1,7 +1,7 @@
 #!/bin/bash
 # run-all.sh : the whole suite = unit tests + native bats suite + VM (soft-RoCE) bats
 # suite + a short run of the libFuzzer harnesses (tests/run-fuzz.sh, one test per
-# harness, SDPSHIM_FUZZ_SECONDS each, default 10).  Streams each part's TAP, then
+# harness, SDPSHIM_FUZZ_SECONDS each, default 6).  Streams each part's TAP, then
 # prints one count line per part and, last, a line exactly "N passed, M failed";
 # exits 1 if M > 0.
 # Counting: "ok" = passed, "not ok" = failed; skipped tests count as passed, except
@@ -93,7 +93,7 @@ finish_part() {
 # the .deb in a clone of its own), and the VM only reads the build.
 # The fuzz part (one core for about 10 s per harness; it builds only
 # $BUILD/fuzz/) runs beside the native suite too.
-FUZZ_SECONDS=${SDPSHIM_FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${SDPSHIM_FUZZ_SECONDS:-6}
 if [ "${SDPSHIM_SERIAL_PARTS:-0}" = 1 ]; then
   run_part native tests/run-bats.sh native
   run_part fuzz tests/run-fuzz.sh "$FUZZ_SECONDS"
