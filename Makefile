@@ -146,8 +146,9 @@ UNIT_EXTRA_test_phase := core/phase.c
 $(BUILD)/tests/unit/test_phase: core/phase.c
 
 # The zero-copy model (tests/model/, issue 13): the real data-path files of
-# core/ with verbs, the peer, the app and time modelled, for test_zcopy and
-# fuzz_zcopy.  The core's clock and condition waits go through the model.
+# core/ with verbs, the peer, the app and time modelled, for test_zcopy,
+# test_climb (the climb's messages, the test playing the link and the peer)
+# and fuzz_zcopy.  The core's clock and condition waits go through the model.
 ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
 ZCM_CORE := core/phase.c core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
@@ -156,14 +157,8 @@ ZCM_CORE := core/phase.c core/zcopy.c core/zc_window.c core/zc_read.c core/zc_wr
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
             -Wl,--wrap=pthread_cond_wait -Wl,--wrap=pthread_cond_broadcast \
             -Wl,--wrap=pthread_cond_signal
-$(BUILD)/tests/unit/test_zcopy: tests/unit/test_zcopy.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
-	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
-	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(TLIB_SRCS) $(ZCM_WRAP) -lpthread
-# The climb's messages (core/climb.c) on the same model's connection, the
-# test playing the link and the peer.
-$(BUILD)/tests/unit/test_climb: tests/unit/test_climb.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
+ZCM_TESTS := $(BUILD)/tests/unit/test_zcopy $(BUILD)/tests/unit/test_climb
+$(ZCM_TESTS): $(BUILD)/tests/unit/%: tests/unit/%.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \

@@ -172,9 +172,9 @@ static void wait_done(uint64_t until_ms)
 }
 
 /* Async-signal-safe: atomics, futex calls and clock reads (progress_now_ms
- * is one clock_gettime).  The helper
- * runs the flush (or finds exit()'s under way, and leaves the steps to
- * it); this thread waits for the closes, then the linger. */
+ * is one clock_gettime).  The helper runs the flush (or finds exit()'s
+ * under way, and leaves the steps to it); this thread waits for the
+ * closes, then the linger. */
 static void flush_by_helper(void)
 {
 	if (!sdp_ready || atomic_load(&helper_pid) != (int)getpid())
