@@ -41,6 +41,8 @@ struct sdp_tunables {
 	unsigned debug_holder_delay_ms; /* SDPSHIM_DEBUG_HOLDER_DELAY_MS: tests only, a sharer's
 				      * report of its own child to the owner goes this late
 				      * (preload/fork_claim.c) */
+	unsigned debug_adopt_delay_ms; /* SDPSHIM_DEBUG_ADOPT_DELAY_MS: tests only, a connect
+				      * adopts its channel this late (preload/connect.c) */
 	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
 				      * to RDMA (1), or stays (0); a peer asking is refused */
 	unsigned climb_fork;         /* SDPSHIM_CLIMB_FORK: a forked child alone with a stream

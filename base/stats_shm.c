@@ -415,6 +415,22 @@ const char *stats_link_state_name(uint8_t state)
 	}
 }
 
+const char *stats_chan_state_name(uint8_t state)
+{
+	switch (state) {
+	case STATS_CHAN_NONE:       return "none";
+	case STATS_CHAN_CONNECTING: return "connecting";
+	case STATS_CHAN_BINDING:    return "binding";
+	case STATS_CHAN_OPEN:       return "open";
+	case STATS_CHAN_MOVING:     return "moving";
+	case STATS_CHAN_FALLBACK:   return "fallback";
+	case STATS_CHAN_CLOSED:     return "closed";
+	case STATS_CHAN_HELD:       return "held";
+	case STATS_CHAN_CLIMBING:   return "climbing";
+	default:                    return "unknown";
+	}
+}
+
 const char *stats_role_name(uint8_t role)
 {
 	switch (role) {
@@ -440,7 +456,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 	n = snprintf(buf, len,
 		     "{\"pid\":%d,\"comm\":\"%s\",\"fd\":%d,\"role\":\"%s\",\"local\":\"%s\","
 		     "\"remote\":\"%s\",\"path\":\"%s\",\"reason\":\"%s\",\"negcached\":%s,"
-		     "\"bytes_sent\":%llu,\"bytes_received\":%llu,"
+		     "\"channel\":\"%s\",\"bytes_sent\":%llu,\"bytes_received\":%llu,"
 		     "\"copy_bytes_sent\":%llu,\"copy_bytes_received\":%llu,"
 		     "\"zcopy_bytes_sent\":%llu,\"zcopy_bytes_received\":%llu,"
 		     "\"zcopy_ops\":%llu,\"zcopy_cancels\":%llu,"
@@ -452,6 +468,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     (int)pid, comm ? comm : "", s->fd, stats_role_name(s->role), local, remote,
 		     sdp_path_name((enum sdp_path)s->path),
 		     sdp_reason_name((enum sdp_reason)s->reason), s->negcached ? "true" : "false",
+		     stats_chan_state_name(__atomic_load_n(&s->state, __ATOMIC_RELAXED)),
 		     U64(bytes_sent), U64(bytes_received), U64(copy_bytes_sent),
 		     U64(copy_bytes_received), U64(zcopy_bytes_sent), U64(zcopy_bytes_received),
 		     U64(zcopy_ops), U64(zcopy_cancels), U64(mr_cache_hits), U64(mr_cache_misses),

@@ -73,7 +73,7 @@ struct sdp_conn_stats {
 	uint8_t  path;      /* enum sdp_path */
 	uint16_t reason;    /* enum sdp_reason */
 	uint8_t  negcached; /* the decision came from the negative cache */
-	uint8_t  state;     /* transport-specific state code */
+	uint8_t  state;     /* enum stats_chan_state: what the RDMA channel is doing */
 	uint16_t pad;
 	struct stats_addr local, remote;
 	uint64_t opened_ms; /* CLOCK_REALTIME */
@@ -116,6 +116,20 @@ struct sdp_proc_stats {
 	 * messages taken in, how often the kernel stood on the data path. */
 	_Atomic uint64_t progress_wakeups;
 	struct sdp_conn_stats slot[];
+};
+
+/* What a connection's RDMA channel is doing (sdp_conn_stats.state), as
+ * core publishes it from the channel's phase.  Stable codes and names. */
+enum stats_chan_state {
+	STATS_CHAN_NONE = 0,       /* no channel: kernel TCP from the start */
+	STATS_CHAN_CONNECTING = 1, /* rdma_cm or the link's OPEN, then the kernel connect */
+	STATS_CHAN_BINDING = 2,    /* proving the channel belongs to the TCP connection */
+	STATS_CHAN_OPEN = 3,       /* bytes flow over RDMA */
+	STATS_CHAN_MOVING = 4,     /* moving to TCP (drain, SWITCH records) */
+	STATS_CHAN_FALLBACK = 5,   /* abandoned: the socket uses TCP */
+	STATS_CHAN_CLOSED = 6,     /* torn down */
+	STATS_CHAN_HELD = 7,       /* on TCP after a failover, to climb back */
+	STATS_CHAN_CLIMBING = 8,   /* climbed: the TCP bytes before the cut are read first */
 };
 
 enum stats_link_role { STATS_LINK_CLIENT = 1, STATS_LINK_SERVER = 2 };
@@ -272,6 +286,7 @@ void stats_addr_format(const struct stats_addr *a, char *buf, size_t len); /* ip
 const char *stats_role_name(uint8_t role);
 const char *stats_link_role_name(uint8_t role);   /* "client", "server" */
 const char *stats_link_state_name(uint8_t state); /* "connecting", "up", "failed", "closing" */
+const char *stats_chan_state_name(uint8_t state); /* "none", "connecting", ..., "climbing" */
 /* One JSON object, no trailing newline; returns length or -1 if it did not fit. */
 int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		    uint64_t closed_ms, char *buf, size_t len);

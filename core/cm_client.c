@@ -94,6 +94,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	c->owner = p->owner;
 	c->owner_ops = p->owner_ops;
 	c->st = p->st;
+	conn_publish_phase(c);
 	c->async_connect = p->async;
 	/* Before the first rdma_cm call: the progress thread may run the whole
 	 * attempt (a non-blocking connect's kernel connect included) before

@@ -70,6 +70,9 @@ extern const struct conn_carrier held_carrier; /* HELD and CLIMB_HALF (climb.c) 
 bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to);
 void conn_phase_start(struct sdp_conn *c, enum conn_phase phase);
 void conn_set_phase(struct sdp_conn *c, enum conn_phase to);
+/* The phase as the connection's stats slot shows it (its `channel`), once
+ * c->st is set; both calls above publish it. */
+void conn_publish_phase(struct sdp_conn *c);
 
 /* setup.c: allocation, QP and buffers, teardown */
 struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy);

@@ -6,6 +6,7 @@
 #include <assert.h>
 
 #include "base/log.h"
+#include "base/stats_shm.h"
 #include "core/conn_internal.h"
 
 const char *conn_phase_name(enum conn_phase phase)
@@ -62,10 +63,36 @@ static const struct conn_carrier *carrier_of(enum conn_phase phase)
 	return &channel_carrier;
 }
 
+static uint8_t published_state(enum conn_phase phase)
+{
+	switch (phase) {
+	case CONN_RESOLVING:
+	case CONN_TCP_CONNECTING: return STATS_CHAN_CONNECTING;
+	case CONN_AWAIT_ATTACH:
+	case CONN_PENDING:
+	case CONN_ATTACHING:      return STATS_CHAN_BINDING;
+	case CONN_OPEN:           return STATS_CHAN_OPEN;
+	case CONN_DRAINING:
+	case CONN_SWITCHING:      return STATS_CHAN_MOVING;
+	case CONN_FALLBACK:       return STATS_CHAN_FALLBACK;
+	case CONN_DEAD:           return STATS_CHAN_CLOSED;
+	case CONN_HELD:           return STATS_CHAN_HELD;
+	case CONN_CLIMB_HALF:     return STATS_CHAN_CLIMBING;
+	}
+	return STATS_CHAN_NONE;
+}
+
+void conn_publish_phase(struct sdp_conn *c)
+{
+	if (c->st)
+		__atomic_store_n(&c->st->state, published_state(c->phase), __ATOMIC_RELAXED);
+}
+
 void conn_phase_start(struct sdp_conn *c, enum conn_phase phase)
 {
 	c->phase = phase;
 	c->carrier = carrier_of(phase);
+	conn_publish_phase(c);
 }
 
 void conn_set_phase(struct sdp_conn *c, enum conn_phase to)
@@ -79,4 +106,5 @@ void conn_set_phase(struct sdp_conn *c, enum conn_phase to)
 	}
 	c->phase = to;
 	c->carrier = carrier_of(to);
+	conn_publish_phase(c);
 }

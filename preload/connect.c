@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/config.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "base/self.h"
@@ -95,6 +97,8 @@ static int connect_rdma(struct sdp_sock *s, int fd, const struct sockaddr *addr,
 	pthread_mutex_lock(&s->lock);
 	c = conn_connect_start(&p, &reason, &err);
 	if (c) {
+		if (sdp_tun.debug_adopt_delay_ms) /* tests: the attempt runs ahead of us */
+			usleep(sdp_tun.debug_adopt_delay_ms * 1000u);
 		conn_get(c); /* the socket's; the caller keeps the one it was given */
 		sock_adopt_conn(s, c);
 	}
@@ -108,6 +112,12 @@ static int connect_rdma(struct sdp_sock *s, int fd, const struct sockaddr *addr,
 	stats_slot_begin(s->st);
 	stats_addr_set(&s->st->remote, addr);
 	stats_slot_end(s->st);
+	/* The progress thread may run the whole attempt, a non-blocking
+	 * connect's kernel connect and binding included, before this thread
+	 * adopts the channel: its event then found the socket without it
+	 * (on_state reads s->conn unlocked).  What it said is settled here,
+	 * as accept() does (attach_channel). */
+	sock_settle_path(s, c);
 	if (!s->nonblock)
 		return finish_blocking(s, c, fd, addr, len);
 	conn_put(c);

@@ -184,8 +184,12 @@ bool handoff_claim_as(struct sdp_sock *s, bool may_climb)
 
 		explicit_bzero(&reply, sizeof(reply));
 		pthread_mutex_unlock(&s->lock);
-		if (c)
+		if (c) {
+			/* A climb over before adopt_with_ticket noted the move
+			 * had its event overwritten: settle it (as connect does). */
+			sock_settle_path(s, c);
 			wait_for_climb(s, c);
+		}
 		return true;
 	}
 	sdp_warn("fd %d: the RDMA stream inherited from process %d could not move to TCP (%s%s); "

@@ -418,18 +418,23 @@ void sock_note_back_on_rdma(struct sdp_sock *s)
 		log_path(s, "moved back from tcp to rdma");
 }
 
+/* Once per connection: the channel's event and the thread that adopted
+ * the channel may both get here (preload/connect.c). */
 void sock_set_rdma(struct sdp_sock *s)
 {
-	if (s->st->path == SDP_PATH_RDMA)
-		return;
-	stats_slot_begin(s->st);
-	s->st->path = SDP_PATH_RDMA;
-	s->st->reason = SDP_REASON_NONE;
-	stats_slot_end(s->st);
+	bool first;
+
 	sock_table_lock();
-	count_path_locked(s);
+	first = s->st->path != SDP_PATH_RDMA;
+	if (first) {
+		stats_slot_begin(s->st);
+		s->st->path = SDP_PATH_RDMA;
+		s->st->reason = SDP_REASON_NONE;
+		stats_slot_end(s->st);
+		count_path_locked(s);
+	}
 	sock_table_unlock();
-	if (sdp_log_level >= SDP_LOG_INFO)
+	if (first && sdp_log_level >= SDP_LOG_INFO)
 		log_path(s, "path=rdma");
 }
 

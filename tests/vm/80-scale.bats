@@ -183,7 +183,7 @@ manyconn_case() {
   spid=$(sed -nE 's/^listening .* pid=([0-9]+) .*/\1/p' "$T/evecho.log")
   qpmax_start manyconn evecho
   t0=$(now_ms)
-  start_bg client timeout -k 5 "$secs" "${pre[@]}" "$PROGS/manyconn" -c "$RXE_IP" -p "$port" \
+  start_bg client timeout -k 5 "$secs" "${pre[@]}" env ${MANYCONN_CLIENT_ENV:-} "$PROGS/manyconn" -c "$RXE_IP" -p "$port" \
     -n "$n" -b "$ECHO_BYTES" -j 64 -w "$T/release" -g "$secs"
   if ! bg_wait_line client '^holding$' "$secs"; then
     qpmax_stop
@@ -197,6 +197,9 @@ manyconn_case() {
   rdma_usage "$cpid" "$spid" >"$T/usage.txt"
   LIVE_C=$(live_paths_settled "$n" 60 "$cpid" client "${stat_args[@]}")
   LIVE_S=$(live_paths_settled "$n" 60 "$spid" server "${stat_args[@]}")
+  rm -f "$T/strays.txt"
+  [ "$LIVE_C" = "$n $n" ] || live_strays "$cpid" client "${stat_args[@]}" >>"$T/strays.txt"
+  [ "$LIVE_S" = "$n $n" ] || live_strays "$spid" server "${stat_args[@]}" >>"$T/strays.txt"
   touch "$T/release"
   wait_bg client || crc=$?
   # evecho closes each connection at the client's EOF; then SIGTERM makes it print its totals.
@@ -212,6 +215,7 @@ manyconn_case() {
        "evecho closes: $(grep -c '^close conn=.* end=eof ' "$T/evecho.log") eof of $(grep -c '^close conn=' "$T/evecho.log")" \
        "echo: verified sha256 ${got:-none}, reference $ref" \
        "live, all open: client $LIVE_C, server $LIVE_S (rdma total)" \
+       "$(cat "$T/strays.txt" 2>/dev/null)" \
        "while all were open:" "$(sed 's/^/  /' "$T/usage.txt")" \
        "most RC QPs seen in one sample: manyconn $(qpmax_seen manyconn), evecho $(qpmax_seen evecho)" \
        "$(reasons)"
@@ -258,6 +262,13 @@ resource_bounds() {
 @test "scale: $CONNS concurrent connections, one process each end, all on RDMA, each echo checked; per process <= 256 MiB pinned and <= 64 QPs" {
   manyconn_case "$CONNS" root
   resource_bounds "$PIN_MAX"
+}
+
+# Before a non-blocking connect adopts its channel, the progress thread may
+# have run the whole attempt (kernel connect, binding): the channel's event
+# found the socket without it.  The debug delay makes that happen every time.
+@test "scale: non-blocking connects whose channels open before their sockets adopt them report path=rdma while open" {
+  MANYCONN_CLIENT_ENV="SDPSHIM_DEBUG_ADOPT_DELAY_MS=300" manyconn_case 8 root
 }
 
 @test "scale: redis-benchmark -c $REDIS_CLIENTS -t get,set against redis-server, both preloaded: no errors, every connection on RDMA" {

@@ -1056,6 +1056,30 @@ for p in json.load(sys.stdin).get("processes", []):
 print(rdma, total)' "$1" "$2"
 }
 
+# live_strays PID ROLE [--all-users]: the live connections of PID in ROLE not
+# on RDMA (at most 5, one line each), then PID's links: what a failed
+# live_paths reading needs to be understood.
+live_strays() {
+  "$SDPSHIM_BIN" stat --json ${3:-} 2>/dev/null | "$PY" -S -c '
+import json, sys
+pid, role = int(sys.argv[1]), sys.argv[2]
+for p in json.load(sys.stdin).get("processes", []):
+    if p.get("pid") != pid:
+        continue
+    strays = [c for c in p.get("connections", []) if c.get("role") == role and
+              (c.get("path") != "rdma" or c.get("reason") != "none")]
+    print("%d not on RDMA" % len(strays))
+    for c in strays[:5]:
+        print("  fd %s %s -> %s path=%s reason=%s channel=%s bytes %s/%s tcp %s/%s credits %s posted %s" % tuple(
+            c.get(k) for k in ("fd", "local", "remote", "path", "reason", "channel", "bytes_sent",
+                               "bytes_received", "tcp_bytes_sent", "tcp_bytes_received",
+                               "tx_credits", "rx_posted")))
+    for l in p.get("links", []):
+        print("  link %s %s %s -> %s streams %s credits %s/%s msgs %s/%s (by app %s)" % tuple(
+            l.get(k) for k in ("role", "state", "local", "peer", "streams", "credits_in_use",
+                               "credits_total", "msgs_sent", "msgs_received", "msgs_received_by_app")))' "$1" "$2"
+}
+
 bg_wait_line() {   # bg_wait_line NAME REGEX SECS
   local name=$1 re=$2 until=$(( $(date +%s) + $3 ))
   until grep -Eq -- "$re" "$BATS_TEST_TMPDIR/$name.log" 2>/dev/null; do
