@@ -122,11 +122,18 @@ $(BUILD)/tests/progs/rogue_peer: tests/progs/rogue_peer.c
 	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
 	  $(if $(SANPROGS),$(SANFLAGS)) -c -o $@ $<
 
-$(BUILD)/tests/unit/%: tests/unit/%.c $(PURE_OBJS) $(TLIB_OBJS) $(wildcard core/tcp_diag.*)
+# Unit tests run under ASan and UBSan.  The pure modules and tests/lib are
+# compiled that way once (build/asan/) and linked into every test.
+UNIT_SAN  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+UNIT_OBJS := $(PURE_SRCS:%.c=$(BUILD)/asan/%.o) $(TLIB_SRCS:%.c=$(BUILD)/asan/%.o)
+$(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
-	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
-	  -o $@ $< $(PURE_SRCS) $(TLIB_SRCS) $(UNIT_EXTRA_$*) -lpthread
+	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(UNIT_SAN) -c -o $@ $<
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(UNIT_OBJS) $(wildcard core/tcp_diag.*)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(UNIT_SAN) \
+	  -o $@ $< $(UNIT_OBJS) $(UNIT_EXTRA_$*) -lpthread
 
 # test_sha256 and test_hmac need nothing more: base/sha256.c and base/hmac.c
 # are pure modules.
@@ -160,8 +167,7 @@ ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
 ZCM_TESTS := $(BUILD)/tests/unit/test_zcopy $(BUILD)/tests/unit/test_climb
 $(ZCM_TESTS): $(BUILD)/tests/unit/%: tests/unit/%.c $(ZCM_DEPS) $(ZCM_CORE) $(TLIB_SRCS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) \
-	  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	$(CC) $(CPPFLAGS) -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(UNIT_SAN) \
 	  -o $@ $< $(ZCM_SRCS) $(ZCM_CORE) $(TLIB_SRCS) $(ZCM_WRAP) -lpthread
 $(BUILD)/fuzz/fuzz_zcopy: tests/fuzz/fuzz_zcopy.c $(ZCM_DEPS) $(ZCM_CORE)
 	@mkdir -p $(dir $@)
