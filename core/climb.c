@@ -843,11 +843,12 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 	memcpy(c->climb.nonce_i, r->nonce, SDP_NONCE_SIZE);
 	bind_make_nonce(c->climb.nonce_r);
 	if (link_stream_setup(c, link, idx) != 0 || conn_setup_tx(c, r->buf_size, r->buf_count) != 0) {
-		conn_unlock(c);
-		refuse_and_put(link, idx, c, SDP_REJECT_RESOURCES);
-		conn_lock(c);
+		/* Still locked: no close or give-up between the refusal and the
+		 * attempt's end (the stream is still HELD, the step still IDLE). */
+		climb_refuse(link, idx, SDP_REJECT_RESOURCES);
 		attempt_over(c, "no resources");
 		conn_unlock(c);
+		conn_put(c);
 		return;
 	}
 	c->climb.released = false;

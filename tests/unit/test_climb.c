@@ -5,7 +5,11 @@
  * that crosses the end of an attempt on this side is ignored (a race, not
  * a lie: climb_on_step true), no climb step outlives the climb, and a
  * message out of turn from a liar is still refused (false: the link
- * fails).  Each case runs in a child process. */
+ * fails), and a responder without resources refuses cleanly.  Each case
+ * runs in a child process. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +57,33 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 	return 0; /* on a link; the test sends the REQ as the link would once up */
 }
 
+/* The responder's refusals: how many, the last code, and whether the
+ * stream the test names was locked when it went. */
+static struct {
+	unsigned n;
+	uint8_t code;
+	bool stream_locked;
+	struct sdp_conn *stream;
+} refused;
+
+void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code)
+{
+	refused.n++;
+	refused.code = code;
+	refused.stream_locked = refused.stream && pthread_mutex_trylock(&refused.stream->lock) != 0;
+	if (refused.stream && !refused.stream_locked)
+		pthread_mutex_unlock(&refused.stream->lock);
+}
+
+static bool fail_setup_tx; /* the next conn_setup_tx fails (no memory) */
+
 /* The model's send slots, as the new channel's (linked: ordinary memory). */
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count)
 {
+	if (fail_setup_tx) {
+		fail_setup_tx = false;
+		return -ENOMEM;
+	}
 	c->peer_buf_size = peer_buf_size;
 	c->peer_buf_count = peer_buf_count;
 	c->tx_peer_bufs = peer_buf_count;
@@ -306,6 +334,36 @@ static int test_liar_still_refused(void)
 	return ok;
 }
 
+/* The responder cannot set up the new channel: it refuses the REQ with
+ * the stream still locked (no close or give-up between the refusal and the
+ * attempt's end), stays held with no step, and answers the next REQ. */
+static int test_responder_without_resources(void)
+{
+	struct sdp_conn *c = held_stream(true);
+	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = ZCM_BUF_COUNT,
+				   .buf_size = ZCM_BUF_SIZE };
+	struct sdp_policy lp;
+	int ok = 1;
+
+	policy_default(&lp);
+	lp.climb = true;
+	memset(r.nonce, 0x33, sizeof(r.nonce));
+	refused.n = 0;
+	refused.stream = c;
+	fail_setup_tx = true;
+	sent.n = 0;
+	climb_on_req(FAKE_LINK, IDX, &r, &lp);
+	ok &= expect(refused.n == 1 && refused.code == SDP_REJECT_RESOURCES, "the REQ is refused");
+	ok &= expect(refused.stream_locked, "the refusal goes with the stream locked");
+	ok &= expect(sent.n == 0, "no CHAL goes");
+	ok &= expect(c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE, "the stream stays held");
+	zcm_settle(); /* the attempt's channel is released */
+	ok &= expect(c->climb.released, "the attempt's channel is released");
+	refused.stream = NULL;
+	ok &= expect(req_arrives(c), "the next REQ gets its CHAL");
+	return ok;
+}
+
 static const struct tap_case cases[] = {
 	{ "a PROVE that crosses the responder's give-up (CHAL out) is ignored, not a violation",
 	  test_prove_after_give_up },
@@ -315,6 +373,8 @@ static const struct tap_case cases[] = {
 	  test_late_ack_after_reset },
 	{ "a liar's messages out of turn are still refused, and move nothing",
 	  test_liar_still_refused },
+	{ "a responder without resources refuses the REQ with the stream locked, stays held, "
+	  "answers the next", test_responder_without_resources },
 };
 
 int main(void)
