@@ -43,18 +43,6 @@ const char *stats_image_error_text(enum stats_image_error err)
 	return "unknown stats image error";
 }
 
-/* Printable ASCII without '"' or '\\': it is printed inside JSON strings. */
-static void copy_comm(const char *raw, size_t raw_len, char *out, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i + 1 < len && i < raw_len && raw[i]; i++) {
-		unsigned char c = (unsigned char)raw[i];
-		out[i] = (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') ? '_' : (char)c;
-	}
-	out[i] = '\0';
-}
-
 static void fill_info(const struct sdp_proc_stats *raw, struct stats_proc_info *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -63,7 +51,7 @@ static void fill_info(const struct sdp_proc_stats *raw, struct stats_proc_info *
 	out->slot_count = raw->slot_count;
 	out->link_count = raw->link_count;
 	out->start_ms = raw->start_ms;
-	copy_comm(raw->comm, sizeof(raw->comm), out->comm, sizeof(out->comm));
+	stats_comm_copy(raw->comm, sizeof(raw->comm), out->comm, sizeof(out->comm));
 	for (size_t i = 0; i < 3; i++)
 		out->conns_by_path[i] = atomic_load_explicit(&raw->conns_by_path[i],
 							     memory_order_relaxed);

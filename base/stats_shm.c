@@ -179,6 +179,19 @@ static int size_and_map(struct stats_seg *seg, int fd, uid_t uid, size_t len)
 	return 0;
 }
 
+void stats_comm_copy(const char *raw, size_t raw_len, char *out, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < len && i < raw_len && raw[i]; i++) {
+		unsigned char c = (unsigned char)raw[i];
+
+		out[i] = (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') ? '_' : (char)c;
+	}
+	if (len)
+		out[i] = '\0';
+}
+
 static void fill_header(struct stats_seg *seg, pid_t pid, uid_t uid, const char *comm)
 {
 	struct sdp_proc_stats *h = seg->hdr;
@@ -189,10 +202,7 @@ static void fill_header(struct stats_seg *seg, pid_t pid, uid_t uid, const char 
 	h->pid = pid;
 	h->uid = uid;
 	h->start_ms = stats_now_ms();
-	snprintf(h->comm, sizeof(h->comm), "%s", comm ? comm : "?");
-	for (char *c = h->comm; *c; c++) /* it is printed inside JSON strings */
-		if (*c < 0x20 || *c == '"' || *c == '\\' || *c == 0x7f)
-			*c = '_';
+	stats_comm_copy(comm ? comm : "?", sizeof(h->comm), h->comm, sizeof(h->comm));
 	atomic_thread_fence(memory_order_release);
 	h->magic = STATS_MAGIC; /* last: readers check it */
 }
@@ -446,11 +456,12 @@ const char *stats_role_name(uint8_t role)
 int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		    uint64_t closed_ms, char *buf, size_t len)
 {
-	char local[64], remote[64], closed[48] = "";
+	char local[64], remote[64], closed[48] = "", name[65];
 	int n;
 
 	stats_addr_format(&s->local, local, sizeof(local));
 	stats_addr_format(&s->remote, remote, sizeof(remote));
+	stats_comm_copy(comm, comm ? strnlen(comm, sizeof(name) - 1) : 0, name, sizeof(name));
 	if (closed_ms)
 		snprintf(closed, sizeof(closed), ",\"closed_ms\":%llu", (unsigned long long)closed_ms);
 	n = snprintf(buf, len,
@@ -465,7 +476,7 @@ int stats_conn_json(const struct sdp_conn_stats *s, pid_t pid, const char *comm,
 		     "\"tx_credits\":%u,\"rx_posted\":%u,\"switches\":%u,\"climbs\":%u,"
 		     "\"tcp_bytes_sent\":%llu,\"tcp_bytes_received\":%llu,"
 		     "\"opened_ms\":%llu,\"moved_ms\":%llu%s}",
-		     (int)pid, comm ? comm : "", s->fd, stats_role_name(s->role), local, remote,
+		     (int)pid, name, s->fd, stats_role_name(s->role), local, remote,
 		     sdp_path_name((enum sdp_path)s->path),
 		     sdp_reason_name((enum sdp_reason)s->reason), s->negcached ? "true" : "false",
 		     stats_chan_state_name(__atomic_load_n(&s->state, __ATOMIC_RELAXED)),

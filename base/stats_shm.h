@@ -282,6 +282,9 @@ int stats_seg_read(const char *path, uid_t owner, pid_t pid, struct stats_snapsh
 void stats_snapshot_free(struct stats_snapshot *snap);
 
 /* Text helpers shared by every printer. */
+/* A process name as it may go inside a JSON string: at most raw_len bytes of
+ * raw (or up to its NUL), each control, non-ASCII, '"' or '\\' byte as '_'. */
+void stats_comm_copy(const char *raw, size_t raw_len, char *out, size_t len);
 void stats_addr_format(const struct stats_addr *a, char *buf, size_t len); /* ip:port, [ip6]:port */
 const char *stats_role_name(uint8_t role);
 const char *stats_link_role_name(uint8_t role);   /* "client", "server" */

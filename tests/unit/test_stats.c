@@ -589,6 +589,23 @@ static int test_link_json(void)
 	       check(stats_link_json(&l, buf, 40) == -1, "a short buffer was not refused");
 }
 
+/* A process name is the app's to choose (a binary named so): in a stats
+ * line it can neither end its JSON string nor add a field. */
+static int test_conn_json_comm(void)
+{
+	struct sdp_conn_stats st;
+	char buf[2048];
+	int n;
+
+	memset(&st, 0, sizeof(st));
+	st.role = STATS_ROLE_CLIENT;
+	st.path = SDP_PATH_RDMA;
+	n = stats_conn_json(&st, 42, "x\",\"path\":\"tcp\\\x01\xc3\xa9", 0, buf, sizeof(buf));
+	return check(n > 0 && (size_t)n == strlen(buf), "length %d", n) &&
+	       check(strstr(buf, "\"comm\":\"x_,_path_:_tcp____\",") != NULL, "%s", buf) &&
+	       check(strstr(buf, "\"path\":\"tcp\"") == NULL, "a field was added: %s", buf);
+}
+
 static const struct tap_case cases[] = {
 	{ "writer: O_EXCL create, 0600 regular file of ours, one link, its size",
 	  test_create_exclusive },
@@ -612,6 +629,8 @@ static const struct tap_case cases[] = {
 	{ "reader: live link records read back byte for byte; corrupt, unsettled or freed "
 	  "ones are skipped", test_read_links },
 	{ "a link record's JSON", test_link_json },
+	{ "a connection's JSON: the process name cannot end its string or add a field",
+	  test_conn_json_comm },
 };
 
 int main(void)
