@@ -126,6 +126,7 @@ $(BUILD)/tests/progs/rogue_peer: tests/progs/rogue_peer.c
 # compiled that way once (build/asan/) and linked into every test.
 UNIT_SAN  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 UNIT_OBJS := $(PURE_SRCS:%.c=$(BUILD)/asan/%.o) $(TLIB_SRCS:%.c=$(BUILD)/asan/%.o)
+.SECONDARY: $(UNIT_OBJS)
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DSDPSHIM_PURE -Itests/lib -std=gnu11 $(WARN) $(CFLAGS) $(UNIT_SAN) -c -o $@ $<
