@@ -717,7 +717,6 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	c->owner = owner;
 	c->owner_ops = ops;
 	c->st = st;
-	conn_publish_phase(c);
 	if (c->st)
 		atomic_store(&c->st->rx_posted, c->buf_count);
 	conn_set_phase(c, CONN_ATTACHING);
