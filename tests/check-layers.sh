@@ -9,27 +9,26 @@ set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 ALLOW=tests/layers.allow
 
-rank() {   # rank FOLDER: 1 base, 2 core and ipoib_fallback, 3 preload, 4 tools
-  case $1 in
-    base) echo 1 ;;
-    core|ipoib_fallback) echo 2 ;;
-    preload) echo 3 ;;
-    tools) echo 4 ;;
-    *) echo 0 ;;
-  esac
-}
-
+# One awk over every file: FILE -> HEADER for each include that goes up a
+# layer or across (rank: 1 base, 2 core and ipoib_fallback, 3 preload, 4 tools).
 crossings() {
-  local f dir hdr to
-  for f in base/*.[ch] core/*.[ch] ipoib_fallback/*.[ch] preload/*.[ch] tools/*.[ch]; do
-    dir=${f%%/*}
-    while read -r hdr; do
-      to=${hdr%%/*}
-      [ "$to" = "$dir" ] && continue
-      [ "$(rank "$to")" -eq 0 ] && continue
-      [ "$(rank "$to")" -ge "$(rank "$dir")" ] && echo "$f -> $hdr"
-    done < <(sed -n 's/^#include "\([a-z_]*\/[a-z_]*\.h\)".*/\1/p' "$f")
-  done | sort -u
+  awk '
+    function rank(d) {
+      if (d == "base") return 1
+      if (d == "core" || d == "ipoib_fallback") return 2
+      if (d == "preload") return 3
+      if (d == "tools") return 4
+      return 0
+    }
+    /^#include "[a-z_]*\/[a-z_]*\.h"/ {
+      hdr = $0
+      sub(/^#include "/, "", hdr)
+      sub(/".*/, "", hdr)
+      split(FILENAME, from, "/")
+      split(hdr, to, "/")
+      if (to[1] != from[1] && rank(to[1]) && rank(to[1]) >= rank(from[1]))
+        print FILENAME " -> " hdr
+    }' base/*.[ch] core/*.[ch] ipoib_fallback/*.[ch] preload/*.[ch] tools/*.[ch] | sort -u
 }
 
 bad=0
