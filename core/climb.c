@@ -152,7 +152,7 @@ static void climb_mac(const struct sdp_conn *c, char role, const uint64_t *cut,
 }
 
 /* SDPSHIM_DEBUG_CLIMB_LIE (tests only): this end plays a liar. */
-enum { LIE_NONE, LIE_MAC, LIE_CUT, LIE_SILENT };
+enum { LIE_NONE, LIE_MAC, LIE_CUT, LIE_SILENT, LIE_RELEASE_AT_PROVE };
 
 static void lie_about_mac(uint8_t mac[SDP_CLIMB_MAC_SIZE])
 {
@@ -708,7 +708,7 @@ static bool take_peer_cut(struct sdp_conn *c, uint64_t cut)
 
 /* ------------------------------------------------------- the client */
 
-void climb_send_req(struct sdp_conn *c)
+bool climb_send_req(struct sdp_conn *c)
 {
 	struct sdp_climb_req r = { .tuple = c->tuple, .buf_count = c->buf_count,
 				   .buf_size = c->buf_size,
@@ -716,11 +716,14 @@ void climb_send_req(struct sdp_conn *c)
 	uint8_t payload[sizeof(struct sdp_climb_req_wire)];
 
 	if (c->climb.step != CLIMB_DIALING)
-		return;
+		return false;
 	memcpy(r.nonce, c->climb.nonce_i, SDP_NONCE_SIZE);
 	sdp_climb_req_to_wire(&r, payload);
-	if (link_stream_send_kind(c, SDP_LINK_CLIMB_REQ, payload, sizeof(payload)) != 0)
+	if (link_stream_send_kind(c, SDP_LINK_CLIMB_REQ, payload, sizeof(payload)) != 0) {
 		attempt_over(c, "the link went");
+		return false;
+	}
+	return true;
 }
 
 static bool on_chal(struct sdp_conn *c, const uint8_t *payload)
@@ -752,6 +755,7 @@ static bool on_chal(struct sdp_conn *c, const uint8_t *payload)
 		return true;
 	}
 	c->climb.step = CLIMB_CUT_SENT;
+	c->climb.tx_cut = c->tx_stream_off;
 	cut_sender(c);
 	return true;
 }
@@ -843,8 +847,11 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 	memcpy(c->climb.nonce_i, r->nonce, SDP_NONCE_SIZE);
 	bind_make_nonce(c->climb.nonce_r);
 	if (link_stream_setup(c, link, idx) != 0 || conn_setup_tx(c, r->buf_size, r->buf_count) != 0) {
-		/* Still locked: no close or give-up between the refusal and the
-		 * attempt's end (the stream is still HELD, the step still IDLE). */
+		/* The NAK tells the client the index was never taken: it goes back
+		 * first, so that no RELEASED follows.  Still locked: no close or
+		 * give-up between the refusal and the attempt's end (the stream is
+		 * still HELD, the step still IDLE). */
+		link_stream_unsetup(c);
 		climb_refuse(link, idx, SDP_REJECT_RESOURCES);
 		attempt_over(c, "no resources");
 		conn_unlock(c);
@@ -888,6 +895,10 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 		attempt_over(c, "implausible cut");
 		return false;
 	}
+	if (sdp_tun.debug_climb_lie == LIE_RELEASE_AT_PROVE) {
+		attempt_over(c, "told to let it go at PROVE"); /* as a close here would */
+		return true;
+	}
 	if (!take_peer_cut(c, cut)) {
 		attempt_over(c, "stream bytes before the cut");
 		return false;
@@ -900,6 +911,31 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 	}
 	cut_sender(c);
 	after_peer_cut(c);
+	return true;
+}
+
+/* CLIMB_HALF, no ACK yet: has anything of this end's gone on the new
+ * channel since its cut (bytes, a zero-copy source or sink, a DisConn)? */
+static bool sent_since_cut(const struct sdp_conn *c)
+{
+	return c->tx_stream_off != c->climb.tx_cut || c->tx_head != c->tx_tail || c->src.active ||
+	       c->write_active || c->close_state != CLOSE_ACTIVE || c->app_closed;
+}
+
+bool climb_on_peer_released(struct sdp_conn *c)
+{
+	if (c->phase != CONN_CLIMB_HALF || c->climb.step != CLIMB_CUT_SENT || sent_since_cut(c))
+		return false;
+	if (!c->climb.let_go_said)
+		sdp_info("the peer let the stream's move back to RDMA go before answering it; the "
+			 "stream stays on TCP (and tries again later)");
+	c->climb.let_go_said = true;
+	conn_set_phase(c, CONN_HELD);
+	c->established = false;
+	attempt_over(c, "the peer released it before its ACK");
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	pthread_cond_broadcast(&c->cond);
 	return true;
 }
 
@@ -946,6 +982,14 @@ void climb_on_tcp_ready(struct sdp_conn *c)
 void climb_closed(struct sdp_conn *c)
 {
 	held_unregister(c);
+	if (c->climb.step == CLIMB_IDLE)
+		return;
+	/* The attempt ends with the stream: a CHAL that crosses the close gets
+	 * no PROVE (the peer would move half its stream for nobody, and reset
+	 * it when the RELEASED came), and no REQ goes for a link still rising. */
+	sdp_debug("climb attempt over: the app closed the stream");
+	progress_timer_cancel(&c->timer);
+	c->climb.step = CLIMB_IDLE;
 }
 
 void climb_device_added(void)

@@ -27,6 +27,8 @@ struct sdp_listener;
  *   OPEN  -> SWITCHING -> FALLBACK (the stream moves to TCP mid-way: core/switch.c)
  *   SWITCHING -> HELD -> CLIMB_HALF -> OPEN (a failover's stream climbs back: core/climb.c)
  *   HELD -> FALLBACK (it stays on TCP: fork, exec, shutdown, a refusal)
+ *   CLIMB_HALF -> HELD (the peer let the attempt go before its ACK, nothing of
+ *                       ours on the new channel yet: climb_on_peer_released)
  *   a forked child's adopted stream starts HELD (conn_adopt_held)
  *   any but FALLBACK -> DEAD (both sides closed, reset, given up, or torn down;
  *                             resources released).  FALLBACK and DEAD are final. */

@@ -157,6 +157,8 @@ struct conn_climb {
 	struct sockaddr_storage peer_rdv; /* the peer's rendezvous address (port 0: none) */
 	uint64_t tcp_rx_off;       /* stream offset of the next byte read from TCP */
 	uint64_t rx_cut;           /* CLIMB_HALF: reads take TCP up to here (or UNKNOWN) */
+	uint64_t tx_cut;           /* the initiator's cut, as its PROVE named it */
+	bool let_go_said;          /* the log has said once that the peer let an attempt go */
 	unsigned attempts;         /* since the stream was held */
 	unsigned backoff_ms;
 	struct sdp_conn *held_next; /* climb.c's list */

@@ -961,7 +961,43 @@ int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx)
 	else
 		stream_attach_locked(link, c, idx);
 	pthread_mutex_unlock(&link->lock);
-	return rc ? rc : stream_rings(c, link);
+	if (rc)
+		return rc;
+	rc = stream_rings(c, link);
+	if (rc)
+		link_stream_unsetup(c); /* the refusal that follows owes no RELEASED */
+	return rc;
+}
+
+/* Empties c's slot of the link (link locked): the slot's reference goes,
+ * and an idle link starts its lifetime. */
+static void stream_unslot_locked(struct sdp_link *link, struct sdp_conn *c, uint16_t idx)
+{
+	if (link->streams[idx] == c) {
+		link->streams[idx] = NULL;
+		link->nstreams--;
+		if (link->st)
+			atomic_store(&link->st->streams, link->nstreams);
+		conn_put(c);
+	}
+	if (!link->nstreams && link->state == LINK_UP)
+		arm_idle_timer(link);
+}
+
+void link_stream_unsetup(struct sdp_conn *c)
+{
+	struct sdp_link *link = c->link;
+
+	if (!link)
+		return;
+	c->link = NULL;
+	c->qp = NULL;
+	c->link_stopped = true;
+	pthread_mutex_lock(&link->lock);
+	stream_unslot_locked(link, c, c->link_idx);
+	maybe_destroy_locked(link);
+	pthread_mutex_unlock(&link->lock);
+	link_put(link);
 }
 
 /* Takes c's queued jobs out (link locked); their wr_ids, if ids. */
@@ -1106,13 +1142,6 @@ void link_stream_detach(struct sdp_conn *c)
 		released = link_msg_job(SDP_LINK_RELEASED, idx, NULL, 0);
 	pthread_mutex_lock(&link->lock);
 	orphan_jobs_of(link, c);
-	if (link->streams[idx] == c) {
-		link->streams[idx] = NULL;
-		link->nstreams--;
-		if (link->st)
-			atomic_store(&link->st->streams, link->nstreams);
-		conn_put(c);
-	}
 	if (!known)
 		link->peer_holds[idx] = 0; /* the server never heard of it */
 	if (link->sink_owner == c)
@@ -1121,8 +1150,7 @@ void link_stream_detach(struct sdp_conn *c)
 	 * the peer ahead of the next OPEN naming it. */
 	if (released && link->state == LINK_UP && link->pid == self_pid())
 		released = submit_locked(link, released, &rc, false);
-	if (!link->nstreams && link->state == LINK_UP)
-		arm_idle_timer(link);
+	stream_unslot_locked(link, c, idx);
 	maybe_destroy_locked(link);
 	pthread_mutex_unlock(&link->lock);
 	job_free(released);
@@ -1153,8 +1181,8 @@ static void send_open(struct sdp_link *link, struct sdp_conn *c)
 	uint8_t payload[sizeof(struct sdp_open_wire)];
 
 	if (c->phase == CONN_HELD && !c->link_open_sent && c->link == link) {
-		c->link_open_sent = true;
-		climb_send_req(c);
+		/* Only a REQ sent makes the index the server's to release. */
+		c->link_open_sent = climb_send_req(c);
 		return;
 	}
 	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)
@@ -1739,7 +1767,7 @@ static void on_released(struct sdp_link *link, uint16_t idx)
 	if (!c)
 		return;
 	conn_lock(c);
-	if (c->link == link && !c->link_stopped)
+	if (c->link == link && !c->link_stopped && !climb_on_peer_released(c))
 		conn_stream_lost(c, SDP_REASON_PROTOCOL, "the peer released the stream");
 	conn_unlock(c);
 	conn_put(c);

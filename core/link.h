@@ -37,8 +37,16 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
  * for c's index on c's link. */
 void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code);
 int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
-/* climb.c's, called by the link (c locked where c is named). */
-void climb_send_req(struct sdp_conn *c);
+/* climb.c's, called by the link (c locked where c is named).  True if
+ * the REQ went (the server may take the index); false: the attempt ended. */
+bool climb_send_req(struct sdp_conn *c);
+/* The peer released c's index (c locked).  An initiator whose PROVE is
+ * still unanswered learns that the responder never took it (its ACK would
+ * have come first on the link): with nothing of this end's on the new
+ * channel since the cut, the stream is whole on TCP and stays held (the
+ * next attempt comes after the backoff).  True if so; false: not the
+ * climb's to answer, the stream is lost as any other. */
+bool climb_on_peer_released(struct sdp_conn *c);
 /* listener_policy: the listener's the link came on (its climb=no refuses). */
 void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_req *r,
 		  const struct sdp_policy *listener_policy);
@@ -56,6 +64,11 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev,
 /* Server: binds a new stream to the link it was opened on (index idx) and
  * sets up its rings.  0 or -errno. */
 int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx);
+/* Server: undoes link_stream_setup before the peer heard of the index (c
+ * locked or new), as when a refusal follows: a NAK tells the client the
+ * index was never taken, so no RELEASED may follow it.  The stream's
+ * rings stay until its channel is released. */
+void link_stream_unsetup(struct sdp_conn *c);
 /* Server: answers an OPEN (code 0: OPEN_ACK with c's nonce and geometry). */
 void link_answer_open(struct sdp_link *link, uint16_t idx, struct sdp_conn *c, uint8_t code);
 

@@ -43,7 +43,7 @@ static const unsigned phase_next[] = {
 	[CONN_FALLBACK]       = 0,
 	[CONN_DEAD]           = TO(CONN_DEAD), /* the teardown marks a dead channel again */
 	[CONN_HELD]           = TO(CONN_CLIMB_HALF) | TO(CONN_FALLBACK) | TO(CONN_DEAD),
-	[CONN_CLIMB_HALF]     = TO(CONN_OPEN) | TO(CONN_DEAD),
+	[CONN_CLIMB_HALF]     = TO(CONN_OPEN) | TO(CONN_HELD) | TO(CONN_DEAD),
 };
 
 bool conn_phase_transition_ok(enum conn_phase from, enum conn_phase to)

@@ -466,6 +466,7 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 		     enum sdp_reason *reason);
 int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
 int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx);
+void link_stream_unsetup(struct sdp_conn *c);
 WEAK void bind_make_nonce(uint8_t nonce[16]) { memset(nonce, 0x5a, 16); }
 WEAK void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code) {}
 WEAK void conn_release_channel(struct sdp_conn *c) {}
@@ -483,3 +484,4 @@ WEAK int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *pay
 	return -EPIPE;
 }
 WEAK int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx) { return -EPIPE; }
+WEAK void link_stream_unsetup(struct sdp_conn *c) {}

@@ -5,8 +5,8 @@
  * that crosses the end of an attempt on this side is ignored (a race, not
  * a lie: climb_on_step true), no climb step outlives the climb, and a
  * message out of turn from a liar is still refused (false: the link
- * fails), and a responder without resources refuses cleanly.  Each case
- * runs in a child process. */
+ * fails), a responder without resources refuses cleanly, and a close ends
+ * the attempt.  Each case runs in a child process. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -73,6 +73,19 @@ void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code)
 	refused.stream_locked = refused.stream && pthread_mutex_trylock(&refused.stream->lock) != 0;
 	if (refused.stream && !refused.stream_locked)
 		pthread_mutex_unlock(&refused.stream->lock);
+}
+
+/* The index handed back after a setup: how often, and how many refusals
+ * had gone before it (a NAK says the index was never taken). */
+static struct {
+	unsigned n;
+	unsigned refusals_before;
+} unsetup;
+
+void link_stream_unsetup(struct sdp_conn *c)
+{
+	unsetup.n++;
+	unsetup.refusals_before = refused.n;
 }
 
 static bool fail_setup_tx; /* the next conn_setup_tx fails (no memory) */
@@ -307,6 +320,87 @@ static int test_late_ack_after_reset(void)
 	return ok;
 }
 
+/* The app closes a held client stream while its attempt is out: no REQ
+ * goes for the link still rising, and a CHAL that crosses the close gets
+ * no PROVE (the server would move half a stream its peer then released,
+ * and reset it). */
+static int test_close_ends_the_attempt(void)
+{
+	uint8_t chal[sizeof(struct sdp_climb_chal_wire)];
+	struct sdp_conn *c = held_stream(false);
+	int ok = 1;
+
+	zcm_advance(c->climb.backoff_ms + 1); /* the retry timer: start_attempt, deferred */
+	zcm_settle();
+	ok &= expect(c->climb.step == CLIMB_DIALING, "the client dials");
+	conn_get(c); /* the test's, across the close */
+	conn_app_close(c, false);
+	sent.n = 0;
+	conn_lock(c);
+	ok &= expect(!climb_send_req(c), "the link, once up, is told no REQ went");
+	conn_unlock(c);
+	ok &= expect(sent.n == 0, "no REQ goes");
+	chal_payload(c, chal);
+	ok &= expect(step(c, SDP_LINK_CLIMB_CHAL, chal), "a crossing CHAL is ignored, not a lie");
+	ok &= expect(sent.n == 0 && c->phase != CONN_CLIMB_HALF, "no PROVE goes, nothing moves");
+	zcm_settle();
+	conn_put(c);
+	return ok;
+}
+
+/* A held client whose PROVE is out (CLIMB_HALF, no ACK): true if so. */
+static bool client_prove_out(struct sdp_conn *c)
+{
+	uint8_t chal[sizeof(struct sdp_climb_chal_wire)];
+
+	zcm_advance(c->climb.backoff_ms + 1); /* the retry timer: start_attempt, deferred */
+	zcm_settle();
+	climb_send_req(c);
+	chal_payload(c, chal);
+	sent.n = 0;
+	return step(c, SDP_LINK_CLIMB_CHAL, chal) && sent.kind == SDP_LINK_CLIMB_PROVE &&
+	       c->phase == CONN_CLIMB_HALF && c->climb.step == CLIMB_CUT_SENT;
+}
+
+static bool peer_released(struct sdp_conn *c)
+{
+	bool taken;
+
+	conn_lock(c);
+	taken = climb_on_peer_released(c);
+	conn_unlock(c);
+	return taken;
+}
+
+/* The server lets the attempt go with the client's PROVE out (it closed or
+ * forked with its CHAL out): its release says it never took the PROVE.  A
+ * client that put nothing on the new channel stays whole on TCP, held, and
+ * dials again after the backoff; one that wrote there is not taken back. */
+static int test_release_before_ack(void)
+{
+	struct sdp_conn *c = held_stream(false);
+	struct zcm_call send = { .kind = ZCM_SEND, .len = 100, .flags = MSG_DONTWAIT, .timeout_ms = -1,
+				 .signal_after_ms = -1 };
+	int ok = 1;
+
+	ok &= expect(client_prove_out(c), "the client's PROVE goes");
+	ok &= expect(peer_released(c), "the release is the climb's to answer");
+	ok &= expect(c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE && c->close_state ==
+		     CLOSE_ACTIVE && !c->hard_error, "the stream is held on TCP again, not reset");
+	zcm_settle(); /* the attempt's channel is released */
+	ok &= expect(c->climb.released, "the attempt's channel is released");
+	zcm_advance(c->climb.backoff_ms + 1);
+	zcm_settle();
+	ok &= expect(c->climb.step == CLIMB_DIALING, "the client dials again after the backoff");
+
+	c = held_stream(false);
+	ok &= expect(client_prove_out(c), "a second stream's PROVE goes");
+	ok &= expect(zcm_app_do(&send) == 100, "the app writes on the new channel");
+	ok &= expect(!peer_released(c), "with bytes on the new channel, the release is a lost stream");
+	ok &= expect(c->phase == CONN_CLIMB_HALF, "and the climb moved nothing");
+	return ok;
+}
+
 /* A liar gains nothing: each message out of turn is refused (the link
  * fails), and a PROVE without the key ends the attempt on TCP. */
 static int test_liar_still_refused(void)
@@ -334,8 +428,8 @@ static int test_liar_still_refused(void)
 	return ok;
 }
 
-/* The responder cannot set up the new channel: it refuses the REQ with
- * the stream still locked (no close or give-up between the refusal and the
+/* The responder cannot set up the new channel: it hands the index back
+ * and refuses the REQ with the stream still locked (no close or give-up between the refusal and the
  * attempt's end), stays held with no step, and answers the next REQ. */
 static int test_responder_without_resources(void)
 {
@@ -356,6 +450,8 @@ static int test_responder_without_resources(void)
 	ok &= expect(refused.n == 1 && refused.code == SDP_REJECT_RESOURCES, "the REQ is refused");
 	ok &= expect(refused.stream_locked, "the refusal goes with the stream locked");
 	ok &= expect(sent.n == 0, "no CHAL goes");
+	ok &= expect(unsetup.n == 1 && unsetup.refusals_before == 0,
+		     "the index goes back before the refusal: no RELEASED follows the NAK");
 	ok &= expect(c->phase == CONN_HELD && c->climb.step == CLIMB_IDLE, "the stream stays held");
 	zcm_settle(); /* the attempt's channel is released */
 	ok &= expect(c->climb.released, "the attempt's channel is released");
@@ -375,6 +471,10 @@ static const struct tap_case cases[] = {
 	  test_liar_still_refused },
 	{ "a responder without resources refuses the REQ with the stream locked, stays held, "
 	  "answers the next", test_responder_without_resources },
+	{ "a held client closed with its attempt out sends no REQ, and no PROVE for a crossing CHAL",
+	  test_close_ends_the_attempt },
+	{ "a server's release before its ACK keeps a client with nothing on the new channel on TCP, "
+	  "held; one that wrote there is not taken back", test_release_before_ack },
 };
 
 int main(void)

@@ -59,13 +59,15 @@ static const struct edge documented[] = {
 	{ CONN_SWITCHING, CONN_DEAD },
 	{ CONN_DEAD, CONN_DEAD },
 	/* the climb (core/climb.c): SWITCHING -> HELD -> CLIMB_HALF -> OPEN;
-	 * HELD -> FALLBACK (it stays on TCP) or DEAD; CLIMB_HALF -> DEAD */
+	 * HELD -> FALLBACK (it stays on TCP) or DEAD; CLIMB_HALF -> DEAD, or
+	 * back to HELD when the peer released the attempt before its ACK */
 	{ CONN_SWITCHING, CONN_HELD },
 	{ CONN_HELD, CONN_CLIMB_HALF },
 	{ CONN_HELD, CONN_FALLBACK },
 	{ CONN_HELD, CONN_DEAD },
 	{ CONN_CLIMB_HALF, CONN_OPEN },
 	{ CONN_CLIMB_HALF, CONN_DEAD },
+	{ CONN_CLIMB_HALF, CONN_HELD },
 };
 
 static bool is_documented(enum conn_phase from, enum conn_phase to)

@@ -151,29 +151,36 @@ print(max(m) - int(sys.argv[1]) if len(m) == 2 and sys.argv[1].isdigit() else "n
 # fail_case EXPECT SERVER_ENV CLIENT_ENV [IO]: a $BIG_STREAM upload (writes of
 # up to $FAIL_MSG, 64K by default; IO a stream -e mode) whose client
 # forces its QP into the error state after 16 MiB; each *_ENV is a list of
-# VAR=VALUE words (or "-").  EXPECT: climb (back on RDMA, byte-exact), tcp
-# (stays on TCP, byte-exact), reset (the connection is reset, no byte guessed).
+# VAR=VALUE words (or "-").  With FAIL_DIR=down, a download whose server
+# fails its QP so.  EXPECT: climb (back on RDMA, byte-exact), tcp (stays on
+# TCP, byte-exact), reset (the connection is reset, no byte guessed).
 fail_case() {
-  local expect=$1 senv=() cenv=() io=() port crc=0 src=0 got want
+  local expect=$1 senv=() cenv=() io=() port crc=0 src=0 got want dir=${FAIL_DIR:-up} receiver=server
+  local fail_after=SDPSHIM_DEBUG_FAIL_AFTER=$((16 << 20))
   [ "$2" = - ] || read -ra senv <<<"$2"
   [ "$3" = - ] || read -ra cenv <<<"$3"
   [ -z "${4:-}" ] || io=(-e "$4")
+  if [ "$dir" = down ]; then  # the client reads, paced as the server is for an upload
+    receiver=client senv+=("$fail_after") cenv+=(STREAM_READ_MAX=65536 STREAM_READ_PAUSE_US=2000)
+  else
+    cenv+=("$fail_after")
+  fi
   port=$(free_port)
   start_bg server timeout -k 5 300 env SDPSHIM_LOG=info STREAM_READ_MAX=65536 STREAM_READ_PAUSE_US=2000 \
     "${senv[@]}" "${PRE[@]}" "$PROGS/stream" "${io[@]}" -s "$port" -n 1
   stream_listening server "$port"
-  start_bg client timeout -k 5 300 env SDPSHIM_LOG=info SDPSHIM_DEBUG_FAIL_AFTER=$((16 << 20)) \
-    "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" "${io[@]}" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d up \
+  start_bg client timeout -k 5 300 env SDPSHIM_LOG=info \
+    "${cenv[@]}" "${PRE[@]}" "$PROGS/stream" "${io[@]}" -c "$RXE_IP" -p "$port" -b "$BIG_STREAM" -d "$dir" \
     -m "${FAIL_MSG:-64K}"
   wait_bg client || crc=$?
   wait_bg server || src=$?
-  got=$(stream_digest server "$T/server.log" "$BIG_BYTES")
+  got=$(stream_digest "$receiver" "$T/$receiver.log" "$BIG_BYTES")
   want=$(ref_digest 1 "$BIG_STREAM")
   show "expect: $expect" "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
-       "server received sha256 ${got:-none}, reference $want" "$(stats_lines "$STATS")" \
+       "$receiver received sha256 ${got:-none}, reference $want" "$(stats_lines "$STATS")" \
        "switches: client $(stats_field_of client switches), server $(stats_field_of server switches);" \
        "climbs: client $(stats_field_of client climbs), server $(stats_field_of server climbs)"
-  run grep -q MISMATCH "$T/server.log"
+  run grep -q MISMATCH "$T/$receiver.log"
   [ "$status" -eq 1 ]
   case $expect in
     climb|tcp)
@@ -227,6 +234,15 @@ fail_case() {
 @test "climb: a server that never answers the climb: bounded attempts, the stream stays on TCP, byte-exact" {
   fail_case tcp SDPSHIM_DEBUG_CLIMB_LIE=3 "SDPSHIM_CONNECT_TIMEOUT_MS=1000 SDPSHIM_LOG=debug"
   grep -q "climb attempt over: no answer" "$T/client.log"
+}
+
+# A server that lets the attempt go when the PROVE arrives, as one that closed
+# or forked with its CHAL out does: its release says it never took the PROVE.
+# The client, reading a download, has put nothing on the new channel since
+# its cut: it stays on TCP (before: it reset the connection).
+@test "climb: a server that lets the attempt go at the PROVE: a client with nothing sent since its cut stays on TCP, byte-exact" {
+  FAIL_DIR=down fail_case tcp SDPSHIM_DEBUG_CLIMB_LIE=4 -
+  grep -q "let the stream's move back to RDMA go before answering" "$T/client.log"
 }
 
 @test "climb: a client whose climb MAC is wrong is refused and its connection reset: no byte guessed" {
