@@ -915,11 +915,13 @@ static bool on_prove(struct sdp_conn *c, const uint8_t *payload)
 }
 
 /* CLIMB_HALF, no ACK yet: has anything of this end's gone on the new
- * channel since its cut (bytes, a zero-copy source or sink, a DisConn)? */
+ * channel since its cut (bytes, a zero-copy source or sink, a DisConn), or
+ * did the app shut its reading there (only the channel knows: HELD would
+ * have shut the kernel socket)? */
 static bool sent_since_cut(const struct sdp_conn *c)
 {
 	return c->tx_stream_off != c->climb.tx_cut || c->tx_head != c->tx_tail || c->src.active ||
-	       c->write_active || c->close_state != CLOSE_ACTIVE || c->app_closed;
+	       c->write_active || c->close_state != CLOSE_ACTIVE || c->app_closed || c->rd_shut;
 }
 
 bool climb_on_peer_released(struct sdp_conn *c)
@@ -987,7 +989,7 @@ void climb_closed(struct sdp_conn *c)
 	/* The attempt ends with the stream: a CHAL that crosses the close gets
 	 * no PROVE (the peer would move half its stream for nobody, and reset
 	 * it when the RELEASED came), and no REQ goes for a link still rising. */
-	sdp_debug("climb attempt over: the app closed the stream");
+	sdp_debug("climb attempt over: the stream is closing");
 	progress_timer_cancel(&c->timer);
 	c->climb.step = CLIMB_IDLE;
 }
