@@ -484,6 +484,26 @@ bool climb_hold(struct sdp_conn *c)
 	return true;
 }
 
+/* The stream moved (its phase, or its fate): readiness, its owner and any
+ * thread waiting on it hear of it (c locked). */
+static void tell_moved(struct sdp_conn *c, enum conn_event ev)
+{
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, ev);
+	pthread_cond_broadcast(&c->cond);
+}
+
+/* An attempt in flight ends here with no next step (c locked): its bound's
+ * timer goes.  True if one was in flight. */
+static bool stop_attempt(struct sdp_conn *c)
+{
+	if (c->climb.step == CLIMB_IDLE)
+		return false;
+	progress_timer_cancel(&c->timer);
+	c->climb.step = CLIMB_IDLE;
+	return true;
+}
+
 /* HELD: the stream stays on TCP for good (plain FALLBACK).  An attempt in
  * flight ends with it: the channel's release tells the peer (RELEASED),
  * and a message of the attempt that crosses it is ignored (climb_on_step). */
@@ -492,15 +512,11 @@ void climb_give_up(struct sdp_conn *c, const char *why)
 	if (c->phase != CONN_HELD)
 		return;
 	sdp_debug("a held stream stays on TCP: %s", why);
-	if (c->climb.step != CLIMB_IDLE)
-		progress_timer_cancel(&c->timer);
-	c->climb.step = CLIMB_IDLE;
+	stop_attempt(c);
 	held_unregister(c);
 	c->climb.eligible = false;
 	conn_set_phase(c, CONN_FALLBACK); /* fail_reason: why it moved (failover, forked) */
-	conn_update_readiness(c, true);
-	conn_signal_owner(c, CONN_EV_FALLBACK);
-	pthread_cond_broadcast(&c->cond);
+	tell_moved(c, CONN_EV_FALLBACK);
 	conn_schedule_destroy(c);
 }
 
@@ -651,9 +667,7 @@ void climb_half_lost(struct sdp_conn *c, const char *why)
 	c->hard_error = ECONNRESET;
 	c->carrier_dead = true;
 	tcp_send_reset(c);
-	conn_update_readiness(c, true);
-	conn_signal_owner(c, CONN_EV_STATE);
-	pthread_cond_broadcast(&c->cond);
+	tell_moved(c, CONN_EV_STATE);
 }
 
 static void back_on_rdma(struct sdp_conn *c)
@@ -673,9 +687,7 @@ static void back_on_rdma(struct sdp_conn *c)
 		atomic_store_explicit(&c->st->moved_ms, stats_now_ms(), memory_order_relaxed);
 	}
 	sdp_info("the stream is back on RDMA (%u attempts)", c->climb.attempts + 1);
-	conn_update_readiness(c, true);
-	conn_signal_owner(c, CONN_EV_STATE);
-	pthread_cond_broadcast(&c->cond);
+	tell_moved(c, CONN_EV_STATE);
 }
 
 /* Writes from now on go on the new channel (c locked). */
@@ -935,9 +947,7 @@ bool climb_on_peer_released(struct sdp_conn *c)
 	conn_set_phase(c, CONN_HELD);
 	c->established = false;
 	attempt_over(c, "the peer released it before its ACK");
-	conn_update_readiness(c, true);
-	conn_signal_owner(c, CONN_EV_STATE);
-	pthread_cond_broadcast(&c->cond);
+	tell_moved(c, CONN_EV_STATE);
 	return true;
 }
 
@@ -984,14 +994,11 @@ void climb_on_tcp_ready(struct sdp_conn *c)
 void climb_closed(struct sdp_conn *c)
 {
 	held_unregister(c);
-	if (c->climb.step == CLIMB_IDLE)
-		return;
 	/* The attempt ends with the stream: a CHAL that crosses the close gets
 	 * no PROVE (the peer would move half its stream for nobody, and reset
 	 * it when the RELEASED came), and no REQ goes for a link still rising. */
-	sdp_debug("climb attempt over: the stream is closing");
-	progress_timer_cancel(&c->timer);
-	c->climb.step = CLIMB_IDLE;
+	if (stop_attempt(c))
+		sdp_debug("climb attempt over: the stream is closing");
 }
 
 void climb_device_added(void)
