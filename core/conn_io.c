@@ -560,6 +560,12 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 	}
 	conn_unlock(c);
 	conn_put(c);
+	/* The arm this thread's last take-in put off is owed to its next
+	 * sleep, and a thread that closes may never sleep here again (a
+	 * thread per connection exits): the next message, a new stream's OPEN
+	 * included, would wait for the lease timer.  Made now. */
+	if (link_arms_owed())
+		link_arm_owed_all();
 }
 
 int conn_take_error(struct sdp_conn *c)

@@ -2385,8 +2385,11 @@ static void arm_owed_links(enum arm_occasion why)
 	unsigned n = links_up_held(held, LINK_POLL_MAX);
 
 	for (unsigned i = 0; i < n; i++) {
-		if (held[i]->arm_owed)
+		if (held[i]->arm_owed) {
+			if (why == ARM_LEASE_OVER)
+				sdp_debug("a link's put-off arm is made by its lease timer");
 			take_in_and_arm(held[i], NULL, why);
+		}
 		link_put(held[i]);
 	}
 }

@@ -419,6 +419,10 @@ struct sdp_link *link_hold(struct sdp_conn *c);
 void link_app_reap_held(struct sdp_link *link);
 void link_app_poll_held(struct sdp_link *link);
 void link_reap_held(struct sdp_link *link);
+bool link_arms_owed(void);
+void link_arm_owed_all(void);
+WEAK bool link_arms_owed(void) { return false; }
+WEAK void link_arm_owed_all(void) {}
 WEAK struct sdp_link *link_hold(struct sdp_conn *c) { return NULL; }
 WEAK void link_app_reap_held(struct sdp_link *link) {}
 WEAK void link_app_poll_held(struct sdp_link *link) {}

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "core/conn.h"
+#include "core/link.h"
 #include "tests/model/zcmodel.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -381,6 +383,50 @@ static int test_model_baseline(void)
 	return ok;
 }
 
+/* The link's arms, as core/link.c keeps them: one put off and owed, or
+ * none; and the times the owed arms were made. */
+static bool model_arm_owed;
+static int arms_made;
+
+bool link_arms_owed(void)
+{
+	return model_arm_owed;
+}
+
+void link_arm_owed_all(void)
+{
+	arms_made++;
+	model_arm_owed = false;
+}
+
+/* A thread whose last take-in put the link's arm off, and that closes its
+ * stream, makes the arm then: it may never sleep in a hooked call again (a
+ * thread per connection exits), and the next message, a new stream's OPEN
+ * among them, would wait for the lease timer (10 to 80 ms).  A close with
+ * no arm owed makes none. */
+static int test_close_makes_the_owed_arm(void)
+{
+	struct sdp_conn *c;
+	int ok = 1;
+
+	zcm_open(&opts);
+	c = zcm_conn();
+	model_arm_owed = true;
+	conn_get(c); /* the socket's, which the close gives back */
+	conn_app_close(c, false);
+	ok &= check(arms_made == 1 && !model_arm_owed, "arms made at the close: %d, want 1",
+		    arms_made);
+	zcm_close();
+	zcm_open(&opts);
+	c = zcm_conn();
+	arms_made = 0;
+	conn_get(c);
+	conn_app_close(c, false);
+	ok &= check(arms_made == 0, "arms made at a close with none owed: %d, want 0", arms_made);
+	zcm_close();
+	return ok;
+}
+
 /* ---- found by the model and fuzzer beyond issue 13's list ---- */
 
 /* A large blocking send behind a partial slot that waits for the peer's
@@ -736,6 +782,8 @@ static const struct tap_case cases[] = {
 	  test_budget_spent_send_copies },
 	{ "a large blocking send behind queued bytes waits for them and goes by zero-copy",
 	  test_send_behind_queued_bytes_zero_copies },
+	{ "(15) an app's close makes the arm its thread's last take-in put off",
+	  test_close_makes_the_owed_arm },
 };
 
 static void run_case(const struct tap_case *tc, const char *only, const char *skip_why)
