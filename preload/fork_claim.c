@@ -25,8 +25,9 @@
 #include "preload/sock_rdma.h"
 
 /* Past the owner's own bound: it may look for the socket that long, then
- * move it, each within SDPSHIM_SWITCH_TIMEOUT_MS. */
-#define REPLY_SLACK_MS 2000
+ * move it, each within SDPSHIM_SWITCH_TIMEOUT_MS; between the two it may
+ * wait for its fork's return and its close (fork_handoff_wire.h). */
+#define REPLY_SLACK_MS HANDOFF_REPLY_SLACK_MS
 
 bool handoff_claimable(const struct sdp_sock *s)
 {

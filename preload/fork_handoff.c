@@ -50,8 +50,11 @@ struct sharer {
 
 /* This process's server (server_pid): its request socket, state bytes. */
 /* How long a claim waits for the owner's close of a socket only the
- * claimer shares (wait_for_close). */
-#define OWNER_CLOSE_WAIT_MS 250
+ * claimer shares (wait_for_close), counted from the return of the fork
+ * that made the claimer; and how long it waits for that return (a slow
+ * fork handler).  Both fit in the claimer's slack for its reply. */
+#define OWNER_CLOSE_WAIT_MS HANDOFF_OWNER_CLOSE_WAIT_MS
+#define FORK_RETURN_WAIT_MS HANDOFF_FORK_RETURN_WAIT_MS
 
 static pid_t server_pid;
 static pthread_t server_thread;     /* joinable: exit stops it (handoff_stop_server) */
@@ -281,6 +284,10 @@ bool handoff_keep_orphan(struct sdp_sock *s)
 
 	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
 		return false;
+	if (sdp_tun.debug_orphan_delay_ms) /* tests: a claim finds it in neither place */
+		nanosleep(&(struct timespec){ sdp_tun.debug_orphan_delay_ms / 1000,
+					      (long)(sdp_tun.debug_orphan_delay_ms % 1000) * 1000000L },
+			  NULL);
 	pthread_mutex_lock(&share_lock);
 	s->handoff_last = fork_seq; /* no later child gets it */
 	s->handoff_closed_in_fork = forks_in_flight > 0; /* but one under way may have */
@@ -449,40 +456,75 @@ enum close_wait_end {
 	CLOSE_WAIT_CLOSED,    /* an orphan now */
 	CLOSE_WAIT_TIMED_OUT, /* still open here after OWNER_CLOSE_WAIT_MS */
 	CLOSE_WAIT_SHARED,    /* open here and shared beyond the claimer: not waited */
+	CLOSE_WAIT_FORKING,   /* the fork was still under way after FORK_RETURN_WAIT_MS */
+	CLOSE_WAIT_GONE,      /* closed here and not kept for the claimer */
 };
+
+static const char *close_wait_end_str(enum close_wait_end end)
+{
+	switch (end) {
+	case CLOSE_WAIT_CLOSED: return "closed";
+	case CLOSE_WAIT_TIMED_OUT: return "still open";
+	case CLOSE_WAIT_SHARED: return "shared beyond the claimer";
+	case CLOSE_WAIT_FORKING: return "the fork had not returned";
+	case CLOSE_WAIT_GONE: return "closed, not kept for the claimer";
+	}
+	return "?";
+}
 
 /* A claim that came before its owner's close (a fork-per-connection
  * server closes its copy right after the fork): it waits for that close a
- * little, so that the claimer, then alone, may climb.  It waits too while
- * the fork that made the claimer is still returning in the owner.  s held;
- * returns the socket found last (held), an orphan (*orphan) once closed;
- * *end says why the wait ended. */
+ * little, so that the claimer, then alone, may climb.  The little counts
+ * from the return of the fork that made the claimer (the claimer can run
+ * before it), which is waited for too, within its own bound.  A socket
+ * between the fd table and the orphans (its close is under way) is looked
+ * for again while its state byte says RDMA.  s held; returns the socket
+ * found last (held), an orphan (*orphan) once closed; *end says why the
+ * wait ended. */
 static struct sdp_sock *wait_for_close(const struct handoff_req *req, pid_t claimer,
 				       struct sdp_sock *s, bool *orphan, enum close_wait_end *end)
 {
-	uint64_t until = progress_now_ms() + OWNER_CLOSE_WAIT_MS;
+	uint64_t start = progress_now_ms(), close_from = start, now;
 
 	for (;;) {
 		struct sdp_sock *again;
 		enum open_sharers who;
+		bool is_orphan;
 
+		now = progress_now_ms();
 		*end = *orphan ? CLOSE_WAIT_CLOSED : CLOSE_WAIT_TIMED_OUT;
-		if (*orphan || progress_now_ms() >= until)
-			return s;
+		if (*orphan || now >= close_from + OWNER_CLOSE_WAIT_MS)
+			break;
 		pthread_mutex_lock(&share_lock);
 		who = open_sharers_of(s, claimer);
 		pthread_mutex_unlock(&share_lock);
 		if (who == OPEN_OTHERS) {
 			*end = CLOSE_WAIT_SHARED;
-			return s;
+			break;
+		}
+		if (who == OPEN_FORKING) {
+			*end = CLOSE_WAIT_FORKING;
+			if (now >= start + FORK_RETURN_WAIT_MS)
+				break;
+			close_from = now; /* the close wait has not begun */
 		}
 		nanosleep(&(struct timespec){ 0, 2 * 1000000L }, NULL);
-		again = find_claimed(req, orphan);
+		again = find_claimed(req, &is_orphan);
+		if (!again && state_of_id(req->id) != HANDOFF_ON_RDMA) {
+			*end = CLOSE_WAIT_GONE;
+			break;
+		}
 		if (!again)
-			return s; /* between the fd table and the orphans: keep the one we hold */
+			continue; /* its close is under way: the one we hold stays */
 		sock_release(s);
 		s = again;
+		*orphan = is_orphan;
 	}
+	sdp_debug("fork: a claim waited %llu ms for the fork that made its claimer to return, "
+		  "then %llu ms for its owner's close: %s",
+		  (unsigned long long)(close_from - start), (unsigned long long)(now - close_from),
+		  close_wait_end_str(*end));
+	return s;
 }
 
 /* The claimed socket, held, or NULL with reply->status set: one between
@@ -523,6 +565,11 @@ static void serve_claim(const struct handoff_req *req, pid_t claimer, struct han
 	may_climb = may_climb && sdp_tun.climb && sdp_tun.climb_fork;
 	if (may_climb)
 		s = wait_for_close(req, claimer, s, &orphan, &end);
+	if (end == CLOSE_WAIT_GONE) { /* as claimed_sock answers for one gone */
+		reply->status = state_of_id(req->id) == HANDOFF_ON_TCP ? 0 : 1;
+		sock_release(s);
+		return;
+	}
 	if (sock_is_rdma(s) && s->owner_pid == getpid())
 		on_tcp = move_for_sharers(s); /* keeps the ticket (sock_rdma.c) */
 	reply->status = on_tcp ? 0 : 1;

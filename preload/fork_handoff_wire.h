@@ -18,6 +18,16 @@ enum handoff_state {
 
 #define HANDOFF_MAGIC 0x5344484fu /* "SDHO" */
 
+/* The owner's wait, in a claim, for the fork that made the claimer to
+ * return, then for its own close (fork_handoff.c, wait_for_close); the
+ * claimer's slack for the reply past the owner's two switch-bounded steps
+ * (fork_claim.c) holds both. */
+#define HANDOFF_FORK_RETURN_WAIT_MS 1000
+#define HANDOFF_OWNER_CLOSE_WAIT_MS 250
+#define HANDOFF_REPLY_SLACK_MS 2000
+_Static_assert(HANDOFF_FORK_RETURN_WAIT_MS + HANDOFF_OWNER_CLOSE_WAIT_MS < HANDOFF_REPLY_SLACK_MS,
+	       "the claimer must outwait the owner's waits");
+
 enum handoff_kind {
 	HANDOFF_NOP = 0,    /* wakes the server (an orphan to watch) */
 	HANDOFF_CLAIM = 1,  /* move this stream to TCP: a sharer uses it (reply fd) */

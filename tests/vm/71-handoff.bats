@@ -75,6 +75,32 @@ child_on_tcp() {
   [ "$(grep -c . <<<"$lines")" -eq 1 ]
 }
 
+# claim_waited_for_close: the owner's one claim came before the fork that
+# made the claimer had returned, waited for that, then for the owner's
+# close, which came (SDPSHIM_LOG=debug in the server)
+claim_waited_for_close() {
+  local line fork_ms
+  line=$(grep "fork: a claim waited" <<<"$SRV_LOG")
+  show "the claim's wait: $line"
+  [ "$(grep -c . <<<"$line")" -eq 1 ]
+  grep -q ": closed$" <<<"$line"
+  fork_ms=$(sed -n 's/.*claim waited \([0-9]*\) ms for the fork.*/\1/p' <<<"$line")
+  [ "${fork_ms:-0}" -gt 0 ]
+}
+
+# child_climbs_case [waited]: childclimbs (SERVER_ENV as set): the client
+# and the child end back on RDMA, most bytes there (the parent's line,
+# written at its close, is the one without a climb); "waited": the claim
+# waited for the fork's return and the close (claim_waited_for_close)
+child_climbs_case() {
+  forkshare_case childclimbs
+  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
+  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
+  [ "${1:-}" != waited ] || claim_waited_for_close
+  assert_climbed_share 1 80 role=client
+  assert_climbed_share 1 80 role=server climbs=1
+}
+
 # bg_wait_for_file PATH SECS
 bg_wait_for_file() {
   local until=$(( $(date +%s) + $2 ))
@@ -142,23 +168,23 @@ assert_stayed_on_rdma() {
 }
 
 @test "handoff: fork-per-connection, a long-lived stream: the child, alone with it, brings it back to RDMA (climb), every echo round compared" {
-  forkshare_case childclimbs
-  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
-  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
-  # The client and the child: back on RDMA, most bytes there (the
-  # parent's line, written at its close, is the one without a climb).
-  assert_climbed_share 1 80 role=client
-  assert_climbed_share 1 80 role=server climbs=1
+  child_climbs_case
 }
 
-@test "handoff: the child claims before its parent's fork() has returned (a late fork handler): it still gets the ticket and climbs, every echo round compared" {
-  # 100 ms: the owner waits up to 250 ms for its close, and the parent
-  # closes right after its fork returns.
-  SERVER_ENV="FORKSHARE_FORK_RETURN_MS=100" forkshare_case childclimbs
-  grep -q "^forkshare: client childclimbs ok" <<<"$CLI_LOG"
-  grep -q "^forkshare: server childclimbs ok (child)" <<<"$SRV_LOG"
-  assert_climbed_share 1 80 role=client
-  assert_climbed_share 1 80 role=server climbs=1
+@test "handoff: the child claims before its parent's fork() has returned (a late fork handler, 400 ms): it still gets the ticket and climbs, every echo round compared" {
+  # The parent's fork() returns 400 ms after the child is about to use the
+  # socket: past the owner's 250 ms wait for its close, which counts from
+  # the fork's return, waited for first.  The parent closes right after.
+  SERVER_ENV="FORKSHARE_FORK_RETURN_MS=400 SDPSHIM_LOG=debug" child_climbs_case waited
+}
+
+@test "handoff: the claim finds the socket mid-close, out of the parent's fd table and not yet kept for the child: it looks again, and the child gets the ticket and climbs" {
+  # The claim comes during the late fork return (300 ms after the child
+  # is about to use the socket) and waits; the
+  # parent's close then spends 60 ms between its descriptor and the orphan
+  # the child's stream is kept as (SDPSHIM_DEBUG_ORPHAN_DELAY_MS).
+  SERVER_ENV="FORKSHARE_FORK_RETURN_MS=300 SDPSHIM_DEBUG_ORPHAN_DELAY_MS=60 SDPSHIM_LOG=debug" \
+    child_climbs_case waited
 }
 
 @test "handoff: a peer that lies in the fork climb's challenge (its MAC): the child refuses it, the stream stays on TCP, every echo round compared" {

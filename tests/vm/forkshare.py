@@ -41,9 +41,10 @@ who uses the socket after the fork:
               and answers its SHA-256 (the stream must not have moved)
 
 With FORKSHARE_FORK_RETURN_MS=N in the server's environment, the parent's
-fork() returns N ms late (a fork handler registered after the library's
-sleeps): the child, which runs at once, uses the socket before its parent
-has recorded it.
+fork() returns late (a fork handler registered after the library's): it
+waits for the child to be about to use the socket (DIR/child.ready), then
+N ms more, so that the child uses the socket before its parent has
+recorded it, however slowly the child got there.
 
 Each side prints "forkshare: ... ok" last and exits 0, or exits nonzero with
 one line on stderr."""
@@ -180,13 +181,20 @@ def rogue_lies(owner):
 _fork_hold = None
 
 
-def hold_fork_return(ms):
-    """The parent's fork() returns ms late: a fork handler of ours, run after
-    the library's (handlers run in the order they were registered)."""
+def hold_fork_return(ms, ready):
+    """The parent's fork() returns late: a fork handler of ours, run after
+    the library's (handlers run in the order they were registered), waits
+    up to 30 s for the child's file ready, then ms."""
     global _fork_hold
     import ctypes
     libc = ctypes.CDLL(None)
-    _fork_hold = ctypes.CFUNCTYPE(None)(lambda: time.sleep(ms / 1000.0))
+
+    def hold():
+        until = time.time() + 30
+        while not os.path.exists(ready) and time.time() < until:
+            time.sleep(0.005)
+        time.sleep(ms / 1000.0)
+    _fork_hold = ctypes.CFUNCTYPE(None)(hold)
     # pthread_atfork is in libc_nonshared.a: its exported form takes a DSO handle
     if libc.__register_atfork(None, _fork_hold, None, None) != 0:
         sys.exit("forkshare: could not register a fork handler")
@@ -210,9 +218,13 @@ def server(host, port, tdir, mode):
     with open(os.path.join(tdir, "parent.pid"), "w") as f:
         f.write("%d\n" % os.getpid())
     fds_before = fd_count()
-    if os.environ.get("FORKSHARE_FORK_RETURN_MS"):
-        hold_fork_return(int(os.environ["FORKSHARE_FORK_RETURN_MS"]))
+    hold_ms = os.environ.get("FORKSHARE_FORK_RETURN_MS")
+    ready = os.path.join(tdir, "child.ready")
+    if hold_ms:
+        hold_fork_return(int(hold_ms), ready)
     pid = os.fork()
+    if pid == 0 and hold_ms:
+        open(ready, "w").close()  # the parent's fork() returns hold_ms after this
     if mode == "both":
         writer = b"C"[0] if pid == 0 else b"P"[0]
         for seq in range(RECORDS):
