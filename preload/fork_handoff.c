@@ -493,7 +493,8 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, pid_t clai
 
 		now = progress_now_ms();
 		*end = *orphan ? CLOSE_WAIT_CLOSED : CLOSE_WAIT_TIMED_OUT;
-		if (*orphan || now >= close_from + OWNER_CLOSE_WAIT_MS)
+		if (*orphan || now >= close_from + OWNER_CLOSE_WAIT_MS ||
+		    atomic_load(&server_stopping)) /* this process exits: its join waits */
 			break;
 		pthread_mutex_lock(&share_lock);
 		who = open_sharers_of(s, claimer);

@@ -19,7 +19,7 @@
 #    end, up and down, must finish byte-exact on TCP (SHA-256 = tests/progs/
 #    streamref), both stats lines reason=failover, switches >= 1, with the
 #    sender's RDMA byte counters between N and the stream's length.
-#  - soak: for SDPSHIM_SOAK_S seconds (default 45; 600 for the 10-minute run:
+#  - soak: for SDPSHIM_SOAK_S seconds (default 30; 600 for the 10-minute run:
 #    `SDPSHIM_SOAK_S=600 make vm`, run-bats.sh forwards SDPSHIM_* into the
 #    guest), batches of forkecho clients (10 connections, 5 at once) against one
 #    long-running preloaded forkecho server, each followed by an 8 MiB stream
@@ -420,8 +420,8 @@ wait_le() {
   assert_moved_over 48 comm=stream
 }
 
-@test "switch: fork and failover load for ${SDPSHIM_SOAK_S:-45} s leaks no fd, MR or QP" {
-  local secs=${SDPSHIM_SOAK_S:-45} port spid deadline t0 i=0 crc
+@test "switch: fork and failover load for ${SDPSHIM_SOAK_S:-30} s leaks no fd, MR or QP" {
+  local secs=${SDPSHIM_SOAK_S:-30} port spid deadline t0 i=0 crc
   local base_qps base_mrs fds1 fds2 smrs1 smrs2 sqps2 end_qps end_mrs conns=0
   SOAK_REF=$(ref_digest 1 8M)
   base_qps=$(count_rc_qps)
