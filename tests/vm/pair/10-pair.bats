@@ -122,15 +122,26 @@ pair_stream() {
   ms=$(( $(now_ms) - t0 ))
 }
 
+# carrier_failed_in_run: the last pair_stream's RDMA carrier failed, by the
+# stats (a line moved for failover) or by either end's log
+carrier_failed_in_run() {
+  [ -n "$(stats_lines "$STATS" reason=failover)" ] ||
+    grep -q "RDMA carrier failed\|no answer to .* within SDPSHIM_ZCOPY_ANSWER_MS" \
+      "$T/client.out" "$T/server.log" 2>/dev/null
+}
+
 @test "pair: $(size_name "$BIG_STREAM") stream $RXE_IP -> server on $RXE_IP2 over RDMA, crossing the veth" {
   local crc src ms bytes=$BIG_BYTES got want run=1
   pair_stream
-  while [ -n "$(stats_lines "$STATS" reason=failover)" ] && [ "$run" -lt 3 ]; do
+  while carrier_failed_in_run && [ "$run" -lt 3 ]; do
     # rxe of Linux 6.1 under emulation can exhaust its retries on the veth (an
     # RC QP error) or stall a queue pair silently (SDPSHIM_STALL_MS notices).
     # The stream then moves to TCP byte-exact (issue 6), which this test is not
     # about: say so, and run it again, up to 3 runs.  (About 1 run in 3 meets
-    # the stall; twice in a row failed one CI run.)
+    # the stall; twice in a row failed one CI run.)  A stall can also hold a
+    # local window invalidate past SDPSHIM_ZCOPY_ANSWER_MS near the stream's
+    # end (CI84): the logs say so, while both stats lines, written at the
+    # apps' closes, may still read rdma.
     show "run $run: the RDMA carrier failed and the stream moved to TCP (client rc=$crc," \
          "server rc=$src) - running it again:" \
          "$(grep -h 'sdpshim' "$T/client.out" "$T/server.log")" "$(stats_lines "$STATS")"
