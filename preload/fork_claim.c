@@ -24,10 +24,6 @@
 #include "preload/fork_handoff_wire.h"
 #include "preload/sock_rdma.h"
 
-/* Past the owner's own bound: it may look for the socket that long, then
- * move it, each within SDPSHIM_SWITCH_TIMEOUT_MS; between the two it may
- * wait for its fork's return and its close (fork_handoff_wire.h). */
-#define REPLY_SLACK_MS HANDOFF_REPLY_SLACK_MS
 
 bool handoff_claimable(const struct sdp_sock *s)
 {
@@ -66,7 +62,10 @@ static int send_request(int fd, const struct handoff_req *req, int reply_fd, uin
  * a ticket with it or not); -errno otherwise. */
 static int wait_reply(int fd, struct handoff_reply *reply)
 {
-	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms * 2 + REPLY_SLACK_MS;
+	/* Past the owner's own bound: it may look for the socket that long,
+	 * then move it, each within SDPSHIM_SWITCH_TIMEOUT_MS; between the two
+	 * it may wait for its fork's return and its close (fork_handoff_wire.h). */
+	uint64_t deadline = progress_now_ms() + sdp_tun.switch_timeout_ms * 2 + HANDOFF_REPLY_SLACK_MS;
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	ssize_t n;
 
@@ -228,10 +227,8 @@ static void report_to_owner(int fd, void *obj, void *ctx)
 	req = (struct handoff_req){ .magic = HANDOFF_MAGIC, .owner_pid = (uint32_t)s->owner_pid,
 				    .kind = HANDOFF_HOLDER, .holder_pid = (uint32_t)r->child,
 				    .via_pid = (uint32_t)getpid() };
-	if (sdp_tun.debug_holder_delay_ms && r->n == 1) /* tests: the child's claim comes first */
-		nanosleep(&(struct timespec){ sdp_tun.debug_holder_delay_ms / 1000,
-					      (long)(sdp_tun.debug_holder_delay_ms % 1000) * 1000000L },
-			  NULL);
+	if (r->n == 1) /* tests: the child's claim comes first */
+		handoff_debug_pause(sdp_tun.debug_holder_delay_ms);
 	real.send(s->handoff_fd, &req, sizeof(req), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 

@@ -49,12 +49,6 @@ struct sharer {
 };
 
 /* This process's server (server_pid): its request socket, state bytes. */
-/* How long a claim waits for the owner's close of a socket only the
- * claimer shares (wait_for_close), counted from the return of the fork
- * that made the claimer; and how long it waits for that return (a slow
- * fork handler).  Both fit in the claimer's slack for its reply. */
-#define OWNER_CLOSE_WAIT_MS HANDOFF_OWNER_CLOSE_WAIT_MS
-#define FORK_RETURN_WAIT_MS HANDOFF_FORK_RETURN_WAIT_MS
 
 static pid_t server_pid;
 static pthread_t server_thread;     /* joinable: exit stops it (handoff_stop_server) */
@@ -278,16 +272,19 @@ static void start_move(struct sdp_sock *s)
 	}
 }
 
+void handoff_debug_pause(unsigned ms)
+{
+	if (ms)
+		nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000L }, NULL);
+}
+
 bool handoff_keep_orphan(struct sdp_sock *s)
 {
 	bool shared, keep;
 
 	if (!s->handoff_state || s->owner_pid != getpid() || !sock_is_rdma(s))
 		return false;
-	if (sdp_tun.debug_orphan_delay_ms) /* tests: a claim finds it in neither place */
-		nanosleep(&(struct timespec){ sdp_tun.debug_orphan_delay_ms / 1000,
-					      (long)(sdp_tun.debug_orphan_delay_ms % 1000) * 1000000L },
-			  NULL);
+	handoff_debug_pause(sdp_tun.debug_orphan_delay_ms); /* tests: a claim finds it in neither place */
 	pthread_mutex_lock(&share_lock);
 	s->handoff_last = fork_seq; /* no later child gets it */
 	s->handoff_closed_in_fork = forks_in_flight > 0; /* but one under way may have */
@@ -374,6 +371,13 @@ static struct sdp_sock *find_claimed(const struct handoff_req *req, bool *orphan
 	return m.found;
 }
 
+/* A claim's reply status for a socket found neither open nor an orphan
+ * here, by its state byte: 0 on TCP, 1 otherwise. */
+static uint8_t status_of_state(uint8_t st)
+{
+	return st == HANDOFF_ON_TCP ? 0 : 1;
+}
+
 /* The state byte of a socket that is neither open nor an orphan here. */
 static uint8_t state_of_id(uint64_t id)
 {
@@ -454,9 +458,9 @@ static enum open_sharers open_sharers_of(const struct sdp_sock *s, pid_t claimer
 /* How a claim's wait for its owner's close ended. */
 enum close_wait_end {
 	CLOSE_WAIT_CLOSED,    /* an orphan now */
-	CLOSE_WAIT_TIMED_OUT, /* still open here after OWNER_CLOSE_WAIT_MS */
+	CLOSE_WAIT_TIMED_OUT, /* still open here after HANDOFF_OWNER_CLOSE_WAIT_MS */
 	CLOSE_WAIT_SHARED,    /* open here and shared beyond the claimer: not waited */
-	CLOSE_WAIT_FORKING,   /* the fork was still under way after FORK_RETURN_WAIT_MS */
+	CLOSE_WAIT_FORKING,   /* the fork was still under way after HANDOFF_FORK_RETURN_WAIT_MS */
 	CLOSE_WAIT_GONE,      /* closed here and not kept for the claimer */
 };
 
@@ -493,7 +497,7 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, pid_t clai
 
 		now = progress_now_ms();
 		*end = *orphan ? CLOSE_WAIT_CLOSED : CLOSE_WAIT_TIMED_OUT;
-		if (*orphan || now >= close_from + OWNER_CLOSE_WAIT_MS ||
+		if (*orphan || now >= close_from + HANDOFF_OWNER_CLOSE_WAIT_MS ||
 		    atomic_load(&server_stopping)) /* this process exits: its join waits */
 			break;
 		pthread_mutex_lock(&share_lock);
@@ -505,7 +509,7 @@ static struct sdp_sock *wait_for_close(const struct handoff_req *req, pid_t clai
 		}
 		if (who == OPEN_FORKING) {
 			*end = CLOSE_WAIT_FORKING;
-			if (now >= start + FORK_RETURN_WAIT_MS)
+			if (now >= start + HANDOFF_FORK_RETURN_WAIT_MS)
 				break;
 			close_from = now; /* the close wait has not begun */
 		}
@@ -541,7 +545,7 @@ static struct sdp_sock *claimed_sock(const struct handoff_req *req, struct hando
 		uint8_t st = state_of_id(req->id);
 
 		if (st != HANDOFF_ON_RDMA) {
-			reply->status = st == HANDOFF_ON_TCP ? 0 : 1;
+			reply->status = status_of_state(st);
 			return NULL;
 		}
 		if (progress_now_ms() >= deadline)
@@ -567,7 +571,7 @@ static void serve_claim(const struct handoff_req *req, pid_t claimer, struct han
 	if (may_climb)
 		s = wait_for_close(req, claimer, s, &orphan, &end);
 	if (end == CLOSE_WAIT_GONE) { /* as claimed_sock answers for one gone */
-		reply->status = state_of_id(req->id) == HANDOFF_ON_TCP ? 0 : 1;
+		reply->status = status_of_state(state_of_id(req->id));
 		sock_release(s);
 		return;
 	}

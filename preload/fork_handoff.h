@@ -49,6 +49,8 @@ void handoff_note_on_tcp(struct sdp_sock *s);
  * and s is kept (an orphan) until that sharer claims it or is gone, as a
  * kernel socket stays open while any process holds it. */
 bool handoff_keep_orphan(struct sdp_sock *s);
+/* Tests only (SDPSHIM_DEBUG_*_DELAY_MS): this thread pauses ms (0: not). */
+void handoff_debug_pause(unsigned ms);
 /* At exit: the owner's request server ends (bounded) before the moves. */
 void handoff_stop_server(void);
 /* Owner, at exit: true if s is shared with a live sharer (and has been
