@@ -42,15 +42,26 @@ for side, conns, on in (("server", server, server_on), ("client", client, client
 if client_on and max([c["bytes_sent"] for c in client] + [0]) < min_client_sent:
     errors.append("no client line sent %d bytes or more" % min_client_sent)
 if server_on and client_on:
-    by_tuple = {(plain(c["local"]), plain(c["remote"])): c for c in server}
+    # Loopback TCP may reuse a closed connection's 4-tuple at once
+    # (net.ipv4.tcp_tw_reuse=2), so one tuple can name several connections
+    # over a run: a client line pairs with any unpaired server line of its
+    # tuple, one with the mirrored byte counts when the counts must agree.
+    by_tuple = {}
+    for c in server:
+        by_tuple.setdefault((plain(c["local"]), plain(c["remote"])), []).append(c)
     for c in client:
-        s = by_tuple.pop((plain(c["remote"]), plain(c["local"])), None)
-        if s is None:
+        candidates = by_tuple.get((plain(c["remote"]), plain(c["local"])), [])
+        mirrored = [s for s in candidates
+                    if (s["bytes_received"], s["bytes_sent"]) == (c["bytes_sent"], c["bytes_received"])]
+        if not candidates:
             errors.append("client connection %s -> %s has no server line" % (c["local"], c["remote"]))
-        elif exact_bytes and (s["bytes_received"], s["bytes_sent"]) != (c["bytes_sent"], c["bytes_received"]):
-            errors.append("byte counts disagree: client %s, server %s" % (c, s))
-    for key in by_tuple:
-        errors.append("server connection %s <- %s has no client line" % key)
+        elif exact_bytes and not mirrored:
+            errors.append("byte counts disagree: client %s, server line(s) %s" % (c, candidates))
+        else:
+            candidates.remove((mirrored or candidates)[0])
+    for key, rest in by_tuple.items():
+        for s in rest:
+            errors.append("server connection %s <- %s has no client line" % key)
 print("%d lines: %d server, %d client" % (len(lines), len(server), len(client)))
 for e in errors[:10]:
     print("ERROR: " + e)
