@@ -151,6 +151,15 @@ gap() {   # build -> median of first_ms - connect_ms
 		eval "${b}_rate=$med"
 		printf '  %-8s p50 %8s   runs:%s   vcs/cycle:%s\n' "$b" "$med" "$rates" "$vcs"
 	done
+	echo
+	echo "where a cycle went: client medians over cycles 2..N, ms (connects' phases line):"
+	echo "connect(), connect() to the first echoed byte, shutdown(SHUT_WR) to EOF, close()"
+	for b in before after tcp; do
+		for r in $(seq 1 "$CB_ROUNDS"); do
+			sed -nE "s/^phases cycles=[0-9]+ (.*)$/  $b r$r  \1/p" "$OUTDIR/$b.r$r.client.out" 2>/dev/null
+		done
+	done
+	echo
 	awk -v a="$after_rate" -v b="$before_rate" -v t="$tcp_rate" 'BEGIN {
 		if (a == "-" || b == "-" || t == "-" || t == 0 || b == 0) { print "  ratios: NA"; exit }
 		printf "  after/before %.3f   before/tcp %.3f   after/tcp %.3f (issue 15: at least 0.5)\n", a / b, b / t, a / t }'

@@ -15,7 +15,10 @@
  * "rate cycles=COUNT elapsed_ms=X.Y per_s=R after_first_per_s=R2": X from the start of
  * the first connect() to the end of the last close(); R = COUNT / X; R2 the same without
  * cycle 1 (which also opens the device, sdpshim's first contact with the peer), "-" when
- * COUNT is 1 (with -w the hold is inside cycle 1).  connect_ms: the connect() call;
+ * COUNT is 1 (with -w the hold is inside cycle 1).  With COUNT > 1 a last line
+ * "phases cycles=N connect_ms=A first_ms=B shut_eof_ms=C close_ms=D" gives the medians over
+ * cycles 2..COUNT of: connect(), connect() to the first echoed byte, shutdown(SHUT_WR) to
+ * the server's EOF, and close().  connect_ms: the connect() call;
  * first_ms: from the start of connect() to the first echoed byte read back (includes
  * whatever the path still does after connect() returns, e.g. sdpshim's binding
  * handshake; with BYTES 0: connect_ms).
@@ -27,6 +30,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +44,11 @@
 
 #define GUARD_SECS 120
 #define CHUNK      16384
+
+/* Where one client cycle's time went, in ms (see the "phases" line). */
+struct cycle_phases {
+	double connect, first, shut_eof, close;
+};
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
@@ -171,13 +180,13 @@ static void wait_for_file(const char *file)
 }
 
 static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
-			   const char *hold_file)
+			   const char *hold_file, struct cycle_phases *ph)
 {
 	uint8_t *out = malloc(bytes ? bytes : 1), *in = malloc(bytes ? bytes : 1);
 	uint8_t d_out[SHA256_DIGEST_LEN], d_in[SHA256_DIGEST_LEN];
 	char hex[SHA256_HEX_LEN + 1];
 	size_t sent = 0, got = 0;
-	double t0, t1, t_first = -1;
+	double t0, t1, t_first = -1, t_shut, t_eof;
 	int fd;
 
 	if (!out || !in)
@@ -221,6 +230,7 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 		fflush(stdout);
 		wait_for_file(hold_file);
 	}
+	t_shut = prog_mono_ms();
 	shutdown(fd, SHUT_WR);
 	{
 		uint8_t c;
@@ -230,9 +240,43 @@ static void one_connection(const struct addrinfo *ai, int index, size_t bytes,
 		if (r != 0)
 			fail("conn %d: expected EOF from the echo server, got %zd", index, r);
 	}
+	t_eof = prog_mono_ms();
 	close(fd);
+	*ph = (struct cycle_phases){ .connect = t1 - t0, .first = t_first - t0,
+				     .shut_eof = t_eof - t_shut, .close = prog_mono_ms() - t_eof };
 	free(out);
 	free(in);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of one field over N cycles' phases (sorts a scratch copy). */
+static double phase_median(const struct cycle_phases *ph, int n, size_t field_offset)
+{
+	double *v = malloc((size_t)n * sizeof(*v)), m;
+
+	if (!v)
+		fail("malloc");
+	for (int i = 0; i < n; i++)
+		v[i] = *(const double *)((const char *)&ph[i] + field_offset);
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	free(v);
+	return m;
+}
+
+static void print_phases(const struct cycle_phases *ph, int n)
+{
+	printf("phases cycles=%d connect_ms=%.2f first_ms=%.2f shut_eof_ms=%.2f close_ms=%.2f\n", n,
+	       phase_median(ph, n, offsetof(struct cycle_phases, connect)),
+	       phase_median(ph, n, offsetof(struct cycle_phases, first)),
+	       phase_median(ph, n, offsetof(struct cycle_phases, shut_eof)),
+	       phase_median(ph, n, offsetof(struct cycle_phases, close)));
 }
 
 int main(int argc, char **argv)
@@ -242,6 +286,7 @@ int main(int argc, char **argv)
 	double t_start, t_second = 0, t_end;
 	size_t bytes = 65536;
 	struct addrinfo *ai;
+	struct cycle_phases *phases;
 
 	signal(SIGPIPE, SIG_IGN);
 	while ((c = getopt(argc, argv, "s:a:c:p:n:b:w:g:")) != -1) {
@@ -271,11 +316,14 @@ int main(int argc, char **argv)
 	signal(SIGALRM, on_alarm);
 	alarm((unsigned)guard);
 	ai = resolve(host, port, 0);
+	phases = calloc((size_t)count, sizeof(*phases));
+	if (!phases)
+		fail("malloc");
 	t_start = prog_mono_ms();
 	for (int i = 1; i <= count; i++) {
 		if (i == 2)
 			t_second = prog_mono_ms();
-		one_connection(ai, i, bytes, hold_file);
+		one_connection(ai, i, bytes, hold_file, &phases[i - 1]);
 	}
 	t_end = prog_mono_ms();
 	freeaddrinfo(ai);
@@ -287,5 +335,8 @@ int main(int argc, char **argv)
 	else
 		printf("rate cycles=%d elapsed_ms=%.1f per_s=%.1f after_first_per_s=-\n", count,
 		       t_end - t_start, count * 1000.0 / (t_end - t_start));
+	if (count > 1)
+		print_phases(phases + 1, count - 1);
+	free(phases);
 	return 0;
 }
