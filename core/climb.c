@@ -526,7 +526,7 @@ void climb_give_up(struct sdp_conn *c, const char *why)
  * released): what conn_alloc leaves, but the stream offsets. */
 static void reset_channel(struct sdp_conn *c)
 {
-	c->rx_head = c->rx_tail = c->rx_seq = c->rx_ack = c->rx_ack_sent = 0;
+	c->rx_head = c->rx_tail = c->rx_seq = c->rx_ack = c->rx_ack_sent = c->rx_payload_ack = 0;
 	c->rx_bytes_ready = 0;
 	c->rx_new_data = c->rx_eof = c->peer_starving = false;
 	c->tx_tail = c->tx_posted = c->tx_head = c->tx_seq = c->tx_peer_ack = 0;
@@ -544,7 +544,7 @@ static void reset_channel(struct sdp_conn *c)
 	memset(c->win, 0, sizeof(c->win));
 	c->zc_nb_backoff = 0;
 	c->zc_interrupted = c->sink_voided = c->write_active = c->wr_unconfirmed = false;
-	c->src_cancel_pending = false;
+	c->src_cancel_pending = c->disconn_ack_owed = false;
 	c->rd_compl_bytes = c->wr_compl_bytes = 0;
 	c->rd_compl_off = c->sink_ack_off = 0;
 	c->rx_wants_open = false;

@@ -19,12 +19,15 @@ static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 /* Before an orderly close takes the channel down, the peer learns that
  * every byte it sent was consumed: when our end disappears its sender then
  * knows nothing is left to move (and does not take it for a failure).
- * True once that credit update completed, or nothing is owed. */
+ * Control messages (its DisConn, credit updates) hold no bytes, and the
+ * peer's judgement looks at its data alone (nothing_to_move, switch.c): an
+ * ack of those alone is not owed.  True once that credit update completed,
+ * or nothing is owed. */
 static bool final_ack_landed(struct sdp_conn *c)
 {
 	if (c->carrier_dead)
 		return true;
-	if (c->rx_ack != c->rx_ack_sent) {
+	if ((int32_t)(c->rx_payload_ack - c->rx_ack_sent) > 0) {
 		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE); /* sent by the caller's tx_kick */
 		return false;
 	}

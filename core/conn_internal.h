@@ -289,6 +289,9 @@ void conn_on_timer(struct sdp_conn *c);
 void conn_note_post(struct sdp_conn *c);
 void conn_stall_timer_fired(void *arg);
 void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now);
+/* The peer's DisConn arrived on an open stream: our next message acknowledges
+ * it, or a credit update does within DISCONN_ACK_DELAY_MS. */
+void conn_ack_disconn_later(struct sdp_conn *c);
 
 /* tcp_watch.c: the library's dup of the TCP socket, watched by the progress
  * thread (connect completion, FIN/RST evidence, a server that chose TCP). */

@@ -628,8 +628,8 @@ void conn_set_keepalive(struct sdp_conn *c, bool on, unsigned idle_s, unsigned i
 	c->keepcnt = cnt ? cnt : 9;
 	c->keep_probes = 0;
 	c->last_rx_ms = progress_now_ms();
-	if (on && c->phase == CONN_OPEN && !c->app_closed)
-		conn_arm_timer(c, c->keepidle_s * 1000);
+	if (on && c->phase == CONN_OPEN && !c->app_closed && !c->disconn_ack_owed)
+		conn_arm_timer(c, c->keepidle_s * 1000); /* else the owed ack's tick arms it */
 	conn_unlock(c);
 }
 

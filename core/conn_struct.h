@@ -276,6 +276,7 @@ struct sdp_conn {
 	uint32_t rx_seq;          /* last sequence received */
 	uint32_t rx_ack;          /* last sequence consumed in order */
 	uint32_t rx_ack_sent;     /* last ack we advertised */
+	uint32_t rx_payload_ack;  /* last consumed message that carried bytes (DATA, SrcAvail) */
 	uint64_t rx_bytes_ready;
 	bool rx_new_data;         /* DATA arrived since the indicators last heard (rx_take_new_data) */
 	bool rx_eof;
@@ -360,8 +361,11 @@ struct sdp_conn {
 	unsigned keepidle_s, keepintvl_s, keepcnt;
 	uint64_t last_rx_ms;
 	unsigned keep_probes;
+	/* The peer's DisConn waits for our next message to be acknowledged,
+	 * or for the main timer (DISCONN_ACK_DELAY_MS) to send a credit update. */
+	bool disconn_ack_owed;
 	/* The main timer of the connection: connect bound, pending TTL, linger,
-	 * keepalive, carrier-failure grace. */
+	 * keepalive, the delayed ack of a DisConn, carrier-failure grace. */
 	struct progress_timer timer;
 	/* The send-queue watchdog: armed while work requests are outstanding;
 	 * sq_progress_ms is the last send completion, or the post that found

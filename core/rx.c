@@ -39,6 +39,8 @@ static void rx_advance(struct sdp_conn *c)
 
 		if (e->is_data)
 			conn_repost_recv(c, e->slot); /* control buffers went back on arrival */
+		if (e->is_data || e->is_src)
+			c->rx_payload_ack = e->seq;
 		c->rx_ack = e->seq;
 		c->rx_tail++;
 	}
@@ -139,7 +141,7 @@ static void on_control(struct sdp_conn *c, const struct sdp_bsdh *h, const uint8
 		break;
 	case SDP_MID_DISCONN:
 		close_ev_peer_disconn(c);
-		tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE); /* the closer learns its bytes landed */
+		conn_ack_disconn_later(c); /* the closer learns its bytes landed */
 		break;
 	case SDP_MID_ABORT:
 		close_ev_abort(c, ECONNRESET, false);

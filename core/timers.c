@@ -24,6 +24,32 @@ void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now)
 	progress_timer_arm(&c->timer, progress_now_ms() + ms_from_now);
 }
 
+/* How long the ack of a peer's DisConn may wait for a message of ours to
+ * carry it.  An app that reads EOF usually closes or shuts down at once, and
+ * its DisConn carries the ack; only a closer that closed (CLOSE_FIN_WAIT)
+ * waits for it, to let go of its stream.  As TCP's delayed ACK, shorter. */
+#define DISCONN_ACK_DELAY_MS 10
+
+void conn_ack_disconn_later(struct sdp_conn *c)
+{
+	/* A socket the app closed has sent its own DisConn: the peer's end
+	 * needs no ack of this one (close_check_orphan acks its bytes). */
+	if (c->phase != CONN_OPEN || c->app_closed || c->disconn_ack_owed)
+		return;
+	c->disconn_ack_owed = true;
+	conn_arm_timer(c, DISCONN_ACK_DELAY_MS);
+}
+
+/* The owed ack goes now unless a message of ours carried it meanwhile. */
+static void disconn_ack_tick(struct sdp_conn *c)
+{
+	c->disconn_ack_owed = false;
+	if (c->rx_ack == c->rx_ack_sent || c->carrier_dead)
+		return;
+	tx_queue_ctrl(c, SDP_MID_CREDIT_UPDATE);
+	tx_kick(c);
+}
+
 static void keepalive_tick(struct sdp_conn *c)
 {
 	uint64_t idle_ms = progress_now_ms() - c->last_rx_ms;
@@ -70,6 +96,8 @@ void conn_on_timer(struct sdp_conn *c)
 			close_ev_abort(c, ETIMEDOUT, true);
 			conn_schedule_destroy(c);
 		} else {
+			if (c->disconn_ack_owed)
+				disconn_ack_tick(c);
 			keepalive_tick(c);
 		}
 		break;

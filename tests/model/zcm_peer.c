@@ -735,6 +735,11 @@ uint32_t zcm_peer_credits(void)
 	return peer_credits();
 }
 
+bool zcm_peer_all_acked(void)
+{
+	return P.our_ack == P.seq;
+}
+
 uint64_t zcm_peer_tx_off(void)
 {
 	return P.tx_off;

@@ -198,6 +198,8 @@ int zcm_peer_msgs(uint8_t mid, struct zcm_msg *last);
 uint32_t zcm_peer_src_read_bytes(void);
 /* Messages the peer may still send us (our buffers it believes free). */
 uint32_t zcm_peer_credits(void);
+/* Did our last ack cover every message the peer sent? */
+bool zcm_peer_all_acked(void);
 /* The peer's stream offset (bytes it placed honestly) / our stream it got. */
 uint64_t zcm_peer_tx_off(void);
 uint64_t zcm_peer_rx_off(void);

@@ -427,6 +427,102 @@ static int test_close_makes_the_owed_arm(void)
 	return ok;
 }
 
+/* A peer's DisConn is acknowledged by our next message: an app that reads
+ * EOF and closes or shuts down sends its own DisConn at once, and that
+ * carries the ack, so no credit update goes for it (a link message fewer a
+ * connection, on the app's path to EOF).  When nothing of ours goes, a
+ * credit update carries the ack within 10 ms (DISCONN_ACK_DELAY_MS): a
+ * closer that closed waits for it to let go of its stream. */
+/* Opens the model, where the app reads the peer's 100 bytes and then the
+ * peer's DisConn arrives. */
+static int open_then_peer_disconn(void)
+{
+	struct zcm_call k = recv_call(4096, 100);
+	ssize_t r;
+
+	zcm_open(&opts);
+	zcm_peer_data(100);
+	r = zcm_app_do(&k);
+	zcm_peer_disconn();
+	zcm_run_network();
+	return check(r == 100, "recv returned %zd, want 100", r);
+}
+
+static int test_disconn_ack_delayed(void)
+{
+	int ok = open_then_peer_disconn(), updates;
+
+	zcm_advance(5);
+	updates = zcm_peer_msgs(SDP_MID_CREDIT_UPDATE, NULL);
+	ok &= check(updates == 0, "%d credit updates 5 ms after the peer's DisConn, want 0", updates);
+	zcm_advance(6);
+	zcm_run_network();
+	updates = zcm_peer_msgs(SDP_MID_CREDIT_UPDATE, NULL);
+	ok &= check(updates == 1, "%d credit updates 11 ms after the peer's DisConn, want 1", updates);
+	ok &= check(zcm_peer_all_acked(), "the peer's DisConn was never acknowledged");
+	ok &= no_findings();
+	zcm_close();
+
+	ok &= open_then_peer_disconn();
+	ok &= check(conn_shutdown(zcm_conn(), SHUT_WR) == 0, "shutdown failed");
+	zcm_run_network();
+	zcm_advance(50);
+	zcm_run_network();
+	updates = zcm_peer_msgs(SDP_MID_CREDIT_UPDATE, NULL);
+	ok &= check(updates == 0, "%d credit updates beside our DisConn, want 0", updates);
+	ok &= check(zcm_peer_msgs(SDP_MID_DISCONN, NULL) == 1, "our DisConn did not go");
+	ok &= check(zcm_peer_all_acked(), "our DisConn did not acknowledge the peer's");
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
+/* Closing after both DisConns, the peer is told its bytes were consumed
+ * (its judgement of our end's release looks at its data: switch.c,
+ * nothing_to_move), and only then: a DisConn holds no bytes, and a close
+ * whose ack would cover nothing else sends no credit update. */
+static int test_close_acks_bytes_not_disconn(void)
+{
+	struct zcm_call k = recv_call(4096, 100);
+	struct sdp_conn *c;
+	int ok = 1, updates;
+	ssize_t r;
+
+	zcm_open(&opts);
+	c = zcm_conn();
+	ok &= check(conn_shutdown(c, SHUT_WR) == 0, "shutdown failed");
+	zcm_run_network();
+	zcm_peer_disconn();
+	zcm_run_network();
+	conn_get(c); /* the socket's, which the close gives back */
+	conn_app_close(c, false);
+	zcm_run_network();
+	updates = zcm_peer_msgs(SDP_MID_CREDIT_UPDATE, NULL);
+	ok &= check(updates == 0, "%d credit updates at a close with only the DisConn unacknowledged, "
+		    "want 0", updates);
+	ok &= no_findings();
+	zcm_close();
+
+	zcm_open(&opts);
+	c = zcm_conn();
+	ok &= check(conn_shutdown(c, SHUT_WR) == 0, "shutdown failed");
+	zcm_run_network();
+	zcm_peer_data(100);
+	zcm_peer_disconn();
+	r = zcm_app_do(&k);
+	ok &= check(r == 100, "recv returned %zd, want 100", r);
+	conn_get(c);
+	conn_app_close(c, false);
+	zcm_run_network();
+	updates = zcm_peer_msgs(SDP_MID_CREDIT_UPDATE, NULL);
+	ok &= check(updates == 1, "%d credit updates at a close with the peer's bytes unacknowledged, "
+		    "want 1", updates);
+	ok &= check(zcm_peer_all_acked(), "the close did not acknowledge the peer's bytes");
+	ok &= no_findings();
+	zcm_close();
+	return ok;
+}
+
 /* ---- found by the model and fuzzer beyond issue 13's list ---- */
 
 /* A large blocking send behind a partial slot that waits for the peer's
@@ -784,6 +880,10 @@ static const struct tap_case cases[] = {
 	  test_send_behind_queued_bytes_zero_copies },
 	{ "(15) an app's close makes the arm its thread's last take-in put off",
 	  test_close_makes_the_owed_arm },
+	{ "(15) a peer's DisConn is acked by our next message, else by a credit update within 10 ms",
+	  test_disconn_ack_delayed },
+	{ "(15) a close after both DisConns acks the peer's bytes, and sends nothing for a DisConn alone",
+	  test_close_acks_bytes_not_disconn },
 };
 
 static void run_case(const struct tap_case *tc, const char *only, const char *skip_why)
