@@ -47,6 +47,8 @@ struct sdp_tunables {
 	unsigned debug_orphan_delay_ms; /* SDPSHIM_DEBUG_ORPHAN_DELAY_MS: tests only, an owner's
 				      * close of a shared socket pauses this long between its
 				      * fd and its orphan (preload/fork_handoff.c) */
+	unsigned debug_no_random;    /* SDPSHIM_DEBUG_NO_RANDOM: tests only, every random
+				      * source for a nonce fails (core/bind.c) */
 	unsigned climb;              /* SDPSHIM_CLIMB: a stream a failover moved to TCP goes back
 				      * to RDMA (1), or stays (0); a peer asking is refused */
 	unsigned climb_fork;         /* SDPSHIM_CLIMB_FORK: a forked child alone with a stream

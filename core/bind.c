@@ -4,6 +4,7 @@
  * records on the TCP socket, and the bound on every wait of the handshake. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -48,22 +49,32 @@ static bool fill_random(uint8_t *buf, size_t len, unsigned flags)
 	return true;
 }
 
-void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
+static bool read_urandom(uint8_t *buf, size_t len)
 {
-	int fd;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC); /* open is not interposed */
+	bool ok = fd >= 0 && real.read(fd, buf, len) == (ssize_t)len;
 
-	if (fill_random(nonce, SDP_NONCE_SIZE, GRND_NONBLOCK) ||
-	    fill_random(nonce, SDP_NONCE_SIZE, GRND_INSECURE))
-		return;
-	fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC); /* open is not interposed */
-	if (fd >= 0 && real.read(fd, nonce, SDP_NONCE_SIZE) == SDP_NONCE_SIZE) {
-		real.close(fd);
-		return;
-	}
 	if (fd >= 0)
 		real.close(fd);
-	sdp_error("no random source for a channel nonce: %s", strerror(errno));
-	memset(nonce, 0x5a, SDP_NONCE_SIZE); /* only a peer on the TCP connection could use it */
+	return ok;
+}
+
+bool bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
+{
+	if (!sdp_tun.debug_no_random &&
+	    (fill_random(nonce, SDP_NONCE_SIZE, GRND_NONBLOCK) ||
+	     fill_random(nonce, SDP_NONCE_SIZE, GRND_INSECURE) ||
+	     read_urandom(nonce, SDP_NONCE_SIZE)))
+		return true;
+	/* A nonce anyone could guess would let anyone answer for the channel:
+	 * the caller refuses it instead.  An error once, then at info level. */
+	static atomic_bool said;
+	sdp_log_at(atomic_exchange(&said, true) ? SDP_LOG_INFO : SDP_LOG_ERROR,
+		   "no random source for a channel nonce (getrandom, /dev/urandom): %s; "
+		   "this connection stays on TCP", sdp_tun.debug_no_random ? "SDPSHIM_DEBUG_NO_RANDOM"
+									  : strerror(errno));
+	memset(nonce, 0, SDP_NONCE_SIZE);
+	return false;
 }
 
 /* ------------------------------------------------------------- helpers */

@@ -591,8 +591,12 @@ static void start_attempt(void *arg)
 		conn_put(c);
 		return;
 	}
+	if (!bind_make_nonce(c->climb.nonce_i)) {
+		conn_unlock(c); /* no attempt, and no timer for another: it stays on TCP */
+		conn_put(c);
+		return;
+	}
 	reset_channel(c);
-	bind_make_nonce(c->climb.nonce_i);
 	c->climb.step = CLIMB_DIALING;
 	c->climb.released = false;
 	conn_arm_timer(c, sdp_tun.connect_timeout_ms);
@@ -855,9 +859,13 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 		refuse_and_put(link, idx, c, SDP_REJECT_RESOURCES);
 		return;
 	}
+	if (!bind_make_nonce(c->climb.nonce_r)) {
+		conn_unlock(c);
+		refuse_and_put(link, idx, c, SDP_REJECT_RESOURCES);
+		return;
+	}
 	reset_channel(c);
 	memcpy(c->climb.nonce_i, r->nonce, SDP_NONCE_SIZE);
-	bind_make_nonce(c->climb.nonce_r);
 	if (link_stream_setup(c, link, idx) != 0 || conn_setup_tx(c, r->buf_size, r->buf_count) != 0) {
 		/* The NAK tells the client the index was never taken: it goes back
 		 * first, so that no RELEASED follows.  Still locked: no close or

@@ -231,8 +231,13 @@ static void kernel_connect_async(struct sdp_conn *c)
 void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
 			  const uint8_t nonce[SDP_NONCE_SIZE])
 {
-	int err = conn_setup_tx(c, peer_buf_size, peer_buf_count);
+	int err;
 
+	if (!bind_make_nonce(c->nonce_local)) {
+		conn_fallback(c, SDP_REASON_RESOURCES);
+		return;
+	}
+	err = conn_setup_tx(c, peer_buf_size, peer_buf_count);
 	if (err != 0) {
 		/* resources for the budget's no, and for a linked stream's (unpinned) memory */
 		conn_fallback(c, c->link ? SDP_REASON_RESOURCES : conn_setup_error_reason(err));
@@ -242,7 +247,6 @@ void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t p
 	progress_timer_cancel(&c->timer); /* bind_client_begin() bounds the rest */
 	conn_set_phase(c, CONN_TCP_CONNECTING);
 	memcpy(c->nonce_peer, nonce, SDP_NONCE_SIZE);
-	bind_make_nonce(c->nonce_local);
 	/* From here on this channel is our choice: say so before the SYN, so
 	 * the server never asks a client that gave up for a proof. */
 	tx_queue_ctrl(c, SDP_MID_COMMIT);

@@ -362,6 +362,11 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	struct rdma_conn_param param;
 	struct sdp_conn *c = pending_channel_new(l, &h->tuple, false);
 
+	if (c && !bind_make_nonce(c->nonce_local)) {
+		pending_budget_give(c);
+		conn_put(c);
+		c = NULL;
+	}
 	if (!c) {
 		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
 		return;
@@ -381,7 +386,6 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 		return;
 	}
 	conn_post_all_recvs(c);
-	bind_make_nonce(c->nonce_local);
 	ack = (struct sdp_hello_ack){ .version = SDP_WIRE_VERSION, .buf_count = c->buf_count,
 				      .buf_size = c->buf_size };
 	memcpy(ack.nonce, c->nonce_local, SDP_NONCE_SIZE);
@@ -472,6 +476,11 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		return;
 	}
 	c = pending_channel_new(l, &o->tuple, true);
+	if (c && !bind_make_nonce(c->nonce_local)) {
+		pending_budget_give(c);
+		conn_put(c);
+		c = NULL;
+	}
 	if (!c) {
 		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;
@@ -493,7 +502,6 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 			link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;
 	}
-	bind_make_nonce(c->nonce_local);
 	c->established = true; /* the link is */
 	conn_lock(c);
 	pending_insert(l, c);

@@ -231,7 +231,7 @@ void pending_on_timer(struct sdp_conn *c);
 void close_check_orphan(struct sdp_conn *c);
 
 /* bind.c: the binding handshake on the TCP connection (docs/trust.md) */
-void bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE]);
+bool bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE]);
 /* Server: accept() matched the channel (phase ATTACHING). */
 void bind_server_begin(struct sdp_conn *c);
 /* Server: the client's COMMIT arrived. */

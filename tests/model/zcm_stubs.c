@@ -462,7 +462,7 @@ void zcm_stubs_init(void)
 /* The climb (core/climb.c) dials links and builds channels: the model
  * has neither, and its switches never hold a stream (no owner). */
 struct sdp_climb_req;
-void bind_make_nonce(uint8_t nonce[16]);
+bool bind_make_nonce(uint8_t nonce[16]);
 void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code);
 void conn_release_channel(struct sdp_conn *c);
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count);
@@ -471,7 +471,11 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 int link_stream_send_kind(struct sdp_conn *c, uint8_t kind, const void *payload, uint32_t len);
 int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx);
 void link_stream_unsetup(struct sdp_conn *c);
-WEAK void bind_make_nonce(uint8_t nonce[16]) { memset(nonce, 0x5a, 16); }
+WEAK bool bind_make_nonce(uint8_t nonce[16])
+{
+	memset(nonce, 0x5a, 16);
+	return true;
+}
 WEAK void climb_refuse(struct sdp_link *link, uint16_t idx, uint8_t code) {}
 WEAK void conn_release_channel(struct sdp_conn *c) {}
 WEAK int conn_setup_tx(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count)

@@ -23,7 +23,9 @@
 #   8    a rogue listener's RELEASED for an index past the client's stream table
 #        (the client runs the ASan build: it must not write past it);
 #   9    links held without a stream: the server must not keep them (and their
-#        pinned buffers) for ever, so honest clients get a link again.
+#        pinned buffers) for ever, so honest clients get a link again;
+#   10   a process with no random source for its nonces binds nothing: a
+#        guessable nonce would let anyone answer for the channel.
 # Every data check is by SHA-256.  To show these reproduce the findings on a
 # build of the version-1 protocol (commit ad1ce48), run this file with
 # BUILD=<that build> SDPSHIM_TRUST_PROGS=<this tree's build>/tests/progs
@@ -507,4 +509,45 @@ honest_connects() {
   grep -qE '^conn 1 connect_ms=.* ok$' "$T/client.log"
   [ "$src" -eq 0 ]
   [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
+}
+
+# A process with no random source for its nonces (SDPSHIM_DEBUG_NO_RANDOM=1:
+# getrandom and /dev/urandom count as failed) must not bind a channel by a
+# nonce anyone could guess (the library once fell back to a constant): as the
+# client or as the server, per connection and on links, each connection stays
+# on TCP with the diagnostic, its echo checked, and no stream or channel opens.
+no_random_case() {   # no_random_case client|server conn|link
+  local side=$1 port src=0 crc=0 cenv=() senv=()
+  link_mode "$2"
+  if [ "$side" = client ]; then cenv=(SDPSHIM_DEBUG_NO_RANDOM=1); else senv=(SDPSHIM_DEBUG_NO_RANDOM=1); fi
+  port=$(free_port)
+  start_bg server timeout -k 5 120 env "${senv[@]}" "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 3
+  wait_port "$RXE_IP" "$port"
+  start_bg client timeout -k 5 120 env "${cenv[@]}" "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 3
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  show "client (rc=$crc): $(tail -3 "$T/client.log")" "server (rc=$src): $(tail -3 "$T/server.log")" \
+       "$(stats_lines "$STATS")"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$(grep -cE '^conn [0-9]+ connect_ms=.* ok$' "$T/client.log")" -eq 3 ]
+  grep -q 'no random source for a channel nonce' "$T/$side.log"
+  [ "$(stats_lines "$STATS" role=client comm=connects path=tcp | wc -l)" -eq 3 ]
+  [ "$(stats_lines "$STATS" path=rdma | wc -l)" -eq 0 ]
+}
+
+@test "no random source for a nonce at the client (SDPSHIM_DEBUG_NO_RANDOM): each connection stays on TCP, echo checked" {
+  no_random_case client conn
+}
+
+@test "[link] no random source for a nonce at the client: each stream stays on TCP, echo checked" {
+  no_random_case client link
+}
+
+@test "no random source for a nonce at the server: it refuses each channel, the client uses TCP, echo checked" {
+  no_random_case server conn
+}
+
+@test "[link] no random source for a nonce at the server: it refuses each OPEN, the client uses TCP, echo checked" {
+  no_random_case server link
 }
