@@ -709,6 +709,15 @@ struct sdp_conn *conn_attach_accepted(struct sdp_listener *l, int fd, const stru
 	conn_lock(c);
 	c->lsn = NULL;
 	listener_put(l);
+	if (c->phase != CONN_PENDING) {
+		/* Dropped after take_candidate() took it out of the table (the
+		 * client's disconnect or RELEASED: pending_drop() found it gone and
+		 * queued its teardown).  Attaching a dead channel reset the TCP
+		 * connection; the connection is plain TCP's instead. */
+		conn_unlock(c);
+		conn_put(c);
+		return NULL;
+	}
 	progress_timer_cancel(&c->timer);
 	c->tcp_fd = progress_dup_hidden(fd);
 	if (c->carrier_dead || c->peer_gave_up || c->tcp_fd < 0 || !setup_send_side(c)) {
