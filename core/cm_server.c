@@ -312,8 +312,8 @@ static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, str
 	return 0;
 }
 
-/* A server channel for the tuple, counted in the pending budget; NULL if
- * there is no memory or no budget left. */
+/* A server channel for the tuple, counted in the pending budget, with its
+ * nonce; NULL if there is no memory, no budget left or no random source. */
 static struct sdp_conn *pending_channel_new(struct sdp_listener *l, const struct sdp_tuple *t,
 					   bool on_link)
 {
@@ -330,6 +330,11 @@ static struct sdp_conn *pending_channel_new(struct sdp_listener *l, const struct
 			"refusing an RDMA channel for port %u: the pending budget is spent "
 			"(%s); that client uses TCP", l->port, on_link ? "SDPSHIM_PENDING_STREAMS_MAX"
 			: "SDPSHIM_PENDING_MAX/SDPSHIM_PENDING_PER_SOURCE");
+		conn_put(c);
+		return NULL;
+	}
+	if (!bind_make_nonce(c->nonce_local)) {
+		pending_budget_give(c);
 		conn_put(c);
 		return NULL;
 	}
@@ -362,11 +367,6 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	struct rdma_conn_param param;
 	struct sdp_conn *c = pending_channel_new(l, &h->tuple, false);
 
-	if (c && !bind_make_nonce(c->nonce_local)) {
-		pending_budget_give(c);
-		conn_put(c);
-		c = NULL;
-	}
 	if (!c) {
 		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
 		return;
@@ -476,11 +476,6 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		return;
 	}
 	c = pending_channel_new(l, &o->tuple, true);
-	if (c && !bind_make_nonce(c->nonce_local)) {
-		pending_budget_give(c);
-		conn_put(c);
-		c = NULL;
-	}
 	if (!c) {
 		link_answer_open(link, idx, NULL, SDP_REJECT_RESOURCES);
 		return;

@@ -24,7 +24,6 @@
 #include "preload/fork_handoff_wire.h"
 #include "preload/sock_rdma.h"
 
-
 bool handoff_claimable(const struct sdp_sock *s)
 {
 	return s->owner_pid != self_pid() && s->handoff_state && sock_is_rdma(s);

@@ -49,7 +49,6 @@ struct sharer {
 };
 
 /* This process's server (server_pid): its request socket, state bytes. */
-
 static pid_t server_pid;
 static pthread_t server_thread;     /* joinable: exit stops it (handoff_stop_server) */
 static _Atomic bool server_stopping;

@@ -427,12 +427,6 @@ static int test_close_makes_the_owed_arm(void)
 	return ok;
 }
 
-/* A peer's DisConn is acknowledged by our next message: an app that reads
- * EOF and closes or shuts down sends its own DisConn at once, and that
- * carries the ack, so no credit update goes for it (a link message fewer a
- * connection, on the app's path to EOF).  When nothing of ours goes, a
- * credit update carries the ack within 10 ms (DISCONN_ACK_DELAY_MS): a
- * closer that closed waits for it to let go of its stream. */
 /* Opens the model, where the app reads the peer's 100 bytes and then the
  * peer's DisConn arrives. */
 static int open_then_peer_disconn(void)
@@ -448,6 +442,12 @@ static int open_then_peer_disconn(void)
 	return check(r == 100, "recv returned %zd, want 100", r);
 }
 
+/* A peer's DisConn is acknowledged by our next message: an app that reads
+ * EOF and closes or shuts down sends its own DisConn at once, and that
+ * carries the ack, so no credit update goes for it (a link message fewer a
+ * connection, on the app's path to EOF).  When nothing of ours goes, a
+ * credit update carries the ack within 10 ms (DISCONN_ACK_DELAY_MS): a
+ * closer that closed waits for it to let go of its stream. */
 static int test_disconn_ack_delayed(void)
 {
 	int ok = open_then_peer_disconn(), updates;
