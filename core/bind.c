@@ -85,10 +85,8 @@ bool bind_make_nonce(uint8_t nonce[SDP_NONCE_SIZE])
  * once this deadline has passed. */
 static void bind_arm(struct sdp_conn *c, uint64_t deadline_ms)
 {
-	uint64_t now = progress_now_ms();
-
 	c->bind_deadline_ms = deadline_ms;
-	conn_arm_timer(c, deadline_ms > now ? (unsigned)(deadline_ms - now) : 0);
+	conn_arm_timer_at(c, deadline_ms);
 }
 
 static ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len)
@@ -161,7 +159,7 @@ static bool server_try_signal(struct sdp_conn *c)
 	if (n != 1)
 		return false;
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms());
+	bind_arm(c, progress_deadline_ms(bind_step_ms()));
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
 	return true;
 }
@@ -199,7 +197,7 @@ static void server_start_on_progress(void *arg)
 void bind_server_begin(struct sdp_conn *c)
 {
 	c->bind = BIND_IDLE;
-	bind_arm(c, progress_now_ms() + bind_step_ms()); /* the bound, even if the deferral fails */
+	bind_arm(c, progress_deadline_ms(bind_step_ms())); /* the bound, even if the deferral fails */
 	/* A client that committed before its SYN (the usual order) is asked
 	 * for its proof from accept() itself, a hop of the progress thread
 	 * sooner, and the TCP watch starts here: what came before it, the
@@ -320,7 +318,7 @@ static void server_on_timer(struct sdp_conn *c)
 void bind_client_begin(struct sdp_conn *c)
 {
 	const uint32_t events = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET;
-	uint64_t now = progress_now_ms();
+	uint64_t now = progress_coarse_ms(); /* a tick behind at most: the timer makes up for it */
 	/* A blocking connect's thread (no watch yet) looks first and starts
 	 * the watch after: the server's signal is usually here already
 	 * (accept() writes it), and answered now it wakes no other thread;
@@ -385,7 +383,7 @@ static void client_send_proof(struct sdp_conn *c, bool inline_oob)
 		return;
 	}
 	c->bind = BIND_SIGNALLED;
-	bind_arm(c, progress_now_ms() + bind_step_ms());
+	bind_arm(c, progress_deadline_ms(bind_step_ms()));
 	sdp_debug("bind: signal seen, proof sent (port %u)", c->tuple.src_port);
 }
 
@@ -547,7 +545,7 @@ void bind_on_timer(struct sdp_conn *c)
 	if (!binding(c))
 		return;
 	if (now < c->bind_deadline_ms) {
-		conn_arm_timer(c, (unsigned)(c->bind_deadline_ms - now)); /* an earlier meaning's */
+		conn_arm_timer_at(c, c->bind_deadline_ms); /* an earlier meaning's */
 		return;
 	}
 	if (c->is_server)

@@ -99,7 +99,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	/* Before the first rdma_cm call: the progress thread may run the whole
 	 * attempt (a non-blocking connect's kernel connect included) before
 	 * this thread continues. */
-	c->connect_deadline_ms = progress_now_ms() + p->policy->connect_timeout_ms; /* binding included */
+	c->connect_deadline_ms = progress_deadline_ms(p->policy->connect_timeout_ms); /* binding included */
 	sockaddr_to_tuple_addr(p->dst, c->tuple.dst_addr, &c->tuple.dst_port);
 	*err = ensure_bound(p->app_fd, p->dst->sa_family, &c->tuple.src_port);
 	c->tcp_fd = *err ? -1 : progress_dup_hidden(p->app_fd);

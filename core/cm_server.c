@@ -351,7 +351,7 @@ static void pending_insert(struct sdp_listener *l, struct sdp_conn *c)
 	l->pending = c;
 	l->pending_count++;
 	pthread_mutex_unlock(&l->lock);
-	c->pending_deadline_ms = progress_now_ms() + sdp_tun.pending_ttl_ms;
+	c->pending_deadline_ms = progress_deadline_ms(sdp_tun.pending_ttl_ms);
 	c->pending_check_ms = PENDING_FIRST_CHECK_MS;
 	conn_arm_timer(c, PENDING_FIRST_CHECK_MS);
 }

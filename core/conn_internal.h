@@ -289,6 +289,8 @@ void conn_on_timer(struct sdp_conn *c);
 void conn_note_post(struct sdp_conn *c);
 void conn_stall_timer_fired(void *arg);
 void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now);
+/* The same at an absolute deadline (progress_deadline_ms()'s clock). */
+void conn_arm_timer_at(struct sdp_conn *c, uint64_t at_ms);
 /* The peer's DisConn arrived on an open stream: our next message acknowledges
  * it, or a credit update does within DISCONN_ACK_DELAY_MS. */
 void conn_ack_disconn_later(struct sdp_conn *c);

@@ -42,11 +42,13 @@ uint64_t conn_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-/* A call's start, the origin of its SO_RCVTIMEO/SO_SNDTIMEO: read when
- * the call first has to wait, so a call that finds its bytes (or room)
- * at once reads no clock. */
-static uint64_t call_start(uint64_t *start_us)
+/* A call's start, the origin of its bound (SO_RCVTIMEO/SO_SNDTIMEO): read
+ * when the call first has to wait with a bound, so a call that finds its
+ * bytes (or room) at once, or waits with none, reads no clock. */
+static uint64_t call_start(uint64_t *start_us, int timeout_ms)
 {
+	if (timeout_ms < 0)
+		return 0; /* conn_wait() reads the start only under a bound */
 	if (!*start_us)
 		*start_us = conn_now_us();
 	return *start_us;
@@ -333,7 +335,8 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms, call_start(&start));
+		ssize_t z = recv_zero_copy(c, iov, iovcnt, done, flags, timeout_ms,
+					   call_start(&start, timeout_ms));
 		if (z < 0) {
 			/* Bytes that came another way meanwhile are returned first. */
 			done += take_queued(c, iov, iovcnt, done, total, flags);
@@ -351,7 +354,7 @@ ssize_t conn_recv(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		/* Not READ directly (a small buffer, say): stage it, or this
 		 * wait wakes at once for the same SrcAvail, again and again. */
 		zc_stage_kick(c);
-		int w = conn_wait(c, false, timeout_ms, call_start(&start));
+		int w = conn_wait(c, false, timeout_ms, call_start(&start, timeout_ms));
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;
@@ -439,8 +442,8 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 		const void *seg = iov_cursor(iov, iovcnt, done, &room);
 
 		if (try_zc && seg && zc_send_eligible(c, room)) {
-			ssize_t z = zc_send(c, seg, room, nb, nb ? (int)sdp_tun.zcopy_nb_wait_ms : timeout_ms,
-					    call_start(&start));
+			int zc_wait_ms = nb ? (int)sdp_tun.zcopy_nb_wait_ms : timeout_ms;
+			ssize_t z = zc_send(c, seg, room, nb, zc_wait_ms, call_start(&start, zc_wait_ms));
 
 			if (z < 0) {
 				rc = done ? (ssize_t)done : z;
@@ -472,7 +475,7 @@ ssize_t conn_send(struct sdp_conn *c, const struct iovec *iov, int iovcnt, int f
 			rc = done ? (ssize_t)done : -EAGAIN;
 			break;
 		}
-		int w = conn_wait(c, true, timeout_ms, call_start(&start));
+		int w = conn_wait(c, true, timeout_ms, call_start(&start, timeout_ms));
 		if (w < 0) {
 			rc = done ? (ssize_t)done : w;
 			break;

@@ -919,7 +919,7 @@ static void arm_idle_timer(struct sdp_link *link)
 {
 	unsigned ms = link->is_server ? sdp_tun.pending_ttl_ms : sdp_tun.link_idle_ms;
 
-	progress_timer_arm(&link->timer, progress_now_ms() + ms);
+	progress_timer_arm(&link->timer, progress_deadline_ms(ms));
 }
 
 static void stream_attach_locked(struct sdp_link *link, struct sdp_conn *c, uint16_t idx)

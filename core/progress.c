@@ -87,6 +87,15 @@ uint64_t progress_coarse_slack_ms(void)
 	return ms;
 }
 
+uint64_t progress_deadline_ms(unsigned ms_from_now)
+{
+	uint64_t coarse = progress_coarse_ms(); /* at most a tick behind the precise clock */
+
+	if (!ms_from_now)
+		return coarse;
+	return coarse + progress_coarse_slack_ms() + ms_from_now;
+}
+
 static int hidden_fd_floor_now(void)
 {
 	struct rlimit rl;

@@ -41,6 +41,10 @@ uint64_t progress_now_ms(void);
 bool progress_is_own_thread(void);
 uint64_t progress_coarse_ms(void);
 uint64_t progress_coarse_slack_ms(void);
+/* A timer's deadline ms_from_now, read without a system call (the coarse
+ * clock): never before the precise clock's now + ms_from_now, at most a
+ * tick after it; with 0, due at once. */
+uint64_t progress_deadline_ms(unsigned ms_from_now);
 
 /* At exit: waits until no channel is lingering (bounded by max_wait_ms),
  * then parks the thread outside every handler so library destructors never

@@ -17,11 +17,16 @@ static void release_held_attach(struct sdp_conn *c)
 	tx_kick(c);
 }
 
-void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now)
+void conn_arm_timer_at(struct sdp_conn *c, uint64_t at_ms)
 {
 	if (c->attach_held)
 		release_held_attach(c); /* the timer is wanted for something else */
-	progress_timer_arm(&c->timer, progress_now_ms() + ms_from_now);
+	progress_timer_arm(&c->timer, at_ms);
+}
+
+void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now)
+{
+	conn_arm_timer_at(c, progress_deadline_ms(ms_from_now));
 }
 
 /* How long the ack of a peer's DisConn may wait for a message of ours to

@@ -20,6 +20,7 @@
 #include "preload/sock.h"
 #include "preload/fork_handoff.h"
 #include "preload/sock_close.h" /* sock_close_transport() */
+#include "preload/stats_file.h"
 #include "preload/stream.h"     /* sock_stream_tcp, sock_stream_rdma */
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -201,63 +202,6 @@ static bool owes_stats_line(const struct sdp_sock *s)
 	return moved > 0 || (!s->shared_with_child && !s->from_parent);
 }
 
-/* The stats file is shared by every process of a run, so it cannot be
- * created exclusively; it must be ours (or root's, who could read our lines
- * anyway), a regular file with one link.  A file another user planted in a
- * shared directory such as /tmp would otherwise collect our connections. */
-static bool stats_file_trusted(int fd, const char *file)
-{
-	static _Atomic int warned;
-	struct stat st;
-
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
-	    (st.st_uid == geteuid() || st.st_uid == 0))
-		return true;
-	if (!warned++)
-		sdp_warn("SDPSHIM_STATS_FILE %s is not a regular file of this user (or root) with "
-			 "one link; no stats lines are written to it", file);
-	return false;
-}
-
-static void append_stats_line(const struct sdp_conn_stats *st, pid_t pid, uint64_t closed_ms)
-{
-	const char *file = getenv("SDPSHIM_STATS_FILE");
-	const char *comm = path_progname();
-	char line[2048];
-	int len, fd;
-
-	if (!file || !*file)
-		return;
-	len = stats_conn_json(st, pid, comm, closed_ms, line, sizeof(line) - 1);
-	if (len < 0)
-		return;
-	line[len++] = '\n';
-	/* Never through a symbolic link: one planted where the file would be
-	 * created would make us append to (or create) a file of its choosing. */
-	fd = (int)syscall(SYS_openat, AT_FDCWD, file,
-			  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		static _Atomic int warned;
-		int err = errno;
-
-		if (warned++)
-			return;
-		if (err == ELOOP)
-			sdp_warn("SDPSHIM_STATS_FILE %s is a symbolic link; no stats lines are "
-				 "written through it", file);
-		else
-			sdp_warn("cannot open SDPSHIM_STATS_FILE %s: %s", file, strerror(err));
-		return;
-	}
-	if (!stats_file_trusted(fd, file)) {
-		syscall(SYS_close, fd);
-		return;
-	}
-	/* One write with O_APPEND: lines from many processes never interleave. */
-	syscall(SYS_write, fd, line, (size_t)len);
-	syscall(SYS_close, fd);
-}
-
 static void count_path_locked(struct sdp_sock *s);
 
 void sock_hold(struct sdp_sock *s)
@@ -282,7 +226,7 @@ void sock_release(struct sdp_sock *s)
 static void sock_free(struct sdp_sock *s)
 {
 	if (owes_stats_line(s))
-		append_stats_line(s->st, self_pid(), stats_now_ms());
+		stats_file_append(s->st, self_pid(), stats_now_ms());
 	sock_release(s);
 }
 
@@ -324,7 +268,7 @@ static void flush_cloexec(int fd, void *obj, void *ctx)
 	(void)ctx;
 	if (flags >= 0 && (flags & FD_CLOEXEC) && atomic_load(&s->fd_refs) == 1 &&
 	    owes_stats_line(s))
-		append_stats_line(s->st, getpid(), stats_now_ms()); /* exec: as collect_channel */
+		stats_file_append(s->st, getpid(), stats_now_ms()); /* exec: as collect_channel */
 }
 
 void sock_prepare_exec(void)
@@ -504,7 +448,7 @@ static void flush_one(int fd, void *obj, void *ctx)
 		return;
 	s->exit_flushed = true;
 	if (owes_stats_line(s))
-		append_stats_line(s->st, getpid(), now);
+		stats_file_append(s->st, getpid(), now);
 }
 
 void sock_flush_all_stats(void)
@@ -545,6 +489,7 @@ void sock_close_all_rdma(void)
 void sock_atfork_prepare(void)
 {
 	sock_table_lock();
+	stats_file_atfork_prepare();
 }
 
 static void mark_shared(int fd, void *obj, void *ctx)
@@ -564,6 +509,7 @@ void sock_atfork_parent(void)
 	fdt_for_each(FDT_SOCK, mark_shared, &kept_rdma);
 	if (kept_rdma)
 		conn_forked_with_channels(); /* the child may wait on the eventfds */
+	stats_file_atfork_parent();
 	sock_table_unlock();
 }
 
@@ -629,6 +575,7 @@ void sock_atfork_child(void)
 
 	/* The table lock was taken in prepare; re-create it in the child. */
 	pthread_mutex_init(&table_lock, NULL);
+	stats_file_atfork_child();
 	pthread_mutex_lock(&table_lock);
 	memset(&proc_seg, 0, sizeof(proc_seg));
 	proc_seg_failed = false;

@@ -63,6 +63,11 @@ WEAK uint64_t progress_coarse_slack_ms(void)
 	return 0; /* the model's clock has no ticks */
 }
 
+WEAK uint64_t progress_deadline_ms(unsigned ms_from_now)
+{
+	return progress_coarse_ms() + progress_coarse_slack_ms() + ms_from_now;
+}
+
 WEAK uint64_t stats_now_ms(void)
 {
 	return (zcm.now_us + REALTIME_BASE_US) / 1000; /* the stats' wall clock */

@@ -195,6 +195,34 @@ setpriv --reuid=nobody --regid=nogroup --clear-groups \
   sh -c 'umask 0; printf "planted by nobody\n" >"$1"' sh "$seg"
 exec "$SDPSHIM_BIN" run -- python3 "$BIN/victim.py" "$T/ready" "$T/go" "$1"
 EOF
+  # conns.py N RENAME_AFTER: N connections of the process to itself, one at a
+  # time, 64 bytes each way, checked; after connection RENAME_AFTER it renames
+  # $SDPSHIM_STATS_FILE to $SDPSHIM_STATS_FILE.old (a rotation).
+  cat >"$d/conns.py" <<'EOF'
+import os, socket, sys
+n, rename_after = int(sys.argv[1]), int(sys.argv[2])
+stats = os.environ["SDPSHIM_STATS_FILE"]
+for i in range(1, n + 1):
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    c = socket.create_connection(l.getsockname())
+    s, _ = l.accept()
+    msg = os.urandom(64)
+    c.sendall(msg)
+    got = b""
+    while len(got) < 64:
+        got += s.recv(64 - len(got))
+    s.sendall(got)
+    back = b""
+    while len(back) < 64:
+        back += c.recv(64 - len(back))
+    assert back == msg, "conn %d: the bytes differ" % i
+    c.close(); s.close(); l.close()
+    if i == rename_after:
+        os.rename(stats, stats + ".old")
+print("ok", n)
+EOF
   chmod 755 "$d"/*.py "$d/victim.sh"
 }
 
@@ -406,6 +434,25 @@ print(sorted(p[\"pid\"] for p in doc[\"processes\"]))"' _ "$SDPSHIM_BIN"
     python3 "$BIN/pair.py" "$T/ready" once
   [ "$status" -eq 0 ]
   [ "$(wc -l <"$link")" -eq 2 ]
+}
+
+@test "SDPSHIM_STATS_FILE is opened once per process, and again after a rotation" {
+  command -v strace >/dev/null || skip "strace is not installed"
+  local stats=$T/stats.jsonl
+  # 6 connections, the file renamed away after the 4th: its lines stay in
+  # the renamed file (8: a client and a server line each), the last two
+  # connections' go to a new file of the same name (4), and the process
+  # opened the name twice, not once per line (12 before the file was kept).
+  SDPSHIM_STATS_FILE=$stats run run_timeout 60 strace -f -qq -e trace=openat -o "$T/strace" \
+    "$SDPSHIM_BIN" run -- python3 "$BIN/conns.py" 6 4
+  show "$output" "old: $(wc -l <"$stats.old" 2>&1) new: $(wc -l <"$stats" 2>&1)" \
+    "opens: $(grep -c "openat(AT_FDCWD, \"$stats\"" "$T/strace")"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"ok 6"* ]]
+  [ "$(wc -l <"$stats.old")" -eq 8 ]
+  [ "$(wc -l <"$stats")" -eq 4 ]
+  [ "$(grep -c '"path":"tcp"' "$stats.old")" -eq 8 ]
+  [ "$(grep -c "openat(AT_FDCWD, \"$stats\"" "$T/strace")" -eq 2 ]
 }
 
 @test "SDPSHIM_STATS_FILE planted by another user in a shared directory: one warning, nothing written" {
