@@ -2328,8 +2328,7 @@ static unsigned links_up_held(struct sdp_link **held, unsigned max)
 
 /* accept(): the links of listener l that take committed OPENs, each taken
  * in once (waiting for a poller at it: a committed OPEN may be in the
- * queue, sent before the client's SYN).  A link whose ESTABLISHED event is
- * not handled yet counts: its client sends as soon as its own came. */
+ * queue, sent before the client's SYN). */
 void link_reap_listener(struct sdp_listener *l)
 {
 	struct sdp_link *held[LINK_POLL_MAX];
@@ -2337,8 +2336,8 @@ void link_reap_listener(struct sdp_listener *l)
 
 	pthread_mutex_lock(&links_lock);
 	for (struct sdp_link *k = links; k && n < LINK_POLL_MAX; k = k->next) {
-		if (!k->is_server || k->lsn != l || !k->open_commits || k->pid != self_pid() ||
-		    (k->state != LINK_UP && k->state != LINK_CONNECTING))
+		if (!k->is_server || k->lsn != l || !k->open_commits || k->state != LINK_UP ||
+		    k->pid != self_pid())
 			continue;
 		link_get(k);
 		held[n++] = k;

@@ -407,29 +407,6 @@ open_commit_run() {
   assert_exact_bytes "$STATS"
 }
 
-@test "scale: the first connection of 20 fresh process pairs, each on a link just made: its OPEN_COMMIT is the server's before accept() looks, all on RDMA, byte-exact" {
-  # The client sends as soon as its link is ESTABLISHED, the server may
-  # not have handled its own ESTABLISHED yet when the SYN's accept() comes:
-  # accept() takes such a link in too (1 in 40 went to TCP without it).
-  local i port rc
-  for i in $(seq 1 20); do
-    port=$(free_port)
-    start_bg "fresh$i" timeout -k 5 60 "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n 1
-    bg_wait_line "fresh$i" "^listening on $port\$" 60
-    rc=0
-    run_timeout 60 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" -n 1 -b 4096 -g 60 \
-      >"$T/fresh$i.out" 2>&1 || rc=$?
-    wait_bg "fresh$i" || rc=$(( rc + 100 ))
-    [ "$rc" -eq 0 ] || { show "pair $i: rc $rc: $(cat "$T/fresh$i.out")"; return 1; }
-    grep -qx "ok 1" "$T/fresh$i.out"
-  done
-  show "$(reasons)"
-  [ "$(stats_count comm=connects role=client)" -eq 20 ]
-  [ "$(stats_count comm=connects role=server)" -eq 20 ]
-  assert_all_rdma "$STATS" connects
-  assert_exact_bytes "$STATS"
-}
-
 @test "scale: with SDPSHIM_SPIN_US a blocked reader on a link takes in the link's messages itself, byte-exact" {
   local port json
   port=$(free_port)
