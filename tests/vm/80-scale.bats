@@ -368,45 +368,6 @@ resource_bounds() {
   [ "$distinct" -le $(( 2 * QP_MAX )) ]
 }
 
-# open_commit_run FLAG N: N connect-echo-close cycles of 1 KiB, the client with
-# SDPSHIM_OPEN_COMMITS=FLAG, the server logging at debug; sets OC_COMMITTED (streams the
-# server opened committed, by OPEN_COMMIT) and OC_COMMITS (COMMIT messages it got).
-open_commit_run() {
-  local flag=$1 n=$2 port rc=0 src=0 ok
-  port=$(free_port)
-  start_bg "server$flag" env SDPSHIM_LOG=debug timeout -k 5 180 "${PRE[@]}" "$PROGS/connects" \
-    -s "$port" -a "$RXE_IP" -n "$n"
-  bg_wait_line "server$flag" "^listening on $port\$" 60
-  run_timeout 180 env SDPSHIM_OPEN_COMMITS="$flag" "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" \
-    -p "$port" -n "$n" -b 1024 -g 180 >"$T/client$flag.out" 2>&1 || rc=$?
-  [ "$rc" -eq 0 ] || kill -TERM "$(cat "$T/server$flag.pid")" 2>/dev/null || true
-  wait_bg "server$flag" || src=$?
-  ok=$(grep -cE '^conn [0-9]+ connect_ms=[0-9.]+ first_ms=[0-9.]+ bytes=1024 sha256=[0-9a-f]{64} ok$' \
-    "$T/client$flag.out" || true)
-  OC_COMMITTED=$(grep -c 'opened a committed stream on a link' "$T/server$flag.log" || true)
-  OC_COMMITS=$(grep -c 'bind: COMMIT from the client' "$T/server$flag.log" || true)
-  show "SDPSHIM_OPEN_COMMITS=$flag: client rc=$rc, $ok of $n cycles ok, $(grep -E '^phases' "$T/client$flag.out")" \
-       "server rc=$src: $OC_COMMITTED committed opens, $OC_COMMITS COMMITs; $(grep -E '^server:' "$T/server$flag.log")"
-  [ "$rc" -eq 0 ]
-  [ "$src" -eq 0 ]
-  [ "$ok" -eq "$n" ]
-  grep -qx "server: $n connections, 0 failed" "$T/server$flag.log"
-}
-
-@test "scale: a stream on a link opens and commits with one message (OPEN_COMMIT), no COMMIT follows; with SDPSHIM_OPEN_COMMITS=0 the client opens the old way; each cycle byte-exact, all on RDMA" {
-  local n=40
-  open_commit_run 1 "$n"
-  [ "$OC_COMMITTED" -eq "$n" ]
-  [ "$OC_COMMITS" -eq 0 ]
-  open_commit_run 0 "$n"
-  [ "$OC_COMMITTED" -eq 0 ]
-  [ "$OC_COMMITS" -eq "$n" ]
-  [ "$(stats_count comm=connects role=client)" -eq $(( 2 * n )) ]
-  [ "$(stats_count comm=connects role=server)" -eq $(( 2 * n )) ]
-  assert_all_rdma "$STATS" connects
-  assert_exact_bytes "$STATS"
-}
-
 @test "scale: with SDPSHIM_SPIN_US a blocked reader on a link takes in the link's messages itself, byte-exact" {
   local port json
   port=$(free_port)
