@@ -1,12 +1,11 @@
 /* Lifecycle of tracked sockets: the fd-table entries that name them, their
- * stats slots, the stats-file line written when they close, and fork. */
+ * stats slots, the stats-file line written when they close (through
+ * preload/stats_file.c), and fork. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/config.h"

@@ -32,13 +32,12 @@ static struct {
  * created exclusively; it must be ours (or root's, who could read our lines
  * anyway), a regular file with one link.  A file another user planted in a
  * shared directory such as /tmp would otherwise collect our connections. */
-static bool file_trusted(int fd, const char *file)
+static bool file_trusted(int fd, const char *file, struct stat *st)
 {
 	static _Atomic int warned;
-	struct stat st;
 
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
-	    (st.st_uid == geteuid() || st.st_uid == 0))
+	if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_nlink == 1 &&
+	    (st->st_uid == geteuid() || st->st_uid == 0))
 		return true;
 	if (!warned++)
 		sdp_warn("SDPSHIM_STATS_FILE %s is not a regular file of this user (or root) with "
@@ -46,8 +45,9 @@ static bool file_trusted(int fd, const char *file)
 	return false;
 }
 
-/* Opens and checks file; -1 (with one warning) if it will not do. */
-static int open_checked(const char *file)
+/* Opens and checks file (*st: what it is); -1 (with one warning) if it
+ * will not do. */
+static int open_checked(const char *file, struct stat *st)
 {
 	/* Never through a symbolic link: one planted where the file would be
 	 * created would make us append to (or create) a file of its choosing. */
@@ -67,7 +67,7 @@ static int open_checked(const char *file)
 		}
 		return -1;
 	}
-	if (!file_trusted(fd, file)) {
+	if (!file_trusted(fd, file, st)) {
 		syscall(SYS_close, fd);
 		return -1;
 	}
@@ -116,11 +116,11 @@ static int file_fd_locked(const char *file)
 
 	if (kept_fd_locked(file) >= 0)
 		return out.fd;
-	out.fd = open_checked(file);
+	out.fd = open_checked(file, &st);
 	if (out.fd < 0)
 		return -1;
 	out.name = strdup(file);
-	if (!out.name || fstat(out.fd, &st) != 0) {
+	if (!out.name) {
 		forget_locked(true);
 		return -1;
 	}
