@@ -37,6 +37,7 @@ STORE_FN(ack_timeout, unsigned)
 STORE_FN(debug_fail_after, int64_t)
 STORE_FN(debug_attach_delay_ms, unsigned)
 STORE_FN(debug_fail_attach, unsigned)
+STORE_FN(debug_fail_open, unsigned)
 STORE_FN(switch_timeout_ms, unsigned)
 STORE_FN(linger_ms, unsigned)
 STORE_FN(stall_ms, unsigned)
@@ -69,6 +70,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_DEBUG_FAIL_AFTER", 0, INT64_C(1) << 50, 0, store_debug_fail_after },
 	{ "SDPSHIM_DEBUG_ATTACH_DELAY_MS", 0, 60000, 0, store_debug_attach_delay_ms },
 	{ "SDPSHIM_DEBUG_FAIL_ATTACH", 0, 1, 0, store_debug_fail_attach },
+	{ "SDPSHIM_DEBUG_FAIL_OPEN", 0, 1000000, 0, store_debug_fail_open },
 	{ "SDPSHIM_SWITCH_TIMEOUT_MS", 10, 600000, 10000, store_switch_timeout_ms },
 	{ "SDPSHIM_LINGER_MS", 0, 3600000, 30000, store_linger_ms },
 	{ "SDPSHIM_STALL_MS", 0, 3600000, 30000, store_stall_ms },

@@ -21,6 +21,8 @@ struct sdp_tunables {
 	int64_t  debug_fail_after;   /* SDPSHIM_DEBUG_FAIL_AFTER: tests only, fail the QP after N bytes */
 	unsigned debug_attach_delay_ms; /* SDPSHIM_DEBUG_ATTACH_DELAY_MS: tests only, hold a server's ATTACH */
 	unsigned debug_fail_attach;  /* SDPSHIM_DEBUG_FAIL_ATTACH: tests only, fail the QP as ATTACH is posted */
+	unsigned debug_fail_open;    /* SDPSHIM_DEBUG_FAIL_OPEN: tests only, fail the link as this
+				      * process's Nth OPEN on a link is posted (core/link.c) */
 	unsigned switch_timeout_ms;  /* SDPSHIM_SWITCH_TIMEOUT_MS: bound on a move to TCP before fork/exec */
 	unsigned linger_ms;          /* SDPSHIM_LINGER_MS: background flush bound after close */
 	unsigned stall_ms;           /* SDPSHIM_STALL_MS: send queue without a completion = failed, 0 = never */

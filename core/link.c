@@ -207,6 +207,7 @@ static void stats_close(struct sdp_link *link)
 }
 
 static _Atomic unsigned arms_owed; /* links with arm_owed set */
+static _Atomic unsigned opens_sent; /* SDPSHIM_DEBUG_FAIL_OPEN counts them (tests only) */
 #define LINK_POLL_MAX 64u     /* links a busy-poll spin polls (link_poll_all) */
 
 static void link_free(struct sdp_link *link)
@@ -1173,8 +1174,12 @@ static int free_index_locked(struct sdp_link *link)
 	return -1;
 }
 
-/* c locked, its rings set up. */
-static void send_open(struct sdp_link *link, struct sdp_conn *c)
+/* c locked, its rings set up.  Returns why the OPEN could not go, or
+ * SDP_REASON_NONE.  The caller falls back: the connecting thread, which
+ * holds its socket's lock, ends the attempt before the socket adopts it
+ * (a fallback here would deliver its event to that socket, whose lock it
+ * then waits for). */
+static enum sdp_reason send_open(struct sdp_link *link, struct sdp_conn *c)
 {
 	struct sdp_open o = { .tuple = c->tuple, .buf_count = c->buf_count, .buf_size = c->buf_size,
 			      .rdv_port = rdv_port() };
@@ -1183,16 +1188,22 @@ static void send_open(struct sdp_link *link, struct sdp_conn *c)
 	if (c->phase == CONN_HELD && !c->link_open_sent && c->link == link) {
 		/* Only a REQ sent makes the index the server's to release. */
 		c->link_open_sent = climb_send_req(c);
-		return;
+		return SDP_REASON_NONE;
 	}
 	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)
-		return;
+		return SDP_REASON_NONE;
 	c->link_open_sent = true;
 	memcpy(o.tuple.src_addr, link->local_addr, 16);
 	c->tuple = o.tuple;
 	sdp_open_to_wire(&o, payload);
+	if (sdp_tun.debug_fail_open && ++opens_sent == sdp_tun.debug_fail_open) {
+		sdp_warn("SDPSHIM_DEBUG_FAIL_OPEN: failing the link as OPEN %u is posted",
+			 sdp_tun.debug_fail_open);
+		link_fail(link, "SDPSHIM_DEBUG_FAIL_OPEN");
+	}
 	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0)
-		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
+		return SDP_REASON_RDMA_CM_ERROR;
+	return SDP_REASON_NONE;
 }
 
 static int start_connect(struct sdp_link *link, const struct sockaddr *dst)
@@ -1285,13 +1296,15 @@ int link_client_open(struct sdp_conn *c, const struct sockaddr *dst, socklen_t d
 		}
 	}
 	if (rc == 0 && up) {
+		enum sdp_reason why = SDP_REASON_RESOURCES;
+
 		conn_lock(c);
 		rc = stream_rings(c, link);
-		if (rc == 0)
-			send_open(link, c);
+		if (rc == 0 && (why = send_open(link, c)) != SDP_REASON_NONE)
+			rc = -EIO; /* not started: conn_connect_start() ends it */
 		conn_unlock(c);
 		if (rc)
-			*reason = SDP_REASON_RESOURCES;
+			*reason = why;
 	}
 	link_put(link);
 	return rc;
@@ -1355,10 +1368,11 @@ static void open_waiting_streams(struct sdp_link *link)
 		conn_lock(c);
 		if ((c->phase == CONN_RESOLVING || c->phase == CONN_HELD) && c->link == link &&
 		    !c->link_open_sent) {
-			if (stream_rings(c, link) != 0)
-				conn_fallback(c, SDP_REASON_RESOURCES);
-			else
-				send_open(link, c);
+			enum sdp_reason why = stream_rings(c, link) != 0 ? SDP_REASON_RESOURCES
+									 : send_open(link, c);
+
+			if (why != SDP_REASON_NONE)
+				conn_fallback(c, why);
 		}
 		conn_unlock(c);
 		conn_put(c);
@@ -1635,21 +1649,41 @@ static void on_open(struct sdp_link *link, uint16_t idx, const uint8_t *payload,
 	cm_server_open_stream(link->lsn, link, idx, &o, (const struct sockaddr *)&link->peer);
 }
 
+/* An answer to an OPEN of c (locked; unlocked and put here) that no longer
+ * waits for one.  A stream that gave up first (its connect's bound, a
+ * kernel connect that failed) is still slotted until its teardown runs:
+ * the answer is stale, its RELEASED is on its way, and a refusal says the
+ * index was never the server's.  Any other stream was answered twice. */
+static void open_answer_unasked(struct sdp_link *link, struct sdp_conn *c, const struct sdp_lh *lh)
+{
+	bool gave_up = c->phase == CONN_FALLBACK || c->phase == CONN_DRAINING || c->phase == CONN_DEAD;
+	bool twice = c->link == link && !gave_up;
+
+	if (c->link == link && gave_up && lh->kind == SDP_LINK_OPEN_NAK) {
+		pthread_mutex_lock(&link->lock);
+		link->peer_holds[lh->stream] = 0;
+		pthread_mutex_unlock(&link->lock);
+	}
+	conn_unlock(c);
+	conn_put(c);
+	if (twice)
+		protocol_violation(link, "OPEN answered twice");
+}
+
 static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const uint8_t *payload)
 {
 	struct sdp_conn *c;
 
 	pthread_mutex_lock(&link->lock);
 	c = stream_ref(link, lh->stream);
+	if (!c && lh->kind == SDP_LINK_OPEN_NAK && lh->stream < link->streams_max)
+		link->peer_holds[lh->stream] = 0; /* the server never took it */
 	pthread_mutex_unlock(&link->lock);
 	if (!c)
 		return; /* the stream gave up meanwhile; its RELEASED frees the server's */
 	conn_lock(c);
 	if (c->link != link || c->phase != CONN_RESOLVING) {
-		conn_unlock(c);
-		conn_put(c);
-		if (c->link == link)
-			protocol_violation(link, "OPEN answered twice");
+		open_answer_unasked(link, c, lh);
 		return;
 	}
 	if (lh->kind == SDP_LINK_OPEN_NAK) {

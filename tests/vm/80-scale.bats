@@ -368,6 +368,61 @@ resource_bounds() {
   [ "$distinct" -le $(( 2 * QP_MAX )) ]
 }
 
+# A link that fails as a connect posts its OPEN (SDPSHIM_DEBUG_FAIL_OPEN=2: the
+# client's second OPEN) fails inside the app's connect(), which holds its
+# socket's lock: that connect must go on on TCP with the reason, not deliver a
+# fallback event to its own socket and wait for that lock for ever.  Blocking
+# connects (connects), then non-blocking ones driven by epoll (manyconn -j 1).
+@test "scale: the link fails as a connect posts its OPEN: that connect goes on on TCP (rdma_cm_error), no call hangs, every byte checked" {
+  local port rc=0 src=0 erc=0 ok ref got n=6
+  port=$(free_port)
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n 4
+  bg_wait_line server "^listening on $port\$" 60
+  run_timeout 90 env SDPSHIM_DEBUG_FAIL_OPEN=2 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" \
+    -p "$port" -n 4 -b 4096 -g 80 >"$T/client.out" 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] || kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || src=$?
+  ok=$(grep -cE '^conn [0-9]+ connect_ms=[0-9.]+ first_ms=[0-9.]+ bytes=4096 sha256=[0-9a-f]{64} ok$' "$T/client.out" || true)
+  show "connects (rc=$rc): $ok cycles ok; $(grep -E 'FAIL|DEBUG_FAIL_OPEN' "$T/client.out")" \
+       "server (rc=$src): $(tail -2 "$T/server.log" | tr '\n' ';')" "$(reasons)"
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$ok" -eq 4 ]
+  grep -q 'SDPSHIM_DEBUG_FAIL_OPEN: failing the link as OPEN 2 is posted' "$T/client.out"
+  [ "$(stats_count comm=connects role=client)" -eq 4 ]
+  [ "$(stats_count comm=connects role=client path=tcp reason=rdma_cm_error)" -eq 1 ]
+  # The cycles before and after it ran on RDMA (after it, on a new link).
+  [ "$(stats_count comm=connects role=client path=rdma)" -eq 3 ]
+  assert_exact_bytes "$STATS"
+
+  : >"$STATS"
+  ref=$("$PROGS/manyconn" -R -n "$n" -b "$ECHO_BYTES" | sed -nE 's/^reference [0-9]+ sha256=([0-9a-f]{64})$/\1/p')
+  port=$(free_port)
+  start_bg evecho timeout -k 5 120 "${PRE[@]}" "$PROGS/evecho" -s "$port" -a "$RXE_IP" -w 4096
+  bg_wait_line evecho '^listening ' 60
+  rc=0
+  run_timeout 90 env SDPSHIM_DEBUG_FAIL_OPEN=2 "${PRE[@]}" "$PROGS/manyconn" -c "$RXE_IP" \
+    -p "$port" -n "$n" -b "$ECHO_BYTES" -j 1 -g 80 >"$T/many.out" 2>&1 || rc=$?
+  wait_count "$T/evecho.log" '^close conn=' "$n" 30 || true
+  kill -TERM "$(cat "$T/evecho.pid")" 2>/dev/null || true
+  wait_bg evecho || erc=$?
+  got=$(sed -nE 's/^verified [0-9]+ sha256=([0-9a-f]{64})$/\1/p' "$T/many.out")
+  show "manyconn -n $n -j 1 (rc=$rc): $(tr '\n' ';' <"$T/many.out")" \
+       "evecho (rc=$erc): $(grep -Ev '^(accept|close) ' "$T/evecho.log" | tr '\n' ';')" "$(reasons)"
+  [ "$rc" -eq 0 ]
+  [ "$erc" -eq 0 ]
+  [ -n "$ref" ]
+  [ "$got" = "$ref" ]
+  grep -qx "ok $n" "$T/many.out"
+  grep -q 'SDPSHIM_DEBUG_FAIL_OPEN: failing the link as OPEN 2 is posted' "$T/many.out"
+  grep -Eq "^totals conns=$n open=0 in=$(( n * ECHO_BYTES )) out=$(( n * ECHO_BYTES )) " "$T/evecho.log"
+  [ "$(stats_count comm=manyconn role=client)" -eq "$n" ]
+  [ "$(stats_count comm=manyconn role=client path=tcp reason=rdma_cm_error)" -eq 1 ]
+  # The first one moved off the failed link; the four after it opened on a new one.
+  [ "$(stats_count comm=manyconn role=client path=rdma)" -ge $(( n - 2 )) ]
+  assert_exact_bytes "$STATS"
+}
+
 @test "scale: with SDPSHIM_SPIN_US a blocked reader on a link takes in the link's messages itself, byte-exact" {
   local port json
   port=$(free_port)
