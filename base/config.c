@@ -47,6 +47,7 @@ STORE_FN(pending_per_source, unsigned)
 STORE_FN(stats_slots, unsigned)
 STORE_FN(pending_streams_max, unsigned)
 STORE_FN(links, unsigned)
+STORE_FN(open_commits, unsigned)
 STORE_FN(link_bufs, unsigned)
 STORE_FN(link_streams, unsigned)
 STORE_FN(link_max, unsigned)
@@ -80,6 +81,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_STATS_SLOTS", 16, 1 << 20, 65536, store_stats_slots },
 	{ "SDPSHIM_PENDING_STREAMS_MAX", 2, 1 << 20, 8192, store_pending_streams_max },
 	{ "SDPSHIM_LINKS", 0, 1, 1, store_links },
+	{ "SDPSHIM_OPEN_COMMITS", 0, 1, 1, store_open_commits },
 	{ "SDPSHIM_LINK_BUFS", 8, 1024, 64, store_link_bufs },
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },

@@ -32,6 +32,7 @@ struct sdp_tunables {
 	unsigned stats_slots;        /* SDPSHIM_STATS_SLOTS: connections visible to sdpshim stat */
 	unsigned pending_streams_max; /* SDPSHIM_PENDING_STREAMS_MAX: ... streams on links */
 	unsigned links;              /* SDPSHIM_LINKS: streams share a link per peer (1) or not (0) */
+	unsigned open_commits;       /* SDPSHIM_OPEN_COMMITS: a linked stream's OPEN commits (1) */
 	unsigned link_bufs;          /* SDPSHIM_LINK_BUFS: receive buffers (and send slots) per link */
 	unsigned link_streams;       /* SDPSHIM_LINK_STREAMS: streams per link */
 	unsigned link_max;           /* SDPSHIM_LINK_MAX: links (QPs) per process */

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <string.h>
 
 #include "base/config.h"
@@ -96,6 +97,7 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	c->st = p->st;
 	conn_publish_phase(c);
 	c->async_connect = p->async;
+	c->answer_first = p->answer_first;
 	/* Before the first rdma_cm call: the progress thread may run the whole
 	 * attempt (a non-blocking connect's kernel connect included) before
 	 * this thread continues. */
@@ -141,6 +143,11 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	return c;
 }
 
+/* How many times a connect polls its link for its committed OPEN's
+ * completion before the SYN goes anyway (each poll takes the link's
+ * completions in, then yields). */
+#define OPEN_DELIVERY_POLLS 200
+
 enum conn_phase conn_wait_resolved(struct sdp_conn *c)
 {
 	enum conn_phase phase;
@@ -151,6 +158,14 @@ enum conn_phase conn_wait_resolved(struct sdp_conn *c)
 	phase = c->phase;
 	conn_unlock(c);
 	return phase;
+}
+
+void conn_wait_answered(struct sdp_conn *c)
+{
+	conn_lock(c);
+	while (c->phase == CONN_TCP_CONNECTING && c->open_unanswered)
+		conn_cond_wait_counted(c, NULL); /* bounded by the connect timer */
+	conn_unlock(c);
 }
 
 bool conn_connect_in_progress(struct sdp_conn *c)
@@ -167,7 +182,9 @@ void conn_tcp_connected(struct sdp_conn *c, int rc)
 {
 	conn_lock(c);
 	if (c->phase == CONN_TCP_CONNECTING) {
-		if (rc == 0) {
+		if (rc == 0 && c->open_unanswered) {
+			c->tcp_connected_early = true; /* the binding begins with the answer */
+		} else if (rc == 0) {
 			bind_client_begin(c);
 		} else {
 			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
@@ -226,14 +243,90 @@ static void kernel_connect_async(struct sdp_conn *c)
 	conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 }
 
+void conn_wait_open_delivered(struct sdp_conn *c)
+{
+	struct sdp_link *link;
+	uint64_t seq;
+
+	conn_lock(c);
+	seq = c->open_send_seq;
+	link = seq && c->phase == CONN_TCP_CONNECTING ? link_hold(c) : NULL;
+	conn_unlock(c);
+	if (!link)
+		return;
+	/* Under rxe the send completes inside its post; on hardware within
+	 * microseconds.  The SYN waits a bounded while, then goes anyway. */
+	for (unsigned i = 0; i < OPEN_DELIVERY_POLLS && !link_open_delivered(link, seq); i++)
+		sched_yield();
+	link_release_held(link);
+}
+
+/* A non-blocking connect's kernel connect after a committed OPEN (c
+ * locked): a failure shows as EPOLLERR or EPOLLHUP to the watch, and
+ * on_connect_done() judges it, never the caller. */
+static void kernel_connect_watched(struct sdp_conn *c)
+{
+	(void)real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
+	tcp_watch_start(c, EPOLLOUT | EPOLLERR | EPOLLHUP);
+}
+
+static void connect_committed_on_progress(void *arg)
+{
+	struct sdp_conn *c = arg;
+
+	conn_wait_open_delivered(c);
+	conn_lock(c);
+	if (c->phase == CONN_TCP_CONNECTING)
+		kernel_connect_watched(c);
+	conn_unlock(c);
+	conn_put(c);
+}
+
+void client_stream_open_committed(struct sdp_conn *c)
+{
+	c->open_unanswered = true; /* the connect's bound (c->timer) stays until the answer */
+	conn_set_phase(c, CONN_TCP_CONNECTING);
+	pthread_cond_broadcast(&c->cond); /* a blocking connect() goes on to the kernel's */
+	if (!c->async_connect)
+		return;
+	/* Maybe in the app's connect(), which holds its socket's lock, and c is
+	 * locked: the kernel connect goes from the progress thread, once the
+	 * OPEN was delivered. */
+	conn_get(c);
+	if (progress_defer(connect_committed_on_progress, c) != 0) {
+		conn_put(c);
+		kernel_connect_watched(c); /* the OPEN may race the SYN then */
+	}
+}
+
+bool client_stream_awaits_answer(const struct sdp_conn *c)
+{
+	return c->phase == CONN_RESOLVING || (c->phase == CONN_TCP_CONNECTING && c->open_unanswered);
+}
+
+/* The answer to a committed OPEN: the stream's send side, the server's
+ * nonce for the proof, and the binding if the kernel connect is done. */
+static void committed_stream_answered(struct sdp_conn *c)
+{
+	c->open_unanswered = false;
+	pthread_cond_broadcast(&c->cond);
+	if (!c->tcp_connected_early)
+		return; /* conn_tcp_connected() or on_connect_done() begins it */
+	bind_client_begin(c);
+	if (c->async_connect)
+		conn_signal_owner(c, CONN_EV_STATE); /* as on_connect_done() does */
+}
+
 /* The server took the channel (HelloAck, or a linked stream's OPEN_ACK):
- * commit to it, then connect the kernel socket. */
+ * commit to it, then connect the kernel socket.  A committed OPEN did
+ * both already. */
 void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
 			  const uint8_t nonce[SDP_NONCE_SIZE])
 {
+	bool early = c->open_unanswered; /* its kernel connect went before the answer */
 	int err;
 
-	if (!bind_make_nonce(c->nonce_local)) {
+	if (!c->open_committed && !bind_make_nonce(c->nonce_local)) {
 		conn_fallback(c, SDP_REASON_RESOURCES);
 		return;
 	}
@@ -245,12 +338,19 @@ void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t p
 	}
 	c->established = true;
 	progress_timer_cancel(&c->timer); /* bind_client_begin() bounds the rest */
-	conn_set_phase(c, CONN_TCP_CONNECTING);
 	memcpy(c->nonce_peer, nonce, SDP_NONCE_SIZE);
+	if (early) {
+		committed_stream_answered(c);
+		return;
+	}
+	conn_set_phase(c, CONN_TCP_CONNECTING);
 	/* From here on this channel is our choice: say so before the SYN, so
-	 * the server never asks a client that gave up for a proof. */
-	tx_queue_ctrl(c, SDP_MID_COMMIT);
-	tx_kick(c);
+	 * the server never asks a client that gave up for a proof (a
+	 * committed OPEN that waited in the link's queue said so already). */
+	if (!c->open_committed) {
+		tx_queue_ctrl(c, SDP_MID_COMMIT);
+		tx_kick(c);
+	}
 	pthread_cond_broadcast(&c->cond);
 	if (c->async_connect)
 		kernel_connect_async(c);

@@ -453,7 +453,8 @@ void cm_listener_event(struct sdp_listener *l, struct rdma_cm_event *ev)
  * listener's port and the link's own peer address), then a pending
  * channel that answers with its nonce. */
 void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16_t idx,
-			   const struct sdp_open *o, const struct sockaddr *peer)
+			   const struct sdp_open *o, const struct sockaddr *peer,
+			   const uint8_t *client_nonce)
 {
 	struct sdp_conn *c;
 	int err;
@@ -498,11 +499,15 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		return;
 	}
 	c->established = true; /* the link is */
+	if (client_nonce) { /* OPEN_COMMIT: the COMMIT came with it */
+		c->committed = true;
+		memcpy(c->nonce_peer, client_nonce, SDP_NONCE_SIZE);
+	}
 	conn_lock(c);
 	pending_insert(l, c);
 	link_answer_open(link, idx, c, 0);
 	conn_unlock(c);
-	sdp_debug("opened a stream on a link for port %u", l->port);
+	sdp_debug("opened a %sstream on a link for port %u", client_nonce ? "committed " : "", l->port);
 }
 
 void conn_stream_lost(struct sdp_conn *c, enum sdp_reason unopened, const char *why)
@@ -511,7 +516,7 @@ void conn_stream_lost(struct sdp_conn *c, enum sdp_reason unopened, const char *
 		c->carrier_why = why;
 	if (c->is_server && c->phase == CONN_PENDING)
 		pending_drop(c); /* out of the listener's table first */
-	else if (!c->is_server && c->phase == CONN_RESOLVING)
+	else if (!c->is_server && client_stream_awaits_answer(c))
 		conn_fallback(c, unopened);
 	else
 		close_ev_carrier_failed(c, ECONNRESET, why);
@@ -678,6 +683,27 @@ static struct sdp_conn *take_candidate(struct sdp_listener *l, const struct sdp_
 	}
 	pthread_mutex_unlock(&l->lock);
 	return best;
+}
+
+static bool pending_names(struct sdp_listener *l, const struct sdp_tuple *t)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&l->lock);
+	for (struct sdp_conn *c = l->pending; c && !found; c = c->pend_next)
+		found = tuple_equal(&c->tuple, t);
+	pthread_mutex_unlock(&l->lock);
+	return found;
+}
+
+void conn_accept_prepare(struct sdp_listener *l, const struct sockaddr *local,
+			 const struct sockaddr *peer)
+{
+	struct sdp_tuple t;
+
+	tuple_of_accepted(local, peer, &t);
+	if (!pending_names(l, &t))
+		link_reap_listener(l);
 }
 
 /* The send slots, sized now that a socket claims the channel. */

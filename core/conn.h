@@ -78,6 +78,9 @@ struct conn_connect_params {
 	int app_fd;                /* the app's socket; conn keeps its own dup */
 	const struct sdp_policy *policy; /* copied */
 	bool async;                /* non-blocking connect: the kernel connect is ours */
+	/* The server's answer before the kernel connect (a rule that requires
+	 * RDMA refuses the connect instead of connecting TCP): no committed OPEN. */
+	bool answer_first;
 	void *owner;
 	const struct conn_owner_ops *owner_ops;
 	struct sdp_conn_stats *st;
@@ -95,6 +98,14 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 /* Blocks until the RDMA attempt leaves RESOLVING (bounded by its timeout).
  * Returns the phase it reached. */
 enum conn_phase conn_wait_resolved(struct sdp_conn *c);
+/* A blocking connect() whose stream's OPEN committed (the kernel connect
+ * did not wait for the server's answer): waits for the answer, or the
+ * fallback, once the kernel connect is done. */
+void conn_wait_answered(struct sdp_conn *c);
+/* Before the kernel connect of a stream whose OPEN committed (no lock
+ * held): waits, bounded, until the OPEN's send completed, so the server
+ * holds it before the SYN. */
+void conn_wait_open_delivered(struct sdp_conn *c);
 /* The app thread's blocking kernel connect finished: rc 0 or -errno. */
 void conn_tcp_connected(struct sdp_conn *c, int rc);
 /* True while the RDMA phase or the kernel connect is still in flight
@@ -102,6 +113,12 @@ void conn_tcp_connected(struct sdp_conn *c, int rc);
 bool conn_connect_in_progress(struct sdp_conn *c);
 
 /* ---- server ---- */
+/* Before conn_attach_accepted (no socket lock held): if no pending channel
+ * names the accepted connection, the listener's links are taken in once.
+ * A client's committed OPEN goes before its SYN, but the progress thread
+ * may not have taken it in yet. */
+void conn_accept_prepare(struct sdp_listener *lsn, const struct sockaddr *local,
+			 const struct sockaddr *peer);
 /* Looks up and attaches the channel of an accepted TCP connection.
  * Returns the conn (phase ATTACHING/OPEN) or NULL. */
 struct sdp_conn *conn_attach_accepted(struct sdp_listener *lsn, int fd,

@@ -258,8 +258,10 @@ void pending_drop(struct sdp_conn *c);
  * from peer; answered on the link (OPEN_ACK with a pending channel, or
  * OPEN_NAK with the reason). */
 struct sdp_open;
+/* client_nonce: a committed OPEN's (OPEN_COMMIT), else NULL. */
 void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16_t idx,
-			   const struct sdp_open *o, const struct sockaddr *peer);
+			   const struct sdp_open *o, const struct sockaddr *peer,
+			   const uint8_t *client_nonce);
 /* cm_server.c: rejects a connect request that has no channel. */
 void cm_reject_request(struct rdma_cm_id *id, uint8_t code);
 /* A linked stream lost its carrier (the peer's RELEASED, or its link
@@ -271,6 +273,11 @@ void conn_stream_lost(struct sdp_conn *c, enum sdp_reason unopened, const char *
 void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t peer_buf_count,
 			  const uint8_t nonce[SDP_NONCE_SIZE]);
 void client_stream_refused(struct sdp_conn *c, uint8_t code);
+/* cm_client.c: a committed OPEN went out: the kernel connect goes ahead,
+ * and the answer is awaited in CONN_TCP_CONNECTING. */
+void client_stream_open_committed(struct sdp_conn *c);
+/* Does c wait for the server's answer to its OPEN? */
+bool client_stream_awaits_answer(const struct sdp_conn *c);
 /* The fallback reason for a server's reject code (0: no sdpshim there),
  * and for a REJECTED event's private data. */
 enum sdp_reason cm_reject_reason(uint8_t code);

@@ -260,6 +260,13 @@ struct sdp_conn {
 	bool link_stopped;        /* its traffic on the link ended (qp_force_error) */
 	bool link_fenced;         /* its resources are going: the link hands it nothing more */
 	bool link_open_sent;      /* client: its OPEN went on the link */
+	/* client, a committed OPEN (OPEN_COMMIT): in CONN_TCP_CONNECTING, the
+	 * server has not answered yet; the kernel connect finished first. */
+	bool open_unanswered;
+	bool tcp_connected_early;
+	bool open_committed;      /* client: its OPEN was an OPEN_COMMIT (it carried the nonce) */
+	bool answer_first;        /* client: never a committed OPEN (conn_connect_params) */
+	uint64_t open_send_seq;   /* client: the committed OPEN's send number on its link, 0: none */
 	uint8_t **rx_heap;
 	uint8_t **tx_heap;
 	uint8_t *ctrl_mem;        /* where control messages are built (CTRL_SLOTS of them) */

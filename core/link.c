@@ -95,6 +95,10 @@ struct sdp_link {
 	uint32_t max_inline;
 	uint32_t sq_depth;
 	bool peer_solicits;    /* its Hello: every message of the peer's asks for an event */
+	bool open_commits;     /* both Hellos: a stream may open with OPEN_COMMIT */
+	/* Sends posted and completed (link lock): an RC queue completes them
+	 * in order, so a send is delivered once sends_done reaches its number. */
+	uint64_t sends_posted, sends_done;
 	_Atomic bool arm_owed; /* an event left the CQ unarmed for a spinner (set: poll lock) */
 	/* Non-blocking calls that took the CQ in (a recv(MSG_DONTWAIT) loop):
 	 * how many, and the sleep epoch of the last (app_wake.c).  The mark is
@@ -465,6 +469,8 @@ static int post_send_wr(struct sdp_link *link, struct ibv_send_wr *wr)
 	SDP_GUARD_LEAVE();
 	if (rc)
 		sdp_warn("ibv_post_send on a link failed: %s", strerror(rc));
+	else
+		link->sends_posted++;
 	return rc;
 }
 
@@ -1174,6 +1180,42 @@ static int free_index_locked(struct sdp_link *link)
 	return -1;
 }
 
+/* An OPEN that commits: the client's nonce goes with it (as in COMMIT),
+ * and the kernel connect goes ahead without waiting for the answer. */
+static enum sdp_reason send_open_commit(struct sdp_link *link, struct sdp_conn *c,
+					const struct sdp_open *o)
+{
+	uint8_t payload[sizeof(struct sdp_open_commit_wire)];
+
+	bool queued;
+	uint64_t seq;
+
+	if (!bind_make_nonce(c->nonce_local))
+		return SDP_REASON_RESOURCES; /* nothing sent: the index was never the server's */
+	c->link_open_sent = true;
+	c->open_committed = true;
+	sdp_open_commit_to_wire(o, c->nonce_local, payload);
+	if (send_link_msg(link, SDP_LINK_OPEN_COMMIT, c->link_idx, payload, sizeof(payload)) != 0)
+		return SDP_REASON_RDMA_CM_ERROR;
+	/* Posted at once, it is the last one posted (or before it): the SYN
+	 * waits for that send's completion.  Queued behind other messages (the
+	 * link's credits are out, as in a burst of connects), its number is
+	 * not known yet, and nothing would hold the SYN back: the stream stays
+	 * in RESOLVING and its kernel connect waits for the answer, as after a
+	 * plain OPEN (it is committed already, so no COMMIT follows). */
+	pthread_mutex_lock(&link->lock);
+	queued = link->jobs != NULL;
+	seq = link->sends_posted;
+	pthread_mutex_unlock(&link->lock);
+	if (queued) {
+		sdp_debug("a committed OPEN waits in the link's queue: the SYN waits for its answer");
+		return SDP_REASON_NONE;
+	}
+	c->open_send_seq = seq;
+	client_stream_open_committed(c);
+	return SDP_REASON_NONE;
+}
+
 /* c locked, its rings set up.  Returns why the OPEN could not go, or
  * SDP_REASON_NONE.  The caller falls back: the connecting thread, which
  * holds its socket's lock, ends the attempt before the socket adopts it
@@ -1192,15 +1234,17 @@ static enum sdp_reason send_open(struct sdp_link *link, struct sdp_conn *c)
 	}
 	if (c->link_open_sent || c->phase != CONN_RESOLVING || c->link != link)
 		return SDP_REASON_NONE;
-	c->link_open_sent = true;
 	memcpy(o.tuple.src_addr, link->local_addr, 16);
 	c->tuple = o.tuple;
-	sdp_open_to_wire(&o, payload);
 	if (sdp_tun.debug_fail_open && ++opens_sent == sdp_tun.debug_fail_open) {
 		sdp_warn("SDPSHIM_DEBUG_FAIL_OPEN: failing the link as OPEN %u is posted",
 			 sdp_tun.debug_fail_open);
 		link_fail(link, "SDPSHIM_DEBUG_FAIL_OPEN");
 	}
+	if (link->open_commits && !c->answer_first)
+		return send_open_commit(link, c, &o);
+	c->link_open_sent = true;
+	sdp_open_to_wire(&o, payload);
 	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0)
 		return SDP_REASON_RDMA_CM_ERROR;
 	return SDP_REASON_NONE;
@@ -1333,6 +1377,9 @@ static void on_route_resolved(struct sdp_link *link)
 	uint16_t port;
 	int err = setup_receive(link, link->cm_id);
 
+	if (sdp_tun.open_commits)
+		h.flags |= SDP_HELLO_FLAG_OPEN_COMMITS;
+
 	if (err) {
 		link_setup_failed(link, err);
 		return;
@@ -1405,6 +1452,9 @@ static void on_established(struct sdp_link *link, struct rdma_cm_event *ev)
 			return;
 		}
 		link->peer_solicits = (ack.flags & SDP_HELLO_FLAG_SOLICITED) != 0;
+		/* A server of an older build knows no such flag, and says so by
+		 * refusing the Hello; one that leaves it out does not take them. */
+		link->open_commits = sdp_tun.open_commits && (ack.flags & SDP_HELLO_FLAG_OPEN_COMMITS);
 	}
 	app_wake_sweep_start(); /* what no event announces is taken in within a second */
 	pthread_mutex_lock(&link->lock);
@@ -1541,7 +1591,8 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 {
 	struct sdp_hello_ack_wire ack_wire;
 	struct sdp_hello_ack ack = { .version = SDP_WIRE_VERSION,
-				     .flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED };
+				     .flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED |
+					      SDP_HELLO_FLAG_OPEN_COMMITS };
 	struct rdma_conn_param param;
 	struct sdp_link *link = NULL;
 	int err = -ENOBUFS;
@@ -1566,6 +1617,9 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 		link->peer_solicits = (h->flags & SDP_HELLO_FLAG_SOLICITED) != 0;
 		if (!link->peer_solicits) /* a client of an older build: a HelloAck it accepts */
 			ack.flags &= (uint8_t)~SDP_HELLO_FLAG_SOLICITED;
+		link->open_commits = (h->flags & SDP_HELLO_FLAG_OPEN_COMMITS) != 0;
+		if (!link->open_commits) /* the same */
+			ack.flags &= (uint8_t)~SDP_HELLO_FLAG_OPEN_COMMITS;
 		err = setup_receive(link, ev->id);
 		if (!err)
 			err = setup_send(link, h->buf_size, h->buf_count);
@@ -1635,10 +1689,14 @@ static struct sdp_conn *stream_ref(struct sdp_link *link, uint16_t idx)
 	return c;
 }
 
-static void on_open(struct sdp_link *link, uint16_t idx, const uint8_t *payload, uint32_t len)
+/* OPEN, or OPEN_COMMIT (committed: it carries the client's nonce). */
+static void on_open(struct sdp_link *link, uint16_t idx, const uint8_t *payload, uint32_t len,
+		    bool committed)
 {
+	uint8_t nonce[SDP_NONCE_SIZE];
 	struct sdp_open o;
-	enum sdp_wire_error werr = sdp_open_from_wire(payload, len, &o);
+	enum sdp_wire_error werr = committed ? sdp_open_commit_from_wire(payload, len, &o, nonce)
+					     : sdp_open_from_wire(payload, len, &o);
 
 	if (werr != SDP_WIRE_OK) {
 		protocol_violation(link, "malformed OPEN");
@@ -1646,7 +1704,8 @@ static void on_open(struct sdp_link *link, uint16_t idx, const uint8_t *payload,
 	}
 	if (o.buf_size > link_msg_max(link))
 		o.buf_size = link_msg_max(link); /* we never send more than a link slot holds */
-	cm_server_open_stream(link->lsn, link, idx, &o, (const struct sockaddr *)&link->peer);
+	cm_server_open_stream(link->lsn, link, idx, &o, (const struct sockaddr *)&link->peer,
+			      committed ? nonce : NULL);
 }
 
 /* An answer to an OPEN of c (locked; unlocked and put here) that no longer
@@ -1682,7 +1741,7 @@ static void on_open_answer(struct sdp_link *link, const struct sdp_lh *lh, const
 	if (!c)
 		return; /* the stream gave up meanwhile; its RELEASED frees the server's */
 	conn_lock(c);
-	if (c->link != link || c->phase != CONN_RESOLVING) {
+	if (c->link != link || !client_stream_awaits_answer(c)) {
 		open_answer_unasked(link, c, lh);
 		return;
 	}
@@ -1869,6 +1928,8 @@ static bool take_header(struct sdp_link *link, const struct sdp_lh *lh)
 static bool kind_allowed(const struct sdp_link *link, uint8_t kind)
 {
 	switch ((enum sdp_link_kind)kind) {
+	case SDP_LINK_OPEN_COMMIT:
+		return link->is_server && link->open_commits;
 	case SDP_LINK_OPEN:
 	case SDP_LINK_CLIMB_REQ:
 	case SDP_LINK_CLIMB_PROVE:
@@ -1943,7 +2004,9 @@ static void on_recv(struct sdp_link *link, const struct ibv_wc *wc, bool by_app)
 		case SDP_LINK_CREDIT:
 			break;
 		case SDP_LINK_OPEN:
-			on_open(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE);
+		case SDP_LINK_OPEN_COMMIT:
+			on_open(link, lh.stream, msg + SDP_LH_SIZE, lh.len - (uint32_t)SDP_LH_SIZE,
+				lh.kind == SDP_LINK_OPEN_COMMIT);
 			break;
 		case SDP_LINK_OPEN_ACK:
 		case SDP_LINK_OPEN_NAK:
@@ -1985,6 +2048,7 @@ static void on_send_done(struct sdp_link *link, const struct ibv_wc *wc)
 	link->wrs[idx].next_free = link->wr_free;
 	link->wr_free = (int32_t)idx;
 	link->wrs_free++;
+	link->sends_done++;
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			sdp_warn("RDMA completion error on a link: %s", ibv_wc_status_str(wc->status));
@@ -2290,6 +2354,28 @@ static unsigned links_up_held(struct sdp_link **held, unsigned max)
 	return n;
 }
 
+/* accept(): the links of listener l that take committed OPENs, each taken
+ * in once (waiting for a poller at it: a committed OPEN may be in the
+ * queue, sent before the client's SYN).  A link whose ESTABLISHED event is
+ * not handled yet counts: its client sends as soon as its own came. */
+void link_reap_listener(struct sdp_listener *l)
+{
+	struct sdp_link *held[LINK_POLL_MAX];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&links_lock);
+	for (struct sdp_link *k = links; k && n < LINK_POLL_MAX; k = k->next) {
+		if (!k->is_server || k->lsn != l || !k->open_commits || k->pid != self_pid() ||
+		    (k->state != LINK_UP && k->state != LINK_CONNECTING))
+			continue;
+		link_get(k);
+		held[n++] = k;
+	}
+	pthread_mutex_unlock(&links_lock);
+	for (unsigned i = 0; i < n; i++)
+		link_reap_held(held[i]);
+}
+
 /* The sweep (core/app_wake.c, once a second): each link as if its CQ had
  * raised an event (take in, arm, take in), so a CQ whose event was read
  * and never handled, or a completion no event announced (a peer's message
@@ -2327,6 +2413,23 @@ void link_poll_all(void)
 		drain_cq(held[i], true);
 		link_put(held[i]);
 	}
+}
+
+bool link_open_delivered(struct sdp_link *link, uint64_t seq)
+{
+	bool done;
+
+	drain_cq(link, false);
+	pthread_mutex_lock(&link->lock);
+	done = link->sends_done >= seq || link->state != LINK_UP;
+	pthread_mutex_unlock(&link->lock);
+	return done;
+}
+
+void link_release_held(struct sdp_link *link)
+{
+	if (link)
+		link_put(link);
 }
 
 void link_reap(struct sdp_conn *c)

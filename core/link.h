@@ -120,6 +120,13 @@ void link_on_cq_event(void *ctx, struct ibv_cq *cq);
 void link_stream_awaits_sends(struct sdp_conn *c);
 /* Busy-poll: every link of the process, each if no other thread polls it. */
 void link_poll_all(void);
+/* accept(): takes in the links of listener l that carry committed OPENs. */
+void link_reap_listener(struct sdp_listener *l);
+/* Takes link's completions in (no stream locked); true once its send
+ * number seq completed (the peer holds the message), or the link is down. */
+bool link_open_delivered(struct sdp_link *link, uint64_t seq);
+/* Lets go of a link_hold() that no reap released. */
+void link_release_held(struct sdp_link *link);
 /* The once-a-second sweep: every link as if its CQ raised an event. */
 void link_sweep_all(void);
 /* Does the process have a link (in any state)? */

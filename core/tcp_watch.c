@@ -43,6 +43,13 @@ static bool tcp_established(int fd)
 
 static void on_connect_done(struct sdp_conn *c)
 {
+	if (tcp_established(c->tcp_fd) && c->open_unanswered) {
+		/* A committed OPEN's answer is not here yet: the binding begins
+		 * with it.  Meanwhile the watch asks for nothing that stays set. */
+		c->tcp_connected_early = true;
+		tcp_watch_start(c, EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLET);
+		return;
+	}
 	if (tcp_established(c->tcp_fd)) {
 		bind_client_begin(c);
 		conn_signal_owner(c, CONN_EV_STATE);

@@ -118,6 +118,11 @@ void conn_on_timer(struct sdp_conn *c)
 		bind_on_timer(c); /* the binding handshake's bounds */
 		break;
 	case CONN_TCP_CONNECTING:
+		if (c->open_unanswered) { /* a committed OPEN's answer never came */
+			sdp_info("RDMA connect did not finish within its bound; using TCP");
+			conn_fallback(c, SDP_REASON_RDMA_TIMEOUT);
+		}
+		break;
 	case CONN_DRAINING:
 	case CONN_FALLBACK:
 	case CONN_DEAD:

@@ -167,7 +167,7 @@ enum sdp_wire_error sdp_hello_from_wire(const void *in, size_t len, struct sdp_h
 	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAGS);
 	if (err != SDP_WIRE_OK)
 		return err;
-	if ((w.flags & SDP_HELLO_FLAG_SOLICITED) && !(w.flags & SDP_HELLO_FLAG_LINK))
+	if ((w.flags & SDP_HELLO_LINK_ONLY) && !(w.flags & SDP_HELLO_FLAG_LINK))
 		return SDP_WIRE_BAD_FLAGS;
 	memset(h, 0, sizeof(*h));
 	h->version = w.version;
@@ -206,7 +206,7 @@ enum sdp_wire_error sdp_hello_ack_from_wire(const void *in, size_t len, struct s
 	err = check_preamble_flags(w.magic, w.version, w.flags, SDP_HELLO_FLAGS);
 	if (err != SDP_WIRE_OK)
 		return err;
-	if ((w.flags & SDP_HELLO_FLAG_SOLICITED) && !(w.flags & SDP_HELLO_FLAG_LINK))
+	if ((w.flags & SDP_HELLO_LINK_ONLY) && !(w.flags & SDP_HELLO_FLAG_LINK))
 		return SDP_WIRE_BAD_FLAGS;
 	h->version = w.version;
 	h->flags = w.flags;
@@ -349,6 +349,8 @@ size_t sdp_link_payload_len(uint8_t kind)
 		return 0;
 	case SDP_LINK_OPEN:
 		return sizeof(struct sdp_open_wire);
+	case SDP_LINK_OPEN_COMMIT:
+		return sizeof(struct sdp_open_commit_wire);
 	case SDP_LINK_OPEN_ACK:
 		return sizeof(struct sdp_open_ack_wire);
 	case SDP_LINK_OPEN_NAK:
@@ -443,6 +445,28 @@ enum sdp_wire_error sdp_open_from_wire(const void *in, size_t len, struct sdp_op
 	if (o->tuple.src_port == 0 || o->tuple.dst_port == 0)
 		return SDP_WIRE_BAD_FIELD;
 	return check_buffers(o->buf_count, o->buf_size);
+}
+
+void sdp_open_commit_to_wire(const struct sdp_open *o, const uint8_t nonce[SDP_NONCE_SIZE],
+			     void *out)
+{
+	struct sdp_open_commit_wire w;
+
+	sdp_open_to_wire(o, &w.open);
+	memcpy(w.nonce, nonce, SDP_NONCE_SIZE);
+	memcpy(out, &w, sizeof(w));
+}
+
+enum sdp_wire_error sdp_open_commit_from_wire(const void *in, size_t len, struct sdp_open *o,
+					      uint8_t nonce[SDP_NONCE_SIZE])
+{
+	struct sdp_open_commit_wire w;
+
+	if (!in || len < sizeof(w))
+		return SDP_WIRE_SHORT;
+	memcpy(&w, in, sizeof(w));
+	memcpy(nonce, w.nonce, SDP_NONCE_SIZE);
+	return sdp_open_from_wire(&w.open, sizeof(w.open), o);
 }
 
 void sdp_open_ack_to_wire(const struct sdp_open_ack *a, void *out)

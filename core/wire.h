@@ -105,7 +105,14 @@ struct sdp_tuple {
  * for a solicited event, so the other end may arm its CQ for those alone
  * while none of its own sends is awaited (core/link.c, link_arm). */
 #define SDP_HELLO_FLAG_SOLICITED 0x02
-#define SDP_HELLO_FLAGS (SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED)
+/* OPEN_COMMITS (links only): a stream may open with LINK_OPEN_COMMIT, which
+ * carries the client's nonce and commits the stream as COMMIT would: the
+ * client's kernel connect goes ahead without waiting for the answer
+ * (docs/links.md, "Opening a stream"). */
+#define SDP_HELLO_FLAG_OPEN_COMMITS 0x04
+#define SDP_HELLO_FLAGS (SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED | SDP_HELLO_FLAG_OPEN_COMMITS)
+/* Flags that only a link's Hello (and HelloAck) may carry. */
+#define SDP_HELLO_LINK_ONLY (SDP_HELLO_FLAG_SOLICITED | SDP_HELLO_FLAG_OPEN_COMMITS)
 
 /* Hello: rdma_cm connect private data (at most 56 bytes on RDMA_PS_TCP). */
 struct sdp_hello_wire {
@@ -232,6 +239,8 @@ enum sdp_link_kind {
 	SDP_LINK_CLIMB_PROVE = 9,  /* client -> server (struct sdp_climb_prove_wire) */
 	SDP_LINK_CLIMB_ACK   = 10, /* server -> client (struct sdp_climb_ack_wire) */
 	SDP_LINK_CLIMB_NAK   = 11, /* server -> client (struct sdp_open_nak_wire) */
+	/* An OPEN that commits at once (SDP_HELLO_FLAG_OPEN_COMMITS links only) */
+	SDP_LINK_OPEN_COMMIT = 12, /* client -> server (struct sdp_open_commit_wire) */
 };
 
 #define SDP_LINK_FLAG_STARVING 0x01 /* sender is low on link credits: send LINK_CREDIT */
@@ -276,6 +285,12 @@ struct sdp_open {
 	uint16_t rdv_port;
 	uint32_t buf_size;
 };
+
+/* OPEN_COMMIT: an OPEN and the client's nonce (as COMMIT's extension). */
+struct sdp_open_commit_wire {
+	struct sdp_open_wire open;
+	uint8_t nonce[SDP_NONCE_SIZE];
+} __attribute__((packed));
 
 /* OPEN_ACK: the server's stream geometry and its nonce (the client's bind
  * proof echoes it on the TCP connection, as with a HelloAck). */
@@ -382,6 +397,11 @@ size_t sdp_link_payload_len(uint8_t kind);
 void sdp_open_to_wire(const struct sdp_open *o, void *out);
 /* Checks ports (both non-zero) and the geometry. */
 enum sdp_wire_error sdp_open_from_wire(const void *in, size_t len, struct sdp_open *o);
+void sdp_open_commit_to_wire(const struct sdp_open *o, const uint8_t nonce[SDP_NONCE_SIZE],
+			     void *out);
+/* The OPEN's checks, and the nonce. */
+enum sdp_wire_error sdp_open_commit_from_wire(const void *in, size_t len, struct sdp_open *o,
+					      uint8_t nonce[SDP_NONCE_SIZE]);
 void sdp_open_ack_to_wire(const struct sdp_open_ack *a, void *out);
 enum sdp_wire_error sdp_open_ack_from_wire(const void *in, size_t len, struct sdp_open_ack *a);
 

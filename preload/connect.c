@@ -73,11 +73,15 @@ static int finish_blocking(struct sdp_sock *s, struct sdp_conn *c, int fd,
 		errno = saved;
 		return rc;
 	}
+	conn_wait_open_delivered(c);
 	rc = real.connect(fd, addr, len);
 	saved = errno;
 	conn_tcp_connected(c, rc == 0 ? 0 : -saved);
-	if (rc == 0)
+	if (rc == 0) {
+		conn_wait_answered(c); /* a committed OPEN's answer, if it is not here yet */
+		sock_settle_fallback(s, c); /* its refusal or timeout, as above */
 		note_remote(s, fd, addr);
+	}
 	conn_put(c);
 	errno = saved;
 	return rc;
@@ -88,7 +92,8 @@ static int connect_rdma(struct sdp_sock *s, int fd, const struct sockaddr *addr,
 {
 	struct conn_connect_params p = {
 		.dst = addr, .dst_len = len, .app_fd = fd, .policy = &d->policy,
-		.async = s->nonblock, .owner = s, .owner_ops = &sock_conn_ops, .st = s->st,
+		.async = s->nonblock, .answer_first = d->require_rdma, .owner = s,
+		.owner_ops = &sock_conn_ops, .st = s->st,
 	};
 	enum sdp_reason reason = SDP_REASON_RDMA_CM_ERROR;
 	struct sdp_conn *c;
@@ -220,6 +225,8 @@ static bool attach_channel(struct sdp_sock *ls, struct sdp_sock *ns, int nfd,
 
 	if (!ls->lsn || ls->owner_pid != self_pid() || !a->have_local || !a->have_remote)
 		return false;
+	conn_accept_prepare(ls->lsn, (const struct sockaddr *)&a->local,
+			    (const struct sockaddr *)&a->remote);
 	pthread_mutex_lock(&ns->lock);
 	c = conn_attach_accepted(ls->lsn, nfd, (const struct sockaddr *)&a->local,
 				 (const struct sockaddr *)&a->remote, ns, &sock_conn_ops, ns->st);

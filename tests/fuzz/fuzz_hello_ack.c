@@ -3,7 +3,7 @@
  * data as received, every byte of it.
  *
  * Checked: the decoder accepts exactly what core/wire.h allows (the model
- * below: magic, version, flags 0, LINK or LINK|SOLICITED, buf_count and buf_size within
+ * below: magic, version, flags 0, or LINK with any of SOLICITED and OPEN_COMMITS, buf_count and buf_size within
  * SDP_MIN/MAX_BUF_*); an error names a rule the data breaks; an accepted
  * HelloAck has every field written (the server's nonce included), equal to
  * the bytes, and re-encodes (sdp_hello_ack_to_wire) to the same bytes, which
@@ -40,7 +40,7 @@ static struct preamble_broken model(const uint8_t *m, size_t n)
 	b.magic = be32_at(m) != SDP_HELLO_MAGIC;
 	b.version = m[4] != SDP_WIRE_VERSION;
 	b.flags = (m[5] & ~SDP_HELLO_FLAGS) != 0 ||
-		  ((m[5] & SDP_HELLO_FLAG_SOLICITED) && !(m[5] & SDP_HELLO_FLAG_LINK));
+		  ((m[5] & SDP_HELLO_LINK_ONLY) && !(m[5] & SDP_HELLO_FLAG_LINK));
 	b.field = count < SDP_MIN_BUF_COUNT || count > SDP_MAX_BUF_COUNT ||
 		  bsize < SDP_MIN_BUF_SIZE || bsize > SDP_MAX_BUF_SIZE;
 	return b;
@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_fields(&h[0], data);
 	check_fields(&h[1], data);
 	CHECK(h[0].version == SDP_WIRE_VERSION && (h[0].flags & ~SDP_HELLO_FLAGS) == 0 &&
-	      (!(h[0].flags & SDP_HELLO_FLAG_SOLICITED) || (h[0].flags & SDP_HELLO_FLAG_LINK)));
+	      (!(h[0].flags & SDP_HELLO_LINK_ONLY) || (h[0].flags & SDP_HELLO_FLAG_LINK)));
 	CHECK(h[0].buf_count >= SDP_MIN_BUF_COUNT && h[0].buf_count <= SDP_MAX_BUF_COUNT);
 	CHECK(h[0].buf_size >= SDP_MIN_BUF_SIZE && h[0].buf_size <= SDP_MAX_BUF_SIZE);
 

@@ -1,7 +1,7 @@
 /* libFuzzer harness for the link framing (core/wire.c, docs/links.md): the
  * header every SEND on a link starts with (sdp_lh_from_wire), and the
- * payloads of OPEN (sdp_open_from_wire) and OPEN_ACK
- * (sdp_open_ack_from_wire), which core/link.c decodes from a peer.
+ * payloads of OPEN (sdp_open_from_wire), OPEN_COMMIT (sdp_open_commit_from_wire)
+ * and OPEN_ACK (sdp_open_ack_from_wire), which core/link.c decodes from a peer.
  *
  * Input: one selector byte that picks the receiver's buffer size (a table of
  * limits and values next to the message's length), then the message as
@@ -13,9 +13,9 @@
  * least a base header, known flags, stream index below
  * SDP_LINK_STREAMS_MAX); an error names a rule the message breaks; an
  * accepted header has every field equal to the bytes and re-encodes to the
- * same 16 bytes.  For OPEN and OPEN_ACK payloads the decoders accept exactly
- * non-zero ports (OPEN), any rendezvous port, and buffers within SDP_MIN/MAX_BUF_*,
- * and re-encode to the same bytes; so do the climb's REQ and CHAL
+ * same 16 bytes.  For OPEN, OPEN_COMMIT and OPEN_ACK payloads the decoders accept
+ * exactly non-zero ports (OPEN, OPEN_COMMIT), any rendezvous port and nonce, and
+ * buffers within SDP_MIN/MAX_BUF_*, and re-encode to the same bytes; so do the climb's REQ and CHAL
  * (core/climb.c), and its PROVE and ACK accept exactly a cut at most 2^62. */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@
 _Static_assert(SDP_LH_SIZE == 16, "link header is 16 bytes on the wire");
 _Static_assert(sizeof(struct sdp_open_wire) == 44, "OPEN payload");
 _Static_assert(sizeof(struct sdp_open_ack_wire) == 24, "OPEN_ACK payload");
+_Static_assert(sizeof(struct sdp_open_commit_wire) == 60, "OPEN_COMMIT payload");
 _Static_assert(sizeof(struct sdp_climb_req_wire) == 60, "CLIMB_REQ payload");
 _Static_assert(sizeof(struct sdp_climb_chal_wire) == 56, "CLIMB_CHAL payload");
 _Static_assert(sizeof(struct sdp_climb_prove_wire) == 40, "CLIMB_PROVE payload");
@@ -45,6 +46,7 @@ static long model_payload(uint8_t kind)
 	case SDP_LINK_CLIMB_PROVE: return 40;
 	case SDP_LINK_CLIMB_ACK:   return 8;
 	case SDP_LINK_CLIMB_NAK:   return 8;
+	case SDP_LINK_OPEN_COMMIT: return 60;
 	}
 	return -1;
 }
@@ -95,27 +97,49 @@ static bool buffers_ok(uint16_t count, uint32_t size)
 	       size >= SDP_MIN_BUF_SIZE && size <= SDP_MAX_BUF_SIZE;
 }
 
-static void check_open(const uint8_t *p, size_t n)
+/* An OPEN's 44 bytes at p (alone, or first in an OPEN_COMMIT of `whole`
+ * bytes): the decoder's verdict matches the model; true if accepted. */
+static bool open_verdict_ok(enum sdp_wire_error err, const uint8_t *p, size_t n, size_t whole)
 {
-	struct sdp_open o;
-	uint8_t out[44];
-	enum sdp_wire_error err = sdp_open_from_wire(p, n, &o);
 	bool ok;
 
-	if (n < 44) {
+	if (n < whole) {
 		CHECK(err == SDP_WIRE_SHORT);
-		return;
+		return false;
 	}
 	ok = be16_at(p + 32) != 0 && be16_at(p + 34) != 0 &&
 	     buffers_ok(be16_at(p + 36), be32_at(p + 40));
 	CHECK((err == SDP_WIRE_OK) == ok);
 	CHECK(err == SDP_WIRE_OK || err == SDP_WIRE_BAD_FIELD);
-	if (!ok)
+	return ok;
+}
+
+static void check_open(const uint8_t *p, size_t n)
+{
+	struct sdp_open o;
+	uint8_t out[44];
+	enum sdp_wire_error err = sdp_open_from_wire(p, n, &o);
+
+	if (!open_verdict_ok(err, p, n, 44))
 		return;
 	CHECK(memcmp(o.tuple.src_addr, p, 16) == 0 && memcmp(o.tuple.dst_addr, p + 16, 16) == 0);
 	CHECK(o.tuple.src_port == be16_at(p + 32) && o.tuple.dst_port == be16_at(p + 34));
 	CHECK(o.rdv_port == be16_at(p + 38));
 	sdp_open_to_wire(&o, out);
+	CHECK(memcmp(out, p, sizeof(out)) == 0);
+}
+
+/* OPEN_COMMIT: an OPEN's 44 bytes, then the client's nonce. */
+static void check_open_commit(const uint8_t *p, size_t n)
+{
+	struct sdp_open o;
+	uint8_t nonce[SDP_NONCE_SIZE], out[60];
+	enum sdp_wire_error err = sdp_open_commit_from_wire(p, n, &o, nonce);
+
+	if (!open_verdict_ok(err, p, n, 60))
+		return;
+	CHECK(memcmp(o.tuple.src_addr, p, 16) == 0 && memcmp(nonce, p + 44, SDP_NONCE_SIZE) == 0);
+	sdp_open_commit_to_wire(&o, nonce, out);
 	CHECK(memcmp(out, p, sizeof(out)) == 0);
 }
 
@@ -227,6 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* The payload decoders see whatever follows a header, valid or not. */
 	if (size > 16) {
 		check_open(data + 16, size - 16);
+		check_open_commit(data + 16, size - 16);
 		check_open_ack(data + 16, size - 16);
 		check_climb_req(data + 16, size - 16);
 		check_climb_chal(data + 16, size - 16);

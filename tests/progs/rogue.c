@@ -145,6 +145,10 @@
  *         false-solicited      the link Hello claims SOLICITED (every message
  *                              asks for an event), and none does; then as
  *                              none with --bytes (default 65536).
+ *         open-commit-unoffered our stream opens with OPEN_COMMIT (its nonce
+ *                              zeros) though our link Hello did not offer
+ *                              OPEN_COMMITS ("open_commit_sent .."); then as
+ *                              none, if the server let it.
  *       --second-pending opens a second stream (X+1, conn=1) beside ours and
  *       leaves it pending at the server: its OPEN_ACK gets no COMMIT and no
  *       TCP connect follows, so no accept() claims it ("pending conn=1 ..").
@@ -938,6 +942,9 @@ static void link_on_recv(struct rconn *c, uint32_t slot, uint32_t len)
 	case SDP_LINK_CLIMB_NAK:
 		logline("climb_msg conn=%d kind=%u stream=%u", c->idx, lh.kind, lh.stream);
 		break;
+	case SDP_LINK_OPEN_COMMIT: /* never: its HelloAck does not offer them */
+		logline("unexpected conn=%d link_kind=OPEN_COMMIT stream=%u", c->idx, lh.stream);
+		break;
 	}
 repost:
 	if (post_recv(c, slot) != 0)
@@ -1544,7 +1551,8 @@ static void usage(void)
 		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
 		"                  wrong-offset|stacked-srcavail|abort-disconnect|\n"
 		"                  (with --link:) open-dup-index|open-index-oob|bad-lseq|bad-lack|\n"
-		"                  stream-unopened|released-in-use|write-imm-other|false-solicited\n"
+		"                  stream-unopened|released-in-use|write-imm-other|false-solicited|\n"
+		"                  open-commit-unoffered\n"
 		"                  [--link [--stream-index I] [--second-pending]]\n"
 		"                  [--bytes N] [--offer src|sink] [--offset-delta D] [--stack K]\n"
 		"                  [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]\n"
@@ -1624,6 +1632,7 @@ static const char *const lie_names[] = {
 	[LIE_RELEASED_IN_USE] = "released-in-use",
 	[LIE_WRITE_IMM_OTHER] = "write-imm-other",
 	[LIE_FALSE_SOLICITED] = "false-solicited",
+	[LIE_OPEN_COMMIT_UNOFFERED] = "open-commit-unoffered",
 };
 
 _Static_assert(sizeof(lie_names) / sizeof(lie_names[0]) == LIE_COUNT, "a lie without a name");

@@ -52,6 +52,7 @@ enum peer_lie {
 	LIE_RELEASED_IN_USE,     /* RELEASED for our stream while it is open, then DATA on it */
 	LIE_WRITE_IMM_OTHER,     /* a WRITE into one stream's sink whose immediate names another */
 	LIE_FALSE_SOLICITED,     /* the link Hello claims SOLICITED; no message asks for an event */
+	LIE_OPEN_COMMIT_UNOFFERED, /* OPEN_COMMIT on a link whose Hello did not offer OPEN_COMMITS */
 	LIE_COUNT
 };
 

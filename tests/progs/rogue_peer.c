@@ -41,7 +41,7 @@
 #include "rogue.h"
 
 #define CTRL_SLOTS     32u
-#define CTRL_SIZE      64u
+#define CTRL_SIZE      128u
 #define DATA_SLOTS     16u
 #define DATA_SLOT_MAX  65536u
 #define READ_CHUNK     (256u * 1024u)
@@ -472,6 +472,16 @@ static bool send_open(struct peer *p, uint16_t idx, int fd)
 	o.tuple.src_port = addr_port((struct sockaddr *)&local);
 	addr_to_wire((struct sockaddr *)&p->to, o.tuple.dst_addr);
 	o.tuple.dst_port = addr_port((struct sockaddr *)&p->to);
+	if (p->o->lie == LIE_OPEN_COMMIT_UNOFFERED) {
+		uint8_t committed[sizeof(struct sdp_open_commit_wire)], zeros[SDP_NONCE_SIZE] = { 0 };
+
+		sdp_open_commit_to_wire(&o, zeros, committed);
+		if (!send_link(p, SDP_LINK_OPEN_COMMIT, idx, committed, sizeof(committed)))
+			return false;
+		logline("open_commit_sent conn=0 stream=%u sport=%u lseq=%u", idx, o.tuple.src_port,
+			p->l_tx);
+		return true;
+	}
 	sdp_open_to_wire(&o, payload);
 	if (!send_link(p, SDP_LINK_OPEN, idx, payload, sizeof(payload))) {
 		logline("open_failed conn=0 stream=%u (no slot or link credit)", idx);
@@ -1351,6 +1361,7 @@ static void link_on_recv(struct peer *p, uint32_t slot, uint32_t len)
 	case SDP_LINK_CLIMB_REQ:
 	case SDP_LINK_CLIMB_PROVE:
 	case SDP_LINK_OPEN:
+	case SDP_LINK_OPEN_COMMIT:
 		p->t.unexpected++;
 		logline("unexpected conn=0 link_kind=%u stream=%u", lh.kind, lh.stream);
 		break;
@@ -2005,7 +2016,8 @@ static long long default_bytes(enum peer_lie lie)
 	switch (lie) {
 	case LIE_NONE:
 	case LIE_NEVER_ANSWER_CANCEL: return 1 << 20;
-	case LIE_FALSE_SOLICITED:     return 65536;
+	case LIE_FALSE_SOLICITED:
+	case LIE_OPEN_COMMIT_UNOFFERED: return 65536;
 	case LIE_FALSE_WRCOMPL:       return 4096;
 	case LIE_WRONG_OFFSET:
 	case LIE_STACKED_SRCAVAIL:    return 65536;
@@ -2054,6 +2066,7 @@ static void build_script(struct peer *p, const struct peer_opts *o)
 		add_step(p, ST_WAIT_ECHO, 0, 0);
 		break;
 	case LIE_OPEN_INDEX_OOB:
+	case LIE_OPEN_COMMIT_UNOFFERED:
 		add_step(p, ST_WAIT_ECHO, 0, 0); /* the lie was the OPEN */
 		break;
 	case LIE_OPEN_DUP_INDEX:

@@ -287,7 +287,7 @@ static int test_link_header(void)
 		    "a STREAM shorter than a base header");
 	n = link_msg(buf, SDP_LINK_STREAM, 4096, data, sizeof(data), 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_FIELD, "index 4096");
-	n = link_msg(buf, 12, 0, NULL, 0, 1, 0);
+	n = link_msg(buf, 13, 0, NULL, 0, 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_MID, "unknown kind");
 	n = link_msg(buf, SDP_LINK_CLIMB_ACK, 0, data, 7, 1, 0);
 	ok &= check(sdp_lh_from_wire(buf, n, 4096, &got) == SDP_WIRE_BAD_LENGTH,
@@ -338,6 +338,43 @@ static int test_link_open(void)
 	return ok;
 }
 
+static int test_link_open_commit(void)
+{
+	struct sdp_open o = { .buf_count = 32, .buf_size = 32768, .rdv_port = 7 }, got;
+	uint8_t w[sizeof(struct sdp_open_commit_wire)], nonce[SDP_NONCE_SIZE], ngot[SDP_NONCE_SIZE];
+	struct sdp_lh lh = { .kind = SDP_LINK_OPEN_COMMIT, .stream = 3, .lseq = 1 }, lgot;
+	uint8_t msg[SDP_LH_SIZE + sizeof(w)];
+	int ok;
+
+	o.tuple.src_port = 40000;
+	o.tuple.dst_port = 6379;
+	for (unsigned i = 0; i < SDP_NONCE_SIZE; i++)
+		nonce[i] = (uint8_t)(0xc0 + i);
+	sdp_open_commit_to_wire(&o, nonce, w);
+	ok = check(sizeof(w) == 60, "60 bytes: an OPEN, then the nonce") &&
+	     check(sdp_open_commit_from_wire(w, sizeof(w), &got, ngot) == SDP_WIRE_OK,
+		   "OPEN_COMMIT accepted") &&
+	     check(got.tuple.src_port == 40000 && got.tuple.dst_port == 6379 && got.buf_count == 32 &&
+		   got.rdv_port == 7 && memcmp(ngot, nonce, sizeof(nonce)) == 0 && w[44] == 0xc0,
+		   "OPEN_COMMIT round trip, nonce after the OPEN");
+	ok &= check(sdp_open_commit_from_wire(w, sizeof(w) - 1, &got, ngot) == SDP_WIRE_SHORT,
+		    "short OPEN_COMMIT");
+	lh.len = (uint32_t)sizeof(msg);
+	sdp_lh_to_wire(&lh, msg);
+	memcpy(msg + SDP_LH_SIZE, w, sizeof(w));
+	ok &= check(sdp_lh_from_wire(msg, sizeof(msg), 4096, &lgot) == SDP_WIRE_OK,
+		    "its link header: 60 bytes of payload");
+	lh.len = SDP_LH_SIZE + 44; /* an OPEN's length */
+	sdp_lh_to_wire(&lh, msg);
+	ok &= check(sdp_lh_from_wire(msg, SDP_LH_SIZE + 44, 4096, &lgot) == SDP_WIRE_BAD_LENGTH,
+		    "an OPEN_COMMIT the length of an OPEN");
+	o.tuple.dst_port = 0;
+	sdp_open_commit_to_wire(&o, nonce, w);
+	ok &= check(sdp_open_commit_from_wire(w, sizeof(w), &got, ngot) == SDP_WIRE_BAD_FIELD,
+		    "destination port 0");
+	return ok;
+}
+
 static int test_link_hello(void)
 {
 	struct sdp_hello h = { .version = SDP_WIRE_VERSION, .flags = SDP_HELLO_FLAG_LINK,
@@ -362,9 +399,17 @@ static int test_link_hello(void)
 	sdp_hello_to_wire(&h, &w);
 	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
 		    "SOLICITED without LINK");
-	h.flags = SDP_HELLO_FLAG_LINK | 4;
+	h.flags = SDP_HELLO_FLAG_OPEN_COMMITS;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
+		    "OPEN_COMMITS without LINK");
+	h.flags = SDP_HELLO_FLAG_LINK | 8;
 	sdp_hello_to_wire(&h, &w);
 	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
+	h.flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED | SDP_HELLO_FLAG_OPEN_COMMITS;
+	sdp_hello_to_wire(&h, &w);
+	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK && got.flags == h.flags,
+		    "a link Hello offering committed OPENs");
 	h.flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_SOLICITED;
 	sdp_hello_to_wire(&h, &w);
 	ok &= check(sdp_hello_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK &&
@@ -444,6 +489,14 @@ static int test_link_hello_ack(void)
 	sdp_hello_ack_to_wire(&a, &w);
 	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
 		    "SOLICITED without LINK");
+	a.flags = SDP_HELLO_FLAG_OPEN_COMMITS;
+	sdp_hello_ack_to_wire(&a, &w);
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS,
+		    "OPEN_COMMITS without LINK");
+	a.flags = SDP_HELLO_FLAG_LINK | SDP_HELLO_FLAG_OPEN_COMMITS;
+	sdp_hello_ack_to_wire(&a, &w);
+	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_OK && got.flags == a.flags,
+		    "a link HelloAck taking committed OPENs");
 	a.flags = 0x80;
 	sdp_hello_ack_to_wire(&a, &w);
 	ok &= check(sdp_hello_ack_from_wire(&w, sizeof(w), &got) == SDP_WIRE_BAD_FLAGS, "unknown flag");
@@ -455,8 +508,11 @@ static const struct tap_case cases[] = {
 	{ "climb messages: round trips; short, padding, ports, geometry and cut checked",
 	  test_climb_messages },
 	{ "link OPEN and OPEN_ACK: round trip; ports and geometry checked", test_link_open },
+	{ "link OPEN_COMMIT: the OPEN and the client's nonce; length and ports checked",
+	  test_link_open_commit },
 	{ "link Hello: no source port exactly when LINK is set", test_link_hello },
-	{ "link HelloAck: SOLICITED only with LINK, no unknown flag", test_link_hello_ack },
+	{ "link HelloAck: SOLICITED and OPEN_COMMITS only with LINK, no unknown flag",
+	  test_link_hello_ack },
 	{ "bind record: 24 bytes, magic SDPB, round trip", test_bind_round_trip },
 	{ "bind record: only the kinds the reader names are accepted", test_bind_kinds },
 	{ "bind record: short, bad magic, version, reasons refused", test_bind_bad_fields },

@@ -528,6 +528,20 @@ link_lie_holds() {
        if (b[2] + 0 > 1052672) bad = 1 } } END { exit bad }' "$T/canary.log"
 }
 
+# OPEN_COMMIT commits a stream with its OPEN; only a link whose Hellos both
+# offered OPEN_COMMITS may carry one (docs/links.md).  A rogue that sends one
+# on a link whose Hello did not offer it breaks the framing it agreed to.
+@test "[link] rogue OPEN_COMMIT on a link whose Hello did not offer it: the server fails that link with one diagnostic and opens no stream; it lives, and an honest client (which opens with OPEN_COMMIT) is unaffected" {
+  EVECHO_ENV=("${PRE[@]}")
+  link_lie open-commit-unoffered --for 10
+  link_lie_holds
+  grep -q '^open_commit_sent conn=0 stream=0 ' "$T/rogue.log"
+  if grep -q '^open_ack conn=0 ' "$T/rogue.log"; then return 1; fi
+  [ "$(rfield rogue data_received)" = 0 ]
+  [ -z "$IN" ] || [ "$IN" -eq 0 ]
+  [ "$(link_diags "$T/evecho.log" 'link peer violated the sdpshim protocol')" -eq 1 ]
+}
+
 # Issue 16: a link's CQ is armed for solicited events alone while nothing of
 # the server's is in flight, on the word of the client's Hello (SOLICITED:
 # "every message of mine asks for an event").  A client that says so and
