@@ -234,7 +234,10 @@ static void on_route_resolved(struct sdp_conn *c)
 
 static void kernel_connect_async(struct sdp_conn *c)
 {
-	int rc = real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
+	int rc;
+
+	c->kernel_connect_issued = true;
+	rc = real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
 
 	if (rc == 0 || errno == EINPROGRESS) {
 		tcp_watch_start(c, EPOLLOUT | EPOLLERR | EPOLLHUP);
@@ -266,6 +269,7 @@ void conn_wait_open_delivered(struct sdp_conn *c)
  * on_connect_done() judges it, never the caller. */
 static void kernel_connect_watched(struct sdp_conn *c)
 {
+	c->kernel_connect_issued = true;
 	(void)real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
 	tcp_watch_start(c, EPOLLOUT | EPOLLERR | EPOLLHUP);
 }
@@ -486,8 +490,14 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 	sdp_debug("channel falls back to TCP: %s", sdp_reason_name(reason));
 	if (c->close_state == CLOSE_TX_DRAINING && c->tcp_fd >= 0 && !tx_has_unposted(c))
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app's shutdown now applies to TCP */
-	if (was == CONN_RESOLVING && c->async_connect && c->tcp_fd >= 0)
+	/* A non-blocking connect's SYN is ours to send: still owed in RESOLVING,
+	 * and in TCP_CONNECTING after a committed OPEN whose deferred kernel
+	 * connect has not run yet (an OPEN_NAK or the bound came first). */
+	if ((was == CONN_RESOLVING || was == CONN_TCP_CONNECTING) && c->async_connect &&
+	    !c->kernel_connect_issued && c->tcp_fd >= 0) {
+		c->kernel_connect_issued = true;
 		(void)real.connect(c->tcp_fd, (struct sockaddr *)&c->peer_addr, c->peer_addr_len);
+	}
 	if ((was == CONN_AWAIT_ATTACH || was == CONN_ATTACHING) && tx_has_unposted(c)) {
 		tcp_drain_start(c); /* becomes FALLBACK once the bytes are in TCP */
 		pthread_cond_broadcast(&c->cond);

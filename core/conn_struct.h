@@ -265,6 +265,7 @@ struct sdp_conn {
 	bool open_unanswered;
 	bool tcp_connected_early;
 	bool open_committed;      /* client: its OPEN was an OPEN_COMMIT (it carried the nonce) */
+	bool kernel_connect_issued; /* client, non-blocking: its SYN went (ours to send) */
 	bool answer_first;        /* client: never a committed OPEN (conn_connect_params) */
 	uint64_t open_send_seq;   /* client: the committed OPEN's send number on its link, 0: none */
 	uint8_t **rx_heap;

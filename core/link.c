@@ -1195,8 +1195,10 @@ static enum sdp_reason send_open_commit(struct sdp_link *link, struct sdp_conn *
 	c->link_open_sent = true;
 	c->open_committed = true;
 	sdp_open_commit_to_wire(o, c->nonce_local, payload);
-	if (send_link_msg(link, SDP_LINK_OPEN_COMMIT, c->link_idx, payload, sizeof(payload)) != 0)
+	if (send_link_msg(link, SDP_LINK_OPEN_COMMIT, c->link_idx, payload, sizeof(payload)) != 0) {
+		c->link_open_sent = false; /* never queued: the index was never the server's */
 		return SDP_REASON_RDMA_CM_ERROR;
+	}
 	/* Posted at once, it is the last one posted (or before it): the SYN
 	 * waits for that send's completion.  Queued behind other messages (the
 	 * link's credits are out, as in a burst of connects), its number is
@@ -1245,8 +1247,10 @@ static enum sdp_reason send_open(struct sdp_link *link, struct sdp_conn *c)
 		return send_open_commit(link, c, &o);
 	c->link_open_sent = true;
 	sdp_open_to_wire(&o, payload);
-	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0)
+	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0) {
+		c->link_open_sent = false; /* never queued: the index was never the server's */
 		return SDP_REASON_RDMA_CM_ERROR;
+	}
 	return SDP_REASON_NONE;
 }
 
@@ -1718,7 +1722,9 @@ static void open_answer_unasked(struct sdp_link *link, struct sdp_conn *c, const
 	bool gave_up = c->phase == CONN_FALLBACK || c->phase == CONN_DRAINING || c->phase == CONN_DEAD;
 	bool twice = c->link == link && !gave_up;
 
-	if (c->link == link && gave_up && lh->kind == SDP_LINK_OPEN_NAK) {
+	/* Still slotted here but c->link no longer this link: its detach is
+	 * under way, and a refusal frees the index all the same. */
+	if ((c->link != link || gave_up) && lh->kind == SDP_LINK_OPEN_NAK) {
 		pthread_mutex_lock(&link->lock);
 		link->peer_holds[lh->stream] = 0;
 		pthread_mutex_unlock(&link->lock);
