@@ -1186,19 +1186,17 @@ static enum sdp_reason send_open_commit(struct sdp_link *link, struct sdp_conn *
 					const struct sdp_open *o)
 {
 	uint8_t payload[sizeof(struct sdp_open_commit_wire)];
-
 	bool queued;
 	uint64_t seq;
 
+	/* Neither failure sent anything: the index was never the server's. */
 	if (!bind_make_nonce(c->nonce_local))
-		return SDP_REASON_RESOURCES; /* nothing sent: the index was never the server's */
-	c->link_open_sent = true;
-	c->open_committed = true;
+		return SDP_REASON_RESOURCES;
 	sdp_open_commit_to_wire(o, c->nonce_local, payload);
-	if (send_link_msg(link, SDP_LINK_OPEN_COMMIT, c->link_idx, payload, sizeof(payload)) != 0) {
-		c->link_open_sent = false; /* never queued: the index was never the server's */
+	if (send_link_msg(link, SDP_LINK_OPEN_COMMIT, c->link_idx, payload, sizeof(payload)) != 0)
 		return SDP_REASON_RDMA_CM_ERROR;
-	}
+	c->link_open_sent = true; /* c is locked: no one looks before this */
+	c->open_committed = true;
 	/* Posted at once, it is the last one posted (or before it): the SYN
 	 * waits for that send's completion.  Queued behind other messages (the
 	 * link's credits are out, as in a burst of connects), its number is
@@ -1245,12 +1243,10 @@ static enum sdp_reason send_open(struct sdp_link *link, struct sdp_conn *c)
 	}
 	if (link->open_commits && !c->answer_first)
 		return send_open_commit(link, c, &o);
-	c->link_open_sent = true;
 	sdp_open_to_wire(&o, payload);
-	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0) {
-		c->link_open_sent = false; /* never queued: the index was never the server's */
-		return SDP_REASON_RDMA_CM_ERROR;
-	}
+	if (send_link_msg(link, SDP_LINK_OPEN, c->link_idx, payload, sizeof(payload)) != 0)
+		return SDP_REASON_RDMA_CM_ERROR; /* never queued: the index was never the server's */
+	c->link_open_sent = true;
 	return SDP_REASON_NONE;
 }
 
