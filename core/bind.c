@@ -115,19 +115,48 @@ static int tcp_write_record(struct sdp_conn *c, const struct sdp_bind *b)
 	return n < 0 ? errno : EAGAIN;
 }
 
+/* Ends the handshake and the connection with err: the app's next call
+ * reports it.  reset_tcp: the TCP peer is told with an RST (our side broke
+ * off); not when the TCP connection itself is what failed. */
+static void bind_abort(struct sdp_conn *c, int err, bool reset_tcp)
+{
+	c->fail_reason = SDP_REASON_UNPROVEN;
+	close_ev_abort(c, err, false);
+	qp_force_error(c);
+	if (reset_tcp)
+		tcp_send_reset(c);
+	conn_update_readiness(c, true);
+	progress_timer_cancel(&c->timer);
+	if (c->app_closed)
+		conn_schedule_destroy(c);
+}
+
 /* The peer broke the handshake where nobody can tell how the stream is
  * framed any more: reset, as TCP would. */
 static void bind_reset(struct sdp_conn *c, int err, const char *why)
 {
 	sdp_warn("RDMA channel binding failed (%s); resetting the connection", why);
-	c->fail_reason = SDP_REASON_UNPROVEN;
-	close_ev_abort(c, err, false);
-	qp_force_error(c);
-	tcp_send_reset(c);
-	conn_update_readiness(c, true);
-	progress_timer_cancel(&c->timer);
-	if (c->app_closed)
-		conn_schedule_destroy(c);
+	bind_abort(c, err, true);
+}
+
+/* The TCP connection failed under the handshake (the peer reset it: its
+ * channel failed before we were bound, or its app aborted).  Our peek took
+ * the socket's pending error, so the kernel will not report it again: the
+ * app learns it from the stream, as it would have from the kernel. */
+static void bind_on_tcp_error(struct sdp_conn *c, int err)
+{
+	sdp_info("the TCP connection of an RDMA channel failed while binding it (%s)",
+		 strerror(err));
+	bind_abort(c, err, false);
+}
+
+/* A peek that failed with the connection's error (not EAGAIN): handled. */
+static bool peek_failed(struct sdp_conn *c, ssize_t n)
+{
+	if (n >= 0 || errno == EAGAIN)
+		return false;
+	bind_on_tcp_error(c, errno);
+	return true;
 }
 
 /* The channel just opened.  The handshake's bound is over: the timer now
@@ -270,10 +299,10 @@ static void server_read_tcp(struct sdp_conn *c)
 	struct sdp_bind proof;
 	ssize_t n = tcp_peek(c, buf, sizeof(buf));
 
-	if (n < 0 && errno == EAGAIN)
+	if ((n < 0 && errno == EAGAIN) || peek_failed(c, n))
 		return;
 	if (n <= 0 || !sdp_bind_prefix_plausible(buf, (size_t)n) || c->bind == BIND_IDLE) {
-		/* EOF, an error, app bytes, or bytes before we asked: a plain
+		/* EOF, app bytes, or bytes before we asked: a plain
 		 * client (the app reads them) or one that gave up. */
 		sdp_info("the TCP client of an RDMA channel %s; using TCP",
 			 n > 0 ? "wrote app bytes instead of a bind proof" : "closed before binding");
@@ -349,8 +378,14 @@ static bool oob_inline(struct sdp_conn *c)
 	return real.getsockopt(c->tcp_fd, SOL_SOCKET, SO_OOBINLINE, &on, &len) == 0 && on;
 }
 
-/* 1: our signal is the urgent byte; 0: no urgent byte; -1: another one. */
-static int client_peek_signal(struct sdp_conn *c, bool inline_oob)
+enum urgent_seen {
+	URGENT_NONE,          /* none, or announced and not here yet */
+	URGENT_OUR_SIGNAL,    /* the server's bind signal */
+	URGENT_OTHER,         /* the TCP server's own urgent data */
+	URGENT_TCP_FAILED,    /* the connection failed (handled) */
+};
+
+static enum urgent_seen client_peek_signal(struct sdp_conn *c, bool inline_oob)
 {
 	int at_mark = 0;
 	uint8_t byte;
@@ -360,14 +395,16 @@ static int client_peek_signal(struct sdp_conn *c, bool inline_oob)
 		if (real.ioctl(c->tcp_fd, SIOCATMARK, &at_mark) != 0 || !at_mark)
 			return 0;
 		n = tcp_peek(c, &byte, 1);
+		if (peek_failed(c, n))
+			return URGENT_TCP_FAILED;
 	} else {
 		do
 			n = real.recv(c->tcp_fd, &byte, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
 	}
 	if (n != 1)
-		return 0; /* EINVAL: none; EAGAIN: announced, not here yet */
-	return byte == SDP_BIND_SIGNAL ? 1 : -1;
+		return URGENT_NONE; /* EINVAL: none; EAGAIN: announced, not here yet */
+	return byte == SDP_BIND_SIGNAL ? URGENT_OUR_SIGNAL : URGENT_OTHER;
 }
 
 static void client_send_proof(struct sdp_conn *c, bool inline_oob)
@@ -423,7 +460,7 @@ static void client_read_answer(struct sdp_conn *c)
 	struct sdp_bind nak;
 	ssize_t n = tcp_peek(c, buf, sizeof(buf));
 
-	if (n < 0 && errno == EAGAIN)
+	if ((n < 0 && errno == EAGAIN) || peek_failed(c, n))
 		return;
 	if (n > 0 && !sdp_bind_prefix_plausible(buf, (size_t)n)) {
 		reap_before_judging(c); /* its SWITCH record, behind an ATTACH not reaped yet? */
@@ -459,20 +496,22 @@ static void client_read_tcp(struct sdp_conn *c)
 		return;
 	}
 	switch (client_peek_signal(c, inline_oob)) {
-	case 1:
+	case URGENT_OUR_SIGNAL:
 		client_send_proof(c, inline_oob);
 		return;
-	case -1:
+	case URGENT_OTHER:
 		sdp_info("the TCP server sent urgent data, not the bind signal; using TCP");
 		bind_fallback(c, SDP_REASON_UNPROVEN);
 		return;
-	default:
+	case URGENT_TCP_FAILED:
+		return;
+	case URGENT_NONE:
 		break;
 	}
 	/* App bytes or a FIN before any signal: the server side chose TCP (a
 	 * plain server, or a pre-fork worker that does not own the channel). */
 	n = tcp_peek(c, &byte, 1);
-	if (n >= 0 || errno != EAGAIN)
+	if (!peek_failed(c, n) && n >= 0)
 		bind_fallback(c, SDP_REASON_ACCEPTED_ELSEWHERE);
 }
 
