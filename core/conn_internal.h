@@ -324,6 +324,9 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
  * app thread is inside a zero-copy operation. */
 void switch_maybe_finish(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
+/* SO_ERROR while switching: the peer's TCP error, if it is the next thing
+ * the stream reports (then taken), else 0. */
+int switch_take_error(struct sdp_conn *c);
 
 /* climb.c: a stream held on TCP after a failover, and its way back. */
 /* switch_start: may this stream be held (its TCP I/O done here)? */

@@ -580,6 +580,8 @@ int conn_take_error(struct sdp_conn *c)
 	c->error = 0;
 	if (!err && c->hard_error)
 		err = c->hard_error;
+	if (!err)
+		err = switch_take_error(c);
 	conn_unlock(c);
 	return err;
 }

@@ -273,9 +273,12 @@ static void read_peer(struct sdp_conn *c)
 		if (n <= 0) {
 			/* The peer's TCP ended first: it closed or vanished.  After
 			 * its DisConn (rx_eof) a reset reads as EOF, as TCP's FIN
-			 * then RST does: it ended its stream, then its socket. */
-			if (n < 0 && !c->rx_eof)
-				c->sw.peer_err = errno;
+			 * then RST does: it ended its stream, then its socket.  A
+			 * reset our watch's peek took meanwhile is that error. */
+			int err = n < 0 ? errno : c->tcp_taken_err;
+
+			if (err && !c->rx_eof)
+				c->sw.peer_err = err;
 			c->sw.peer_done = true;
 			break;
 		}
@@ -391,6 +394,23 @@ static ssize_t report_error(struct sdp_conn *c, size_t done)
 	return -err;
 }
 
+/* The peer's TCP error, reported once, to whichever of recv, send or
+ * SO_ERROR asks first (the kernel's own error is reported so); then the
+ * stream may finish its move. */
+static int take_peer_err(struct sdp_conn *c)
+{
+	int err = c->sw.peer_err;
+
+	c->sw.peer_err = 0;
+	finish_if_done(c);
+	return err;
+}
+
+int switch_take_error(struct sdp_conn *c)
+{
+	return c->phase == CONN_SWITCHING && c->sw.peer_done ? take_peer_err(c) : 0;
+}
+
 /* Kept bytes the app may read now, into its buffers after `done`. */
 static size_t take_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 int flags)
@@ -424,13 +444,8 @@ static ssize_t switch_recv_step(struct sdp_conn *c, const struct iovec *iov, int
 		*again = true;
 		return 0;
 	}
-	if (c->sw.peer_err) {
-		int err = c->sw.peer_err;
-
-		c->sw.peer_err = 0;
-		finish_if_done(c);
-		return -err;
-	}
+	if (c->sw.peer_err)
+		return -take_peer_err(c);
 	if (c->climb.eligible)
 		return climb_tcp_recv(c, iov, iovcnt, done, total, flags, again);
 	return CONN_USE_TCP;
@@ -479,6 +494,9 @@ static ssize_t switch_send_step(struct sdp_conn *c, const struct iovec *iov, int
 		*again = true;
 		return (ssize_t)done;
 	}
+	read_peer(c); /* the peer's TCP may have failed: a send says so first */
+	if (c->sw.peer_done && c->sw.peer_err)
+		return done ? (ssize_t)done : -take_peer_err(c);
 	finish_if_done(c);
 	if (c->climb.eligible && done < total)
 		return climb_tcp_send(c, iov, iovcnt, done, total, flags, again);

@@ -89,12 +89,20 @@ static void on_drain_ready(struct sdp_conn *c)
 }
 
 /* Bytes on the idle TCP socket of an open channel: the peer moved the
- * stream there.  (A FIN alone is the channel's business.) */
+ * stream there.  (A FIN alone is the channel's business.)  A reset is the
+ * channel's business too, but the peek took the socket's error: kept, so
+ * a later move to TCP reports it (switch.c) as the kernel would have. */
 static bool peer_wrote(struct sdp_conn *c)
 {
 	char byte;
+	ssize_t n;
 
-	return real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+	do
+		n = real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && errno != EAGAIN && !c->tcp_taken_err)
+		c->tcp_taken_err = errno;
+	return n == 1;
 }
 
 /* An open channel: bytes on its TCP socket are the peer's SWITCH record. */

@@ -326,6 +326,46 @@ failover_stream() {
   [ "$(stats_lines "$STATS" role=server switches=1 | wc -l)" -eq 0 ]
 }
 
+# reset_under_channel THEN: resetunder.py's run (THEN: recv or send) against a
+# preloaded echo server, whose TCP socket ss -K destroys while the stream is on
+# the channel; the client's channel then fails.
+reset_under_channel() {
+  # ss -K destroys the server's TCP socket, so the client's gets an RST while
+  # its stream runs on the channel: the library's own watch of that socket
+  # peeks at it and so takes the kernel's pending error.  Then the client's
+  # channel fails (SDPSHIM_DEBUG_FAIL_AFTER) and the stream moves to that
+  # reset connection: the app must see the reset, as over plain TCP, not the
+  # clean EOF (or EPIPE) left once the error was taken.
+  local port rc=0 killed
+  port=$(free_port)
+  start_bg server timeout -k 5 90 "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP" -n 1
+  bg_wait_line server "^listening on $port\$" 60
+  start_bg client timeout -k 5 90 env SDPSHIM_DEBUG_FAIL_AFTER=6000 "${PRE[@]}" "$PY" -S \
+    "$BATS_TEST_DIRNAME/resetunder.py" "$RXE_IP" "$port" "$T/release" "$1"
+  wait_for_line "$T/client.log" '^resetunder: ready$' 60
+  killed=$(ss -K -t -n state established "( sport = :$port )" | grep -c ":$port" || true)
+  sleep 1
+  touch "$T/release"
+  wait_bg client || rc=$?
+  wait_bg server || true
+  show "ss -K: $killed socket(s)" "client (rc=$rc): $(bg_log client | tr '\n' ';')" \
+       "server: $(bg_log server | tail -3 | tr '\n' ';')" "$(stats_lines "$STATS")"
+  [ "$killed" -eq 1 ]
+  bg_log client | grep -q 'SDPSHIM_DEBUG_FAIL_AFTER: forcing'
+  [ "$rc" -eq 0 ]
+  bg_log client | grep -qx "resetunder: reset on $1"
+  # The server's socket was destroyed under it: its app sees that error too.
+  bg_log server | grep -q 'read: Software caused connection abort'
+}
+
+@test "switch: the TCP connection is reset under an open channel, then the channel fails: recv() says ECONNRESET, not EOF" {
+  reset_under_channel recv
+}
+
+@test "switch: the same, and send() after the move says ECONNRESET, not EPIPE" {
+  reset_under_channel send
+}
+
 # --- soak ------------------------------------------------------------------------
 
 # assert_moved_over N FILTER...: N stats lines match, each moved to TCP by a

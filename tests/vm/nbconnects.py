@@ -7,10 +7,11 @@ Once all N are up, each echoes 4 KiB more, half-closes and must read EOF.
 Every byte is compared.  Prints "nbconnects: ok N" last and exits 0, or
 exits nonzero with one line on stderr."""
 import errno
-import hashlib
 import select
 import socket
 import sys
+
+import checked
 
 
 def fail(msg):
@@ -18,11 +19,7 @@ def fail(msg):
 
 
 def pattern(seed, size):
-    out, block = b"", hashlib.sha256(b"nbconnects %d" % seed).digest()
-    while len(out) < size:
-        out += block
-        block = hashlib.sha256(block).digest()
-    return out[:size]
+    return checked.pattern("nbconnects", seed, size)
 
 
 def echo(sock, seed):
