@@ -89,16 +89,6 @@ static void bind_arm(struct sdp_conn *c, uint64_t deadline_ms)
 	conn_arm_timer_at(c, deadline_ms);
 }
 
-static ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len)
-{
-	ssize_t n;
-
-	do
-		n = real.recv(c->tcp_fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	return n;
-}
-
 /* Writes a whole bind record; the socket's send queue is empty here (the
  * app's bytes wait in our slots), so 24 bytes never block.  0 or errno. */
 static int tcp_write_record(struct sdp_conn *c, const struct sdp_bind *b)
@@ -393,7 +383,7 @@ static enum urgent_seen client_peek_signal(struct sdp_conn *c, bool inline_oob)
 
 	if (inline_oob) {
 		if (real.ioctl(c->tcp_fd, SIOCATMARK, &at_mark) != 0 || !at_mark)
-			return 0;
+			return URGENT_NONE;
 		n = tcp_peek(c, &byte, 1);
 		if (peek_failed(c, n))
 			return URGENT_TCP_FAILED;

@@ -313,6 +313,10 @@ int tcp_drain_send(struct sdp_conn *c);
 size_t tx_slots_payload(const struct sdp_conn *c, uint32_t first, uint32_t end, uint8_t *dst);
 /* Resets the kernel TCP connection (connect AF_UNSPEC sends RST). */
 void tcp_send_reset(struct sdp_conn *c);
+/* recv(MSG_PEEK | MSG_DONTWAIT) on it, EINTR retried: n, or -1 and errno.
+ * A failure other than EAGAIN took the kernel's pending error; the first
+ * is kept in tcp_taken_err, for the app (a move to TCP reports it). */
+ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len);
 
 /* switch.c: moving an open stream to TCP.  keep_local: bytes received
  * over RDMA and not read yet stay here and are read first (else they are

@@ -181,8 +181,8 @@ struct sdp_conn {
 	struct sdp_conn_stats *st;
 	int error;              /* pending socket error (errno), reported once */
 	int hard_error;         /* error that ends the stream (ECONNRESET, EPIPE...) */
-	int tcp_taken_err;      /* the kernel socket's error that our own look at an open
-				 * channel's TCP socket took: a move to TCP reports it */
+	int tcp_taken_err;      /* the kernel socket's error that our own peek took
+				 * (tcp_peek): a move to TCP reports it */
 	enum sdp_reason fail_reason;
 
 	/* ---- Closing (close.c; conn_io.c for the app's shutdown and close,

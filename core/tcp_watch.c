@@ -88,21 +88,26 @@ static void on_drain_ready(struct sdp_conn *c)
 	conn_schedule_destroy(c);
 }
 
-/* Bytes on the idle TCP socket of an open channel: the peer moved the
- * stream there.  (A FIN alone is the channel's business.)  A reset is the
- * channel's business too, but the peek took the socket's error: kept, so
- * a later move to TCP reports it (switch.c) as the kernel would have. */
-static bool peer_wrote(struct sdp_conn *c)
+ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len)
 {
-	char byte;
 	ssize_t n;
 
 	do
-		n = real.recv(c->tcp_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+		n = real.recv(c->tcp_fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && errno != EAGAIN && !c->tcp_taken_err)
 		c->tcp_taken_err = errno;
-	return n == 1;
+	return n;
+}
+
+/* Bytes on the idle TCP socket of an open channel: the peer moved the
+ * stream there.  (A FIN alone is the channel's business; so is a reset,
+ * whose error tcp_peek keeps for a later move to TCP.) */
+static bool peer_wrote(struct sdp_conn *c)
+{
+	char byte;
+
+	return tcp_peek(c, &byte, 1) == 1;
 }
 
 /* An open channel: bytes on its TCP socket are the peer's SWITCH record. */

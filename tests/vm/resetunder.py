@@ -56,15 +56,15 @@ def main():
         fail("echo mismatch")
     print("resetunder: ready", flush=True)
     wait_for(release, 60)
-    where = "send"
+    where, last = "send", pattern(2, 4096)
     try:
-        sock.sendall(pattern(2, 4096))
+        sock.sendall(last)
         if then == "send":
             time.sleep(1)
             sock.sendall(pattern(3, 4096))
             fail("send: took 4 KiB after the reset, not ECONNRESET")
         where = "recv"
-        echo, got = pattern(2, 4096), b""
+        echo, got = last, b""
         while True:
             chunk = sock.recv(65536)
             if not chunk:
