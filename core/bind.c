@@ -166,6 +166,14 @@ static void on_opened(struct sdp_conn *c)
 
 /* ------------------------------------------------------------- server */
 
+/* A send's errno that was the connection's pending error (a reset, a
+ * timeout): the send took it, and the kernel will not say it again.  Not
+ * so for a full or shut down socket, or memory. */
+static bool send_took_conn_error(int err)
+{
+	return err != EAGAIN && err != EPIPE && err != ENOBUFS && err != ENOMEM;
+}
+
 /* Writes the urgent byte; SIGNALLED if it went.  False leaves the state. */
 static bool server_try_signal(struct sdp_conn *c)
 {
@@ -175,8 +183,12 @@ static bool server_try_signal(struct sdp_conn *c)
 	do
 		n = real.send(c->tcp_fd, &byte, 1, MSG_OOB | MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != 1)
+	if (n != 1) {
+		/* A send that fails on a reset connection takes its error. */
+		if (n < 0 && send_took_conn_error(errno) && !c->tcp_taken_err)
+			c->tcp_taken_err = errno;
 		return false;
+	}
 	c->bind = BIND_SIGNALLED;
 	bind_arm(c, progress_deadline_ms(bind_step_ms()));
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
@@ -185,10 +197,16 @@ static bool server_try_signal(struct sdp_conn *c)
 
 static void server_signal(struct sdp_conn *c)
 {
-	if (!server_try_signal(c)) {
-		sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
-		bind_fallback(c, SDP_REASON_UNPROVEN);
+	if (server_try_signal(c))
+		return;
+	/* The connection failed (maybe at accept()'s own try, whose error a
+	 * retry then finds taken): the app gets that error, not a TCP EOF. */
+	if (c->tcp_taken_err) {
+		bind_on_tcp_error(c, c->tcp_taken_err);
+		return;
 	}
+	sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
+	bind_fallback(c, SDP_REASON_UNPROVEN);
 }
 
 /* On the progress thread: accept() has returned (it never waits on a

@@ -232,6 +232,10 @@ void conn_app_close(struct sdp_conn *c, bool abort);
 enum conn_phase conn_get_phase(struct sdp_conn *c);
 /* Why the socket is on TCP (CONN_EV_FALLBACK carries it too). */
 enum sdp_reason conn_get_fail_reason(struct sdp_conn *c);
+/* Why the stream ended with a failure (aborted, or its channel gone), else
+ * SDP_REASON_NONE.  One whose path was never settled ended on its TCP
+ * connection: no byte went over RDMA. */
+enum sdp_reason conn_failed_reason(struct sdp_conn *c);
 bool conn_is_server(const struct sdp_conn *c);
 /* The address a client connected to (fixed at conn_connect_start). */
 const struct sockaddr *conn_peer_addr(const struct sdp_conn *c);

@@ -658,6 +658,17 @@ enum sdp_reason conn_get_fail_reason(struct sdp_conn *c)
 	return reason;
 }
 
+enum sdp_reason conn_failed_reason(struct sdp_conn *c)
+{
+	enum sdp_reason reason = SDP_REASON_NONE;
+
+	conn_lock(c);
+	if (c->phase == CONN_DEAD || c->close_state == CLOSE_ABORTED)
+		reason = c->fail_reason;
+	conn_unlock(c);
+	return reason;
+}
+
 bool conn_is_server(const struct sdp_conn *c)
 {
 	return c->is_server;

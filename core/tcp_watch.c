@@ -75,11 +75,38 @@ int tcp_drain_send(struct sdp_conn *c)
 	return 0;
 }
 
+/* The drain cannot finish: the stream ends with err, which the app's next
+ * call gets from it (the kernel socket will not say it again: our send took
+ * it).  Bytes not drained are not there to move, so nothing else is safe. */
+static void drain_abort(struct sdp_conn *c, int err)
+{
+	free(c->drain_buf);
+	c->drain_buf = NULL;
+	c->drain_len = c->drain_off = 0;
+	close_ev_abort(c, err, false);
+	conn_set_phase(c, CONN_DEAD);
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	pthread_cond_broadcast(&c->cond); /* a send waiting for the drain */
+	conn_schedule_destroy(c);
+}
+
 static void on_drain_ready(struct sdp_conn *c)
 {
-	/* A failure stays on the kernel socket, which reports it to the app. */
-	if (tcp_drain_send(c) == EAGAIN)
+	int err = tcp_drain_send(c);
+
+	if (err == EAGAIN)
 		return;
+	/* Our send took the kernel's error (the peer reset the connection as
+	 * our bytes waited for room).  EPIPE: nothing was left to take (the
+	 * app's own recv, which goes to TCP here, took it), and the kernel
+	 * socket says EPIPE again: the fallback stands. */
+	if (err && err != EPIPE) {
+		sdp_info("the TCP connection failed as the channel's unsent bytes moved to it (%s)",
+			 strerror(err));
+		drain_abort(c, err);
+		return;
+	}
 	if (c->close_state == CLOSE_TX_DRAINING)
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app shut down writing meanwhile */
 	conn_set_phase(c, CONN_FALLBACK);
@@ -171,6 +198,15 @@ void tcp_drain_start(struct sdp_conn *c)
 	c->drain_off = 0;
 	c->tx_posted = c->tx_head;
 	conn_set_phase(c, CONN_DRAINING);
+	if (total && !c->drain_buf) {
+		/* The app's bytes cannot follow it to TCP: the stream breaks, as
+		 * a reset, never with a gap in it. */
+		sdp_error("out of memory moving %zu unsent bytes to TCP; resetting the connection",
+			  total);
+		tcp_send_reset(c);
+		drain_abort(c, ECONNRESET);
+		return;
+	}
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
 	on_drain_ready(c);
 }

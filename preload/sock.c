@@ -299,26 +299,44 @@ static void log_path(const struct sdp_sock *s, const char *what)
 		 what);
 }
 
-void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
+static void publish_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 {
 	stats_slot_begin(s->st);
 	s->st->path = SDP_PATH_TCP;
 	s->st->reason = (uint16_t)reason;
 	s->st->negcached = negcached;
 	stats_slot_end(s->st);
-	sock_set_mode(s, SOCK_MODE_TCP);
-	if (is_connection(s)) {
-		sock_table_lock();
-		count_path_locked(s);
-		sock_table_unlock();
-		if (sdp_log_level >= SDP_LOG_INFO) {
-			char what[160];
+}
 
-			snprintf(what, sizeof(what), "path=tcp reason=%s%s (%s)", sdp_reason_name(reason),
-				 negcached ? " (cached)" : "", sdp_reason_text(reason));
-			log_path(s, what);
-		}
+/* Counts the connection's path once, and says it in one info line. */
+static void count_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached,
+			   const char *note)
+{
+	if (!is_connection(s))
+		return;
+	sock_table_lock();
+	count_path_locked(s);
+	sock_table_unlock();
+	if (sdp_log_level >= SDP_LOG_INFO) {
+		char what[192];
+
+		snprintf(what, sizeof(what), "path=tcp reason=%s%s (%s)%s", sdp_reason_name(reason),
+			 negcached ? " (cached)" : "", sdp_reason_text(reason), note);
+		log_path(s, what);
 	}
+}
+
+void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
+{
+	publish_tcp_path(s, reason, negcached);
+	sock_set_mode(s, SOCK_MODE_TCP);
+	count_tcp_path(s, reason, negcached, "");
+}
+
+void sock_note_ended_on_tcp(struct sdp_sock *s, enum sdp_reason reason)
+{
+	publish_tcp_path(s, reason, false);
+	count_tcp_path(s, reason, false, "; the stream ended with an error before it settled");
 }
 
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)

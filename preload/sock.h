@@ -118,6 +118,10 @@ void sock_prepare_exec(void);
 
 /* Decides the path: sets mode, path, reason and counts it once. */
 void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached);
+/* The same in the stats alone, for a channel that ended (a reset as it
+ * bound, or as its waiting bytes drained into TCP) before its path was
+ * settled: no byte went over RDMA.  The channel still answers the app. */
+void sock_note_ended_on_tcp(struct sdp_sock *s, enum sdp_reason reason);
 /* An RDMA connection whose stream moved to TCP mid-way (failover, fork):
  * path tcp with the reason; counted once more by reason, not by path. */
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);

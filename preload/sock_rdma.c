@@ -124,6 +124,11 @@ static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 	} else if (phase == CONN_HELD && s->st->path != SDP_PATH_TCP) {
 		sock_set_rdma(s); /* it opened before it moved, if no event said so yet */
 		sock_note_moved(s, conn_get_fail_reason(c));
+	} else if (s->st->path == SDP_PATH_UNDECIDED) {
+		enum sdp_reason failed = conn_failed_reason(c);
+
+		if (failed != SDP_REASON_NONE)
+			sock_note_ended_on_tcp(s, failed);
 	}
 }
 

@@ -7,6 +7,8 @@
 #   1-3  a rogue rdma_cm listener on the port of a TCP server (a plain one, and
 #        a preloaded one that starts after the rogue) must never receive a
 #        preloaded client's stream, nor stall it past SDPSHIM_CONNECT_TIMEOUT_MS;
+#        and when the TCP connection is reset as the client's bytes, which
+#        waited for the rogue's ATTACH, drain into it, the app sees the reset;
 #   4    a forged, committed Hello naming a plain client's source port must not
 #        get that client's connection (its echo comes back intact);
 #   5    16 Hellos asking for the most buffers (1024 x 1 MiB), then 16 asking
@@ -167,6 +169,69 @@ listener_never_attaches() {
 
 @test "[link] rogue listener that never sends ATTACH: the preloaded client is not held past SDPSHIM_CONNECT_TIMEOUT_MS + 1 s" {
   listener_never_attaches link
+}
+
+# live_channel ROLE PORT: the channel state of the live ROLE end on PORT
+# (sdpshim stat --json: binding, moving, fallback...), or none
+live_channel() {
+  local seen
+  seen=$(live_end "$1" "$2" channel)
+  echo "${seen#* }"
+}
+
+# drain_meets_reset MODE
+drain_meets_reset() {
+  # The client's 4 MiB wait in its channel's send slots for an ATTACH that
+  # never comes; at SDPSHIM_CONNECT_TIMEOUT_MS it gives up, and they move to
+  # TCP, where the server's full window (it never reads) stops them.  Then
+  # ss -K resets the connection at the server.  The library's own send into
+  # TCP meets the reset and so takes the kernel's error: the app must still
+  # see ECONNRESET, as over plain TCP, not the EPIPE left after it.
+  local port rc=0 killed state stuck
+  link_mode "$1"
+  port=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=2000
+  start_bg server timeout -k 5 120 "$PY" -S "$BATS_TEST_DIRNAME/drainreset.py" server \
+    "$RXE_IP" "$port"
+  wait_for_line "$T/server.log" '^drainreset: listening$' 30
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never "${LINK_ARG[@]}"
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  start_bg client timeout -k 5 120 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/drainreset.py" \
+    client "$RXE_IP" "$port"
+  wait_for_line "$T/server.log" '^drainreset: accepted$' 30
+  local until=$(( $(date +%s) + 30 ))
+  while state=$(live_channel client "$port"); [ "$state" != moving ]; do
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.1
+  done
+  sleep 1
+  stuck=$(live_channel client "$port")
+  killed=$(ss -K -t -n state established "( sport = :$port )" | grep -c ":$port" || true)
+  wait_bg client || rc=$?
+  kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
+  wait_bg server || true
+  rogue_stop rogue || true
+  show "client channel: '$state', then '$stuck' 1 s later; ss -K: $killed socket(s)" \
+       "client (rc=$rc): $(bg_log client | tr '\n' ';')" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
+  [ "$(rogue_field rogue hellos)" -ge 1 ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  # The bytes were draining into TCP, stopped, when the reset came.
+  [ "$state" = moving ]
+  [ "$stuck" = moving ]
+  [ "$killed" -eq 1 ]
+  [ "$rc" -eq 0 ]
+  bg_log client | grep -qx 'drainreset: reset on send'
+  # Its stats say where the stream was (TCP: no byte went over RDMA), and why.
+  [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
+}
+
+@test "rogue listener that never sends ATTACH, and the connection is reset as the client's waiting bytes drain into TCP: send() says ECONNRESET, not EPIPE" {
+  drain_meets_reset conn
+}
+
+@test "[link] rogue listener that never sends ATTACH, and the connection is reset as the client's waiting bytes drain into TCP: send() says ECONNRESET, not EPIPE" {
+  drain_meets_reset link
 }
 
 # listener_holds_port MODE

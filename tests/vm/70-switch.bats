@@ -324,6 +324,8 @@ failover_stream() {
   ! grep -q 'MISMATCH\|sha256=.* OK' "$T/client.out"
   grep -qi 'reset by peer' "$T/client.out"
   [ "$(stats_lines "$STATS" role=server switches=1 | wc -l)" -eq 0 ]
+  # The client's stream never went over RDMA: its stats say TCP, and why.
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=unproven | wc -l)" -eq 1 ]
 }
 
 # reset_under_channel THEN: resetunder.py's run (THEN: recv or send) against a
