@@ -111,6 +111,7 @@ static int tcp_write_record(struct sdp_conn *c, const struct sdp_bind *b)
 static void bind_abort(struct sdp_conn *c, int err, bool reset_tcp)
 {
 	c->fail_reason = SDP_REASON_UNPROVEN;
+	c->stream_ended = true;
 	close_ev_abort(c, err, false);
 	qp_force_error(c);
 	if (reset_tcp)
@@ -166,14 +167,6 @@ static void on_opened(struct sdp_conn *c)
 
 /* ------------------------------------------------------------- server */
 
-/* A send's errno that was the connection's pending error (a reset, a
- * timeout): the send took it, and the kernel will not say it again.  Not
- * so for a full or shut down socket, or memory. */
-static bool send_took_conn_error(int err)
-{
-	return err != EAGAIN && err != EPIPE && err != ENOBUFS && err != ENOMEM;
-}
-
 /* Writes the urgent byte; SIGNALLED if it went.  False leaves the state. */
 static bool server_try_signal(struct sdp_conn *c)
 {
@@ -183,12 +176,8 @@ static bool server_try_signal(struct sdp_conn *c)
 	do
 		n = real.send(c->tcp_fd, &byte, 1, MSG_OOB | MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != 1) {
-		/* A send that fails on a reset connection takes its error. */
-		if (n < 0 && send_took_conn_error(errno) && !c->tcp_taken_err)
-			c->tcp_taken_err = errno;
+	if (n != 1)
 		return false;
-	}
 	c->bind = BIND_SIGNALLED;
 	bind_arm(c, progress_deadline_ms(bind_step_ms()));
 	sdp_debug("bind: asked the TCP client (port %u) for its proof", c->tuple.src_port);
@@ -197,16 +186,10 @@ static bool server_try_signal(struct sdp_conn *c)
 
 static void server_signal(struct sdp_conn *c)
 {
-	if (server_try_signal(c))
-		return;
-	/* The connection failed (maybe at accept()'s own try, whose error a
-	 * retry then finds taken): the app gets that error, not a TCP EOF. */
-	if (c->tcp_taken_err) {
-		bind_on_tcp_error(c, c->tcp_taken_err);
-		return;
+	if (!server_try_signal(c)) {
+		sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
+		bind_fallback(c, SDP_REASON_UNPROVEN);
 	}
-	sdp_info("cannot send the bind signal (%s); using TCP", strerror(errno));
-	bind_fallback(c, SDP_REASON_UNPROVEN);
 }
 
 /* On the progress thread: accept() has returned (it never waits on a
@@ -565,8 +548,11 @@ static void client_on_timer(struct sdp_conn *c)
 
 /* ------------------------------------------------------------- both */
 
+/* The handshake runs (not once it ended the stream with an error). */
 static bool binding(const struct sdp_conn *c)
 {
+	if (c->stream_ended)
+		return false;
 	return (c->phase == CONN_ATTACHING && c->is_server) ||
 	       (c->phase == CONN_AWAIT_ATTACH && !c->is_server);
 }

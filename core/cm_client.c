@@ -464,6 +464,15 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	conn_unlock(c);
 }
 
+void conn_end_aborted(struct sdp_conn *c)
+{
+	conn_set_phase(c, CONN_DEAD);
+	conn_update_readiness(c, true);
+	conn_signal_owner(c, CONN_EV_STATE);
+	pthread_cond_broadcast(&c->cond); /* a send or connect waiting on it */
+	conn_schedule_destroy(c);
+}
+
 void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 {
 	enum conn_phase was = c->phase;
@@ -485,6 +494,13 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 	case CONN_ATTACHING:
 	case CONN_OPEN:
 		break;
+	}
+	if (c->stream_ended) {
+		/* The stream ended with an error as it bound (bind_abort): the
+		 * app gets that, never the kernel socket's EOF after it. */
+		sdp_debug("an aborted channel does not fall back to TCP (%s)", sdp_reason_name(reason));
+		conn_end_aborted(c);
+		return;
 	}
 	c->fail_reason = reason;
 	sdp_debug("channel falls back to TCP: %s", sdp_reason_name(reason));

@@ -367,8 +367,13 @@ void qp_force_error(struct sdp_conn *c);
 /* cm_client.c: IPv4 as IPv4-mapped IPv6, so tuples compare either way. */
 void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);
 
-/* Fails the connection before attach: the socket falls back to TCP. */
+/* Fails the connection before attach: the socket falls back to TCP (not
+ * one whose handshake ended the stream, stream_ended: that one ends, as
+ * below). */
 void conn_fallback(struct sdp_conn *c, enum sdp_reason reason);
+/* A stream that ended with an error (close_ev_abort) is done: DEAD, its
+ * waiters and pollers told, its resources released in the background. */
+void conn_end_aborted(struct sdp_conn *c);
 
 void conn_lock(struct sdp_conn *c);
 /* Unlocks and delivers any owner event raised while locked. */

@@ -77,18 +77,17 @@ int tcp_drain_send(struct sdp_conn *c)
 
 /* The drain cannot finish: the stream ends with err, which the app's next
  * call gets from it (the kernel socket will not say it again: our send took
- * it).  Bytes not drained are not there to move, so nothing else is safe. */
+ * it).  Bytes not drained are not there to move, so nothing else is safe:
+ * the peer is told with a reset (a no-op on a connection already reset),
+ * never a FIN after a gap. */
 static void drain_abort(struct sdp_conn *c, int err)
 {
+	tcp_send_reset(c);
 	free(c->drain_buf);
 	c->drain_buf = NULL;
 	c->drain_len = c->drain_off = 0;
 	close_ev_abort(c, err, false);
-	conn_set_phase(c, CONN_DEAD);
-	conn_update_readiness(c, true);
-	conn_signal_owner(c, CONN_EV_STATE);
-	pthread_cond_broadcast(&c->cond); /* a send waiting for the drain */
-	conn_schedule_destroy(c);
+	conn_end_aborted(c);
 }
 
 static void on_drain_ready(struct sdp_conn *c)
@@ -98,9 +97,12 @@ static void on_drain_ready(struct sdp_conn *c)
 	if (err == EAGAIN)
 		return;
 	/* Our send took the kernel's error (the peer reset the connection as
-	 * our bytes waited for room).  EPIPE: nothing was left to take (the
-	 * app's own recv, which goes to TCP here, took it), and the kernel
-	 * socket says EPIPE again: the fallback stands. */
+	 * our bytes waited for room).  EPIPE: nothing was left to take; if our
+	 * own peek took it, it is kept; else the app's own recv (which goes to
+	 * TCP here) took it, and the kernel socket says EPIPE again: the
+	 * fallback stands. */
+	if (err == EPIPE && c->tcp_taken_err)
+		err = c->tcp_taken_err;
 	if (err && err != EPIPE) {
 		sdp_info("the TCP connection failed as the channel's unsent bytes moved to it (%s)",
 			 strerror(err));
@@ -196,14 +198,13 @@ void tcp_drain_start(struct sdp_conn *c)
 	c->drain_buf = total ? malloc(total) : NULL;
 	c->drain_len = c->drain_buf ? tx_slots_payload(c, c->tx_posted, c->tx_head, c->drain_buf) : 0;
 	c->drain_off = 0;
-	c->tx_posted = c->tx_head;
+	tx_drop_all(c); /* the bytes are the drain's now */
 	conn_set_phase(c, CONN_DRAINING);
 	if (total && !c->drain_buf) {
 		/* The app's bytes cannot follow it to TCP: the stream breaks, as
 		 * a reset, never with a gap in it. */
 		sdp_error("out of memory moving %zu unsent bytes to TCP; resetting the connection",
 			  total);
-		tcp_send_reset(c);
 		drain_abort(c, ECONNRESET);
 		return;
 	}

@@ -299,24 +299,31 @@ static void log_path(const struct sdp_sock *s, const char *what)
 		 what);
 }
 
-static void publish_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
+/* Path tcp, for reason; counted in the process's totals (once: a second
+ * word on the same path, from another thread or a later event, is not). */
+static bool publish_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 {
+	bool first;
+
+	sock_table_lock();
+	first = s->st->path != SDP_PATH_TCP;
 	stats_slot_begin(s->st);
 	s->st->path = SDP_PATH_TCP;
 	s->st->reason = (uint16_t)reason;
 	s->st->negcached = negcached;
 	stats_slot_end(s->st);
+	if (first && is_connection(s))
+		count_path_locked(s);
+	sock_table_unlock();
+	return first;
 }
 
-/* Counts the connection's path once, and says it in one info line. */
-static void count_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached,
-			   const char *note)
+/* Says the connection's path in one info line. */
+static void log_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negcached,
+			 const char *note)
 {
 	if (!is_connection(s))
 		return;
-	sock_table_lock();
-	count_path_locked(s);
-	sock_table_unlock();
 	if (sdp_log_level >= SDP_LOG_INFO) {
 		char what[192];
 
@@ -328,15 +335,17 @@ static void count_tcp_path(struct sdp_sock *s, enum sdp_reason reason, bool negc
 
 void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached)
 {
-	publish_tcp_path(s, reason, negcached);
+	bool first = publish_tcp_path(s, reason, negcached);
+
 	sock_set_mode(s, SOCK_MODE_TCP);
-	count_tcp_path(s, reason, negcached, "");
+	if (first)
+		log_tcp_path(s, reason, negcached, "");
 }
 
 void sock_note_ended_on_tcp(struct sdp_sock *s, enum sdp_reason reason)
 {
-	publish_tcp_path(s, reason, false);
-	count_tcp_path(s, reason, false, "; the stream ended with an error before it settled");
+	if (publish_tcp_path(s, reason, false))
+		log_tcp_path(s, reason, false, "; the stream ended with an error before it settled");
 }
 
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
