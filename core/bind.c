@@ -116,10 +116,7 @@ static void bind_abort(struct sdp_conn *c, int err, bool reset_tcp)
 	qp_force_error(c);
 	if (reset_tcp)
 		tcp_send_reset(c);
-	conn_update_readiness(c, true);
-	progress_timer_cancel(&c->timer);
-	if (c->app_closed)
-		conn_schedule_destroy(c);
+	conn_end_aborted(c); /* a late ATTACH or ESTABLISHED opens nothing */
 }
 
 /* The peer broke the handshake where nobody can tell how the stream is

@@ -466,6 +466,9 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 
 void conn_end_aborted(struct sdp_conn *c)
 {
+	c->stream_ended = true;
+	tx_drop_all(c); /* bytes that never leave: not in SIOCOUTQ, nor walked at teardown */
+	progress_timer_cancel(&c->timer);
 	conn_set_phase(c, CONN_DEAD);
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_STATE);

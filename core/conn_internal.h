@@ -371,8 +371,9 @@ void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t
  * one whose handshake ended the stream, stream_ended: that one ends, as
  * below). */
 void conn_fallback(struct sdp_conn *c, enum sdp_reason reason);
-/* A stream that ended with an error (close_ev_abort) is done: DEAD, its
- * waiters and pollers told, its resources released in the background. */
+/* A stream that ended with an error (close_ev_abort) is done: DEAD (so
+ * nothing late opens it, or moves it to TCP), its unsent bytes dropped,
+ * its waiters and pollers told, its resources released in the background. */
 void conn_end_aborted(struct sdp_conn *c);
 
 void conn_lock(struct sdp_conn *c);

@@ -663,10 +663,7 @@ enum sdp_reason conn_failed_reason(struct sdp_conn *c)
 	enum sdp_reason reason = SDP_REASON_NONE;
 
 	conn_lock(c);
-	/* Not while its bytes drain into TCP, or once they did: it goes on there. */
-	if (c->phase == CONN_DEAD ||
-	    (c->close_state == CLOSE_ABORTED && c->phase != CONN_DRAINING &&
-	     c->phase != CONN_FALLBACK))
+	if (c->stream_ended || c->phase == CONN_DEAD)
 		reason = c->fail_reason;
 	conn_unlock(c);
 	return reason;

@@ -183,8 +183,9 @@ struct sdp_conn {
 	int hard_error;         /* error that ends the stream (ECONNRESET, EPIPE...) */
 	int tcp_taken_err;      /* the kernel socket's error that our own peek took
 				 * (tcp_peek): a move to TCP reports it */
-	bool stream_ended;      /* the handshake ended the stream with an error (its
-				 * TCP connection failed, or we reset it): no fallback */
+	bool stream_ended;      /* it ended with an error before it settled (its TCP
+				 * connection failed as it bound or drained, or we
+				 * reset it): DEAD, never a fallback */
 	enum sdp_reason fail_reason;
 
 	/* ---- Closing (close.c; conn_io.c for the app's shutdown and close,
