@@ -47,6 +47,9 @@ struct sdp_tunables {
 				      * (preload/fork_claim.c) */
 	unsigned debug_adopt_delay_ms; /* SDPSHIM_DEBUG_ADOPT_DELAY_MS: tests only, a connect
 				      * adopts its channel this late (preload/connect.c) */
+	unsigned debug_accept_delay_ms; /* SDPSHIM_DEBUG_ACCEPT_DELAY_MS: tests only, an accept
+				      * claims its channel this long after the kernel's
+				      * accept returned (preload/connect.c) */
 	unsigned debug_orphan_delay_ms; /* SDPSHIM_DEBUG_ORPHAN_DELAY_MS: tests only, an owner's
 				      * close of a shared socket pauses this long between its
 				      * fd and its orphan (preload/fork_handoff.c) */

@@ -600,14 +600,16 @@ void bind_on_carrier_failed(struct sdp_conn *c)
 	bind_on_tcp_ready(c);
 }
 
-/* A message the peer may not send on an unbound channel: it is not used,
- * and the handshake ends as if the carrier had failed. */
+/* A message the peer may not send on an unbound channel: it is not used.
+ * Before the handshake started on TCP the stream falls back (reason
+ * protocol); after, it ends as if the carrier had failed. */
 void bind_on_violation(struct sdp_conn *c, const char *what)
 {
-	sdp_warn("the RDMA peer sent %s before the channel was bound; not using the channel", what);
+	sdp_warn("the RDMA peer broke the protocol before the channel was bound (%s); not using the channel",
+		 what);
 	qp_force_error(c);
 	c->carrier_dead = true;
-	if (binding(c))
+	if (binding(c) && c->bind != BIND_IDLE)
 		bind_on_carrier_failed(c);
 	else
 		bind_fallback(c, SDP_REASON_PROTOCOL);

@@ -20,6 +20,7 @@
 #define PENDING_FIRST_CHECK_MS 10
 #define PENDING_MAX_CHECK_MS   200
 #define ACCEPTED_ELSEWHERE_MS  100
+#define OWN_ACCEPT_GRACE_MS    5000
 
 static void listener_put(struct sdp_listener *l)
 {
@@ -617,17 +618,30 @@ static unsigned pending_next_check(struct sdp_conn *c, enum tcp_accept_state st,
 	return c->pending_check_ms < ttl_left ? c->pending_check_ms : (unsigned)ttl_left;
 }
 
+/* Seen accepted since c->pending_accepted_ms, by the socket of inode: by
+ * another process once that lasted ACCEPTED_ELSEWHERE_MS.  This process's
+ * own accept() on its way to attaching (a thread the scheduler or an
+ * emulator holds back, or one waiting for a link's completions) holds
+ * the socket itself: it gets OWN_ACCEPT_GRACE_MS, after which an app that
+ * took the socket without accept() (a raw system call) is given up on. */
+static bool accepted_elsewhere(const struct sdp_conn *c, uint64_t now, uint32_t inode)
+{
+	uint64_t seen = now - c->pending_accepted_ms;
+
+	if (seen < ACCEPTED_ELSEWHERE_MS)
+		return false;
+	return seen >= OWN_ACCEPT_GRACE_MS || !tcp_diag_socket_is_ours(inode);
+}
+
 /* The pending timer: the TTL, and meanwhile (with a growing interval) the
  * question whether another process, such as a pre-fork server's worker that
  * inherited the listening socket, accepted the TCP connection: its client
- * would otherwise wait the whole TTL for an ATTACH.  Seen accepted for
- * ACCEPTED_ELSEWHERE_MS, so that our own accept() on its way to attaching
- * is not taken for one, even in a thread the scheduler (or an emulator)
- * holds back for a while. */
+ * would otherwise wait the whole TTL for an ATTACH. */
 void pending_on_timer(struct sdp_conn *c)
 {
 	uint64_t now = progress_now_ms();
 	enum tcp_accept_state st;
+	uint32_t inode = 0;
 
 	if (c->pending_detached) {
 		/* DETACH went out a grace period ago; the client never hung up. */
@@ -639,12 +653,12 @@ void pending_on_timer(struct sdp_conn *c)
 		pending_detach(c, "an RDMA channel was never matched by accept()");
 		return;
 	}
-	st = tcp_diag_accept_state(&c->tuple);
+	st = tcp_diag_accept_state(&c->tuple, &inode);
 	if (st != TCP_ACCEPTED) {
 		c->pending_accepted_ms = 0;
 	} else if (!c->pending_accepted_ms) {
 		c->pending_accepted_ms = now;
-	} else if (now - c->pending_accepted_ms >= ACCEPTED_ELSEWHERE_MS) {
+	} else if (accepted_elsewhere(c, now, inode)) {
 		pending_detach(c, "another process accepted the TCP connection of an RDMA channel");
 		return;
 	}

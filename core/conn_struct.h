@@ -196,6 +196,8 @@ struct sdp_conn {
 	bool lingering;         /* counted in progress_linger_*() until destroyed */
 	bool rd_shut;           /* shutdown(SHUT_RD): reads see EOF */
 	bool carrier_dead;      /* QP or cm id failed */
+	bool unbound_violated;  /* its peer broke the protocol before it was bound: the channel
+				 * is not used, and nothing more the peer sends is read (rx.c) */
 	bool fork_shared;       /* another process holds the socket: a failover keeps no byte here */
 	bool qp_in_error;       /* we moved the QP to the error state: no remote access */
 	bool carrier_reaping;   /* close_ev_carrier_failed takes in the completions first */

@@ -23,9 +23,32 @@ static uint8_t *rx_buf(const struct sdp_conn *c, uint32_t slot)
 	return c->rx_mem + (size_t)slot * c->buf_size;
 }
 
-/* A peer that breaks the protocol gets an abort and a logged reason. */
+static bool unbound(const struct sdp_conn *c);
+
+/* A channel not bound yet: its peer is not proven to be the TCP
+ * connection's (docs/trust.md), so whatever it breaks costs the channel,
+ * never the stream, which goes on over TCP (a pending channel no socket
+ * took yet is dropped). */
+static void unbound_violation(struct sdp_conn *c, const char *what)
+{
+	c->unbound_violated = true;
+	if (c->phase == CONN_PENDING) {
+		sdp_warn("an unattached RDMA channel's peer broke the protocol (%s); dropping the channel",
+			 what);
+		pending_drop(c);
+		return;
+	}
+	bind_on_violation(c, what);
+}
+
+/* A peer that breaks the protocol gets an abort and a logged reason; on a
+ * channel not bound yet, only the channel ends. */
 static void protocol_violation(struct sdp_conn *c, const char *what)
 {
+	if (unbound(c)) {
+		unbound_violation(c, what);
+		return;
+	}
 	sdp_warn("peer violated the sdpshim protocol (%s); aborting the connection", what);
 	c->fail_reason = SDP_REASON_PROTOCOL;
 	close_ev_abort(c, ECONNRESET, true);
@@ -190,13 +213,7 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 		return false;
 	}
 	if (unbound(c) && !allowed_unbound(c, h->mid)) {
-		if (c->phase == CONN_PENDING) {
-			sdp_warn("an unattached RDMA channel's peer sent message %u; dropping the channel",
-				 h->mid);
-			pending_drop(c);
-		} else {
-			bind_on_violation(c, "a message other than the handshake's");
-		}
+		unbound_violation(c, "a message other than the handshake's");
 		return false;
 	}
 	if (h->mid == SDP_MID_DATA && c->rx_eof) {
@@ -212,11 +229,14 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 
 /* A receive completion (a message, or a WRITE with immediate into our
  * sink) for one of our buffers: false if it is not ours, or if it comes
- * after a reset.  After a reset nothing the peer sends counts: it is
- * dropped unread and not judged (one diagnostic per connection, not one
- * per message), and the buffer is posted again. */
+ * after a reset, or after the peer broke the protocol before the channel
+ * was bound.  Then nothing the peer sends counts: it is dropped unread and
+ * not judged (one diagnostic per connection, not one per message); after a
+ * reset the buffer is posted again, an unused channel needs none. */
 static bool receive_counts(struct sdp_conn *c, uint32_t slot)
 {
+	if (c->unbound_violated)
+		return false;
 	if (slot >= c->buf_count) {
 		protocol_violation(c, "completion for an unknown buffer");
 		return false;
@@ -241,7 +261,7 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
  * after a reset; more messages than credits is a violation). */
 static bool link_slot(struct sdp_conn *c, uint32_t *slot)
 {
-	if (!c->rx_ring || c->close_state == CLOSE_ABORTED)
+	if (!c->rx_ring || c->close_state == CLOSE_ABORTED || c->unbound_violated)
 		return false;
 	if (ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {
 		protocol_violation(c, "more messages than credits");
@@ -354,7 +374,7 @@ void rx_on_write_imm(struct sdp_conn *c, uint32_t slot, uint32_t byte_len, uint3
 	if (!receive_counts(c, slot))
 		return;
 	if (unbound(c)) {
-		bind_on_violation(c, "an RDMA WRITE");
+		unbound_violation(c, "an RDMA WRITE");
 		return;
 	}
 	if (mseq != c->rx_seq + 1 || ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {

@@ -1,7 +1,11 @@
 /* Whether the server end of a kernel TCP connection has been accepted, by
  * any process: an exact sock_diag lookup of the 4-tuple, whose answer
- * carries the socket's inode (0 while it waits in the listen queue). */
+ * carries the socket's inode (0 while it waits in the listen queue); and
+ * whether this process holds that socket (/proc/self/fd). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -10,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/real.h"
 #include "core/tcp_diag.h"
@@ -52,7 +57,8 @@ static void build_request(const struct sdp_tuple *t, struct diag_request *r)
  * connection returns the listening socket instead (lookup falls back to
  * listeners), which is told apart by its state and its empty peer port.
  * The headers are copied out, so buf needs no alignment. */
-enum tcp_accept_state tcp_diag_parse_reply(const void *buf, size_t len, uint16_t peer_port_be)
+enum tcp_accept_state tcp_diag_parse_reply(const void *buf, size_t len, uint16_t peer_port_be,
+					   uint32_t *inode)
 {
 	const uint8_t *payload;
 	struct nlmsghdr h;
@@ -75,12 +81,14 @@ enum tcp_accept_state tcp_diag_parse_reply(const void *buf, size_t len, uint16_t
 	if (h.nlmsg_type != SOCK_DIAG_BY_FAMILY || h.nlmsg_len < NLMSG_LENGTH(sizeof(m)))
 		return TCP_STATE_UNKNOWN;
 	memcpy(&m, payload, sizeof(m));
-	if (m.idiag_state == TCP_LISTEN_STATE || m.id.idiag_dport != peer_port_be)
+	if (m.idiag_state == TCP_LISTEN_STATE || m.id.idiag_dport != peer_port_be || !m.idiag_inode)
 		return TCP_NOT_ACCEPTED;
-	return m.idiag_inode ? TCP_ACCEPTED : TCP_NOT_ACCEPTED;
+	if (inode)
+		*inode = m.idiag_inode;
+	return TCP_ACCEPTED;
 }
 
-enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t)
+enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t, uint32_t *inode)
 {
 	struct diag_request r;
 	union {
@@ -98,8 +106,34 @@ enum tcp_accept_state tcp_diag_accept_state(const struct sdp_tuple *t)
 	if (real.send(fd, &r, sizeof(r), 0) == (ssize_t)sizeof(r)) {
 		n = real.recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
 		if (n >= 0)
-			state = tcp_diag_parse_reply(&reply, (size_t)n, r.req.id.idiag_dport);
+			state = tcp_diag_parse_reply(&reply, (size_t)n, r.req.id.idiag_dport, inode);
 	}
 	real.close(fd);
 	return state;
+}
+
+bool tcp_diag_socket_is_ours(uint32_t inode)
+{
+	char want[32], link[32];
+	struct dirent *e;
+	bool found = false;
+	ssize_t n;
+	DIR *d;
+	int len = snprintf(want, sizeof(want), "socket:[%u]", inode);
+
+	/* The calling thread's view: /proc/self is the main thread's, whose fd
+	 * table is gone once it called pthread_exit(). */
+	d = opendir("/proc/thread-self/fd");
+	if (!d)
+		d = opendir("/proc/self/fd"); /* before Linux 3.17 */
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		n = readlinkat(dirfd(d), e->d_name, link, sizeof(link));
+		found = n == len && memcmp(link, want, (size_t)len) == 0;
+	}
+	closedir(d);
+	return found;
 }

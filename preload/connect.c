@@ -257,6 +257,8 @@ int sock_accept(struct sdp_sock *ls, int fd, struct sockaddr *addr, socklen_t *l
 		sock_set_role(ns, STATS_ROLE_SERVER);
 		sock_read_addresses(nfd, &a);
 		sock_note_read_addresses(ns, &a);
+		if (sdp_tun.debug_accept_delay_ms) /* tests: a thread held back here */
+			usleep(sdp_tun.debug_accept_delay_ms * 1000u);
 		if (attach_channel(ls, ns, nfd, &a))
 			break;
 		sock_set_tcp(ns, accepted_tcp_reason(ls, ns), false);

@@ -16,7 +16,8 @@
  * else UNKNOWN); only the message's own nlmsg_len bytes count (decoding
  * exactly those gives the same verdict, from a buffer that size so ASan sees
  * any read past it, and one byte short is UNKNOWN); the verdict does not
- * depend on the buffer's alignment; ACCEPTED turns to NOT_ACCEPTED for any
+ * depend on the buffer's alignment; the inode is given (and is the reply's,
+ * never 0) exactly for ACCEPTED; ACCEPTED turns to NOT_ACCEPTED for any
  * other peer port, and UNKNOWN stays UNKNOWN for any; NULL is UNKNOWN. */
 #include <errno.h>
 #include <linux/inet_diag.h>
@@ -90,7 +91,7 @@ static enum tcp_accept_state parse_copy(const uint8_t *data, size_t n, size_t sh
 
 	CHECK(copy != NULL);
 	memcpy(copy + shift, data, n);
-	st = tcp_diag_parse_reply(copy + shift, n, peer_port_be);
+	st = tcp_diag_parse_reply(copy + shift, n, peer_port_be, NULL);
 	free(copy);
 	return st;
 }
@@ -98,6 +99,7 @@ static enum tcp_accept_state parse_copy(const uint8_t *data, size_t n, size_t sh
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	enum tcp_accept_state st;
+	uint32_t inode = 0;
 	uint16_t port;
 
 	if (size < 2)
@@ -106,10 +108,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data += 2;
 	size -= 2;
 
-	st = tcp_diag_parse_reply(data, size, port);
+	st = tcp_diag_parse_reply(data, size, port, &inode);
 	CHECK(st == TCP_NOT_ACCEPTED || st == TCP_ACCEPTED || st == TCP_STATE_UNKNOWN);
 	CHECK(st == model(data, size, port));
-	CHECK(tcp_diag_parse_reply(NULL, size, port) == TCP_STATE_UNKNOWN);
+	/* The inode is given exactly for an accepted connection: its own. */
+	CHECK(st == TCP_ACCEPTED ? inode != 0 && inode == ne32_at(data + DIAG_OFF_INODE) : inode == 0);
+	CHECK(tcp_diag_parse_reply(NULL, size, port, NULL) == TCP_STATE_UNKNOWN);
 
 	/* Alignment: the library's buffer is aligned, a fuzz input need not be. */
 	CHECK(parse_copy(data, size, 1, port) == st);
@@ -117,9 +121,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* The peer port decides only between the connection and the listener. */
 	if (st == TCP_ACCEPTED)
-		CHECK(tcp_diag_parse_reply(data, size, (uint16_t)~port) == TCP_NOT_ACCEPTED);
+		CHECK(tcp_diag_parse_reply(data, size, (uint16_t)~port, NULL) == TCP_NOT_ACCEPTED);
 	if (st == TCP_STATE_UNKNOWN)
-		CHECK(tcp_diag_parse_reply(data, size, (uint16_t)~port) == TCP_STATE_UNKNOWN);
+		CHECK(tcp_diag_parse_reply(data, size, (uint16_t)~port, NULL) == TCP_STATE_UNKNOWN);
 
 	/* Only the first message's own bytes count. */
 	if (size >= NLH_LEN) {
@@ -129,8 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(exact != NULL && short_by_one != NULL);
 			memcpy(exact, data, own);
 			memcpy(short_by_one, data, own - 1);
-			CHECK(tcp_diag_parse_reply(exact, own, port) == st);
-			CHECK(tcp_diag_parse_reply(short_by_one, own - 1, port) == TCP_STATE_UNKNOWN);
+			CHECK(tcp_diag_parse_reply(exact, own, port, NULL) == st);
+			CHECK(tcp_diag_parse_reply(short_by_one, own - 1, port, NULL) == TCP_STATE_UNKNOWN);
 			free(exact);
 			free(short_by_one);
 		}

@@ -5,7 +5,7 @@
  * RDMA_PS_TCP port space, which is not the kernel's TCP port space.
  *
  *   rogue listen --port P [--addr A] [--attach after-commit|early|never]
- *                [--link [--lie none|released-oob] [--stream-index X]]
+ *                [--lie none|bad-mseq] [--link [--lie released-oob] [--stream-index X]]
  *                [--buf-count C] [--buf-size S] [--v1] [--log FILE] [--for SECONDS]
  *       An rdma_cm listener on A:P (default: every address).  Every Hello gets a
  *       HelloAck (a random nonce) instead of a reject; C receive buffers of S
@@ -18,6 +18,11 @@
  *       bytes=N preview=..." (the first bytes, escaped), "attach_sent conn=I",
  *       "disconnected conn=I", and last "data_bytes=N attach_sent=N hellos=N
  *       commits=N links=N opens=N released=N lies=N".
+ *       --lie bad-mseq: the client's COMMIT is answered, before any ATTACH,
+ *       with two CREDIT_UPDATEs, the first one's mseq skipping one (a
+ *       sequence gap on a channel or stream not bound yet, and a message
+ *       after it); line "mseq_lie conn=I [stream=X] mseq=N expected=M" (N:
+ *       the first one's).
  *       With --link, a link Hello (SDP_HELLO_FLAG_LINK) gets a link HelloAck
  *       (other Hellos are answered as above), and the link's framing is spoken
  *       (core/link.c): every SEND in a link header with lseq, lack and link
@@ -38,7 +43,7 @@
  *   rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]
  *               [--link [--streams S] [--stream-index X]]
  *               [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]
- *               [--v1] [--log FILE]
+ *               [--lie bad-mseq] [--v1] [--log FILE]
  *       K rdma_cm connections to ADDR:PORT at once; connection I (from 0) sends a
  *       Hello naming the TCP tuple src A (default: the local address rdma_cm
  *       chose), src port N+I, dst ADDR:PORT, and claiming C receive buffers of S
@@ -66,6 +71,11 @@
  *       stream=X code=N" (enum sdp_reject_code), "commit_sent conn=I stream=X",
  *       "attach conn=I stream=X", "detach conn=I stream=X reason=N",
  *       "released conn=I stream=X".
+ *       --lie bad-mseq: on each SIGUSR1, every established connection (over
+ *       links, every stream with an OPEN_ACK) sends the two CREDIT_UPDATEs of
+ *       listen mode's lie ("mseq_lie ..." lines): a forger's
+ *       violation while the server may be binding its channel to a stranger's
+ *       TCP connection.
  *
  *   rogue peer --to ADDR:PORT --lie LIE [--bytes N] [--offer src|sink] [--offset-delta D]
  *              [--stack K] [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]
@@ -206,8 +216,17 @@
 
 enum attach_mode { ATTACH_AFTER_COMMIT, ATTACH_EARLY, ATTACH_NEVER };
 
-/* listen --link --lie: what the rogue server tells a client's link. */
-enum listen_lie { LLIE_NONE, LLIE_RELEASED_OOB };
+/* listen --lie: what the rogue server tells a client (released-oob: its link). */
+enum listen_lie { LLIE_NONE, LLIE_RELEASED_OOB, LLIE_BAD_MSEQ };
+
+static const char *listen_lie_name(enum listen_lie lie)
+{
+	switch (lie) {
+	case LLIE_RELEASED_OOB: return "released-oob";
+	case LLIE_BAD_MSEQ:     return "bad-mseq";
+	default:                return "none";
+	}
+}
 
 /* A stream on a link: hello opens them, listen takes the client's OPENs. */
 struct rstream {
@@ -274,6 +293,7 @@ static struct {
 FILE *logfp;
 static double t_start;
 volatile sig_atomic_t stop;
+static volatile sig_atomic_t lie_requested; /* hello --lie bad-mseq: SIGUSR1 */
 static struct rdma_event_channel *cm_ch;
 static struct rconn *conns[MAX_CONNS];
 static int nconns;
@@ -313,8 +333,10 @@ void die(const char *fmt, ...)
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	stop = 1;
+	if (sig == SIGUSR1)
+		lie_requested = 1;
+	else
+		stop = 1;
 }
 
 void hex(const uint8_t *p, size_t n, char *out)
@@ -708,6 +730,32 @@ static void link_attach(struct rconn *c, struct rstream *st)
 		st->rx_seq);
 }
 
+/* --lie bad-mseq: two CREDIT_UPDATEs back to back, the first skipping one
+ * mseq (so neither comes in sequence), on the channel (st NULL) or on
+ * stream st of a link, before any ATTACH: the second one finds whatever
+ * the first left. */
+static void mseq_lie(struct rconn *c, struct rstream *st)
+{
+	uint32_t *tx_seq = st ? &st->tx_seq : &c->tx_seq;
+	uint32_t expected = *tx_seq + 1;
+
+	if (st ? st->attach_sent : c->attach_sent)
+		return;
+	++*tx_seq; /* the skipped one */
+	for (int i = 0; i < 2; i++) {
+		if (st)
+			link_stream_ctrl(c, st, SDP_MID_CREDIT_UPDATE, NULL);
+		else if (send_ctrl(c, SDP_MID_CREDIT_UPDATE, NULL) != 0)
+			return;
+	}
+	tally.lies++;
+	if (st)
+		logline("mseq_lie conn=%d stream=%u mseq=%u expected=%u", c->idx, st->idx,
+			expected + 1, expected);
+	else
+		logline("mseq_lie conn=%d mseq=%u expected=%u", c->idx, expected + 1, expected);
+}
+
 /* listen: a client's OPEN gets an OPEN_ACK (a random nonce, our geometry). */
 static void link_on_open(struct rconn *c, uint16_t idx, const uint8_t *pl, uint32_t len)
 {
@@ -865,6 +913,8 @@ static void link_on_stream(struct rconn *c, uint16_t idx, const uint8_t *m, uint
 			snprintf(nx, sizeof(nx), "-");
 		}
 		logline("commit conn=%d stream=%u nonce=%s", c->idx, idx, nx);
+		if (listen_mode && opt.lie == LLIE_BAD_MSEQ)
+			mseq_lie(c, st);
 		if (listen_mode && opt.attach == ATTACH_AFTER_COMMIT)
 			link_attach(c, st);
 		break;
@@ -995,6 +1045,8 @@ static void on_recv(struct rconn *c, uint64_t slot, uint32_t len)
 			snprintf(nx, sizeof(nx), "-");
 		}
 		logline("commit conn=%d nonce=%s", c->idx, nx);
+		if (listen_mode && opt.lie == LLIE_BAD_MSEQ)
+			mseq_lie(c, NULL);
 		if (listen_mode && opt.attach == ATTACH_AFTER_COMMIT)
 			send_attach(c);
 		break;
@@ -1375,6 +1427,25 @@ static bool all_settled(void)
 	return true;
 }
 
+/* hello --lie bad-mseq, on SIGUSR1: a sequence gap on every channel (or
+ * opened stream) the server accepted. */
+static void tell_mseq_lies(void)
+{
+	for (int i = 0; i < nconns; i++) {
+		struct rconn *c = conns[i];
+
+		if (!c || !c->established || c->destroy)
+			continue;
+		if (!c->link) {
+			mseq_lie(c, NULL);
+			continue;
+		}
+		for (unsigned j = 0; j < c->nstreams; j++)
+			if (c->streams[j].opened)
+				mseq_lie(c, &c->streams[j]);
+	}
+}
+
 static void loop(double deadline_ms, bool hello)
 {
 	struct pollfd pfd[MAX_CONNS + 1];
@@ -1402,6 +1473,10 @@ static void loop(double deadline_ms, bool hello)
 				continue;
 			pfd[n] = (struct pollfd){ .fd = conns[i]->cch->fd, .events = POLLIN };
 			who[n++] = conns[i];
+		}
+		if (lie_requested) {
+			lie_requested = 0;
+			tell_mseq_lies();
 		}
 		rc = poll(pfd, (nfds_t)n, 100);
 		if (rc < 0 && errno != EINTR)
@@ -1465,7 +1540,7 @@ static int run_listen(void)
 	logline("listening addr=%s port=%s attach=%s version=%d link=%d lie=%s uid=%u", a, opt.port,
 		opt.attach == ATTACH_EARLY ? "early" : opt.attach == ATTACH_NEVER ? "never" : "after-commit",
 		opt.v1 ? 1 : SDP_WIRE_VERSION, opt.link ? 1 : 0,
-		opt.lie == LLIE_RELEASED_OOB ? "released-oob" : "none", (unsigned)getuid());
+		listen_lie_name(opt.lie), (unsigned)getuid());
 	loop(opt.for_s > 0 ? mono_ms() + opt.for_s * 1000.0 : 0, false);
 	teardown_all();
 	rdma_destroy_id(lid);
@@ -1542,12 +1617,12 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: rogue listen --port P [--addr A] [--attach after-commit|early|never]\n"
-		"                    [--link [--lie none|released-oob] [--stream-index I]]\n"
+		"                    [--lie none|bad-mseq] [--link [--lie released-oob] [--stream-index I]]\n"
 		"                    [--buf-count C] [--buf-size S] [--v1] [--log FILE] [--for SECONDS]\n"
 		"       rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]\n"
 		"                   [--link [--streams S] [--stream-index I]]\n"
 		"                   [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]\n"
-		"                   [--v1] [--log FILE]\n"
+		"                   [--lie bad-mseq] [--v1] [--log FILE]\n"
 		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
 		"                  wrong-offset|stacked-srcavail|abort-disconnect|\n"
 		"                  (with --link:) open-dup-index|open-index-oob|bad-lseq|bad-lack|\n"
@@ -1675,6 +1750,8 @@ static enum listen_lie listen_lie_from_name(const char *s)
 		return LLIE_NONE;
 	if (strcmp(s, "released-oob") == 0)
 		return LLIE_RELEASED_OOB;
+	if (strcmp(s, "bad-mseq") == 0)
+		return LLIE_BAD_MSEQ;
 	usage();
 }
 
@@ -1690,6 +1767,8 @@ static bool peer_option(int o, const char *arg)
 	case 'L':
 		if (strcmp(mode, "listen") == 0)
 			opt.lie = listen_lie_from_name(arg);
+		else if (strcmp(mode, "hello") == 0 && strcmp(arg, "bad-mseq") == 0)
+			opt.lie = LLIE_BAD_MSEQ;
 		else if (strcmp(mode, "peer") == 0)
 			popt.lie = lie_from_name(arg);
 		else
@@ -1763,7 +1842,7 @@ static void check_mode_options(void)
 		usage();
 	if (strcmp(mode, "hello") == 0 && !opt.src_port)
 		usage();
-	if (!opt.link && (opt.lie != LLIE_NONE || opt.streams != 1 || index_given ||
+	if (!opt.link && (opt.lie == LLIE_RELEASED_OOB || opt.streams != 1 || index_given ||
 			  popt.second_pending || peer_lie_needs_link(popt.lie))) {
 		fprintf(stderr, "rogue %s: --streams, --stream-index, --second-pending and link lies "
 			"need --link\n", mode);
@@ -1839,6 +1918,7 @@ int main(int argc, char **argv)
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if (strcmp(mode, "peer") == 0)
 		return run_peer_mode();

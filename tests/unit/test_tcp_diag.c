@@ -1,11 +1,15 @@
 /* Unit tests (TAP) for core/tcp_diag.c against this machine's
  * kernel: a connection waiting in the listen queue is not accepted, the
  * same connection after accept() is, a tuple of no connection (answered
- * with the listener) is not, over IPv4 and IPv6 loopback. */
+ * with the listener) is not, over IPv4 and IPv6 loopback; the inode of an
+ * accepted socket is this process's when it accepted it, and not when a
+ * child process did (the server's "accepted elsewhere" judgment). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/real.h"
@@ -70,21 +74,93 @@ static int queued_then_accepted(int family)
 
 	if (!open_pair(family, &p))
 		return 0;
-	ok = check(tcp_diag_accept_state(&p.t) == TCP_NOT_ACCEPTED,
+	ok = check(tcp_diag_accept_state(&p.t, NULL) == TCP_NOT_ACCEPTED,
 		   "a connection in the listen queue reads as accepted");
 	afd = accept(p.lfd, NULL, NULL);
 	ok &= check(afd >= 0, "accept failed");
-	ok &= check(tcp_diag_accept_state(&p.t) == TCP_ACCEPTED,
+	ok &= check(tcp_diag_accept_state(&p.t, NULL) == TCP_ACCEPTED,
 		    "an accepted connection does not read as accepted");
 	/* A tuple with no connection (as before the client's SYN): the kernel's
 	 * lookup falls back to the listening socket, which must not count. */
 	p.t.src_port ^= 1;
 	{
-		enum tcp_accept_state st = tcp_diag_accept_state(&p.t);
+		enum tcp_accept_state st = tcp_diag_accept_state(&p.t, NULL);
 		ok &= check(st == TCP_NOT_ACCEPTED, "a tuple naming no connection reads as %d", st);
 	}
 	if (afd >= 0)
 		close(afd);
+	close_pair(&p);
+	return ok;
+}
+
+/* Accepted here: the inode sock_diag names is one of our fds. */
+static int accepted_here_is_ours(void)
+{
+	struct conn_pair p;
+	uint32_t inode = 0;
+	int ok, afd;
+
+	if (!open_pair(AF_INET, &p))
+		return 0;
+	afd = accept(p.lfd, NULL, NULL);
+	ok = check(afd >= 0, "accept failed");
+	ok &= check(tcp_diag_accept_state(&p.t, &inode) == TCP_ACCEPTED && inode != 0,
+		    "an accepted connection gives no inode");
+	ok &= check(tcp_diag_socket_is_ours(inode), "our accepted socket (inode %u) is not ours",
+		    inode);
+	if (afd >= 0)
+		close(afd);
+	close_pair(&p);
+	return ok;
+}
+
+/* Accepted by a child process (a pre-fork server's worker): not ours,
+ * though we hold the listener and the client end. */
+static int accepted_by_child_is_not_ours(void)
+{
+	struct conn_pair p;
+	struct pollfd pfd;
+	uint32_t inode = 0;
+	int ok = 1, ready[2], done[2], status = 0;
+	char byte = 0;
+	pid_t pid;
+
+	if (!open_pair(AF_INET, &p))
+		return 0;
+	if (pipe(ready) != 0 || pipe(done) != 0)
+		return check(0, "pipe failed");
+	pid = fork();
+	if (pid == 0) {
+		int afd;
+
+		alarm(20); /* bounded, whatever the parent does */
+		close(done[1]);
+		close(ready[0]);
+		afd = accept(p.lfd, NULL, NULL);
+		byte = afd >= 0 ? 'a' : 'x';
+		if (write(ready[1], &byte, 1) != 1 || read(done[0], &byte, 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	ok &= check(pid > 0, "fork failed");
+	pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
+	ok &= check(pid > 0 && poll(&pfd, 1, 10000) == 1 && read(ready[0], &byte, 1) == 1 &&
+			    byte == 'a',
+		    "the child did not accept within 10 s");
+	if (ok) {
+		ok &= check(tcp_diag_accept_state(&p.t, &inode) == TCP_ACCEPTED && inode != 0,
+			    "a connection the child accepted gives no inode");
+		ok &= check(!tcp_diag_socket_is_ours(inode),
+			    "the child's accepted socket (inode %u) reads as ours", inode);
+	}
+	close(done[1]); /* the child's read returns */
+	if (pid > 0)
+		ok &= check(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+				    WEXITSTATUS(status) == 0,
+			    "the child ended with status %d", status);
+	close(done[0]);
+	close(ready[0]);
+	close(ready[1]);
 	close_pair(&p);
 	return ok;
 }
@@ -97,6 +173,10 @@ int main(void)
 	static const struct tap_case cases[] = {
 		{ "test_tcp_diag: IPv4 loopback: queued is not accepted, accept() makes it so", ipv4 },
 		{ "test_tcp_diag: IPv6 loopback: queued is not accepted, accept() makes it so", ipv6 },
+		{ "test_tcp_diag: a socket this process accepted is its own (inode in /proc/self/fd)",
+		  accepted_here_is_ours },
+		{ "test_tcp_diag: a socket a child process accepted is not this process's",
+		  accepted_by_child_is_not_ours },
 	};
 
 	real.socket = socket;

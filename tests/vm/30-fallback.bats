@@ -4,7 +4,9 @@
 # peer_no_sdpshim on the preloaded end, and work byte for byte; one listening
 # port must serve a plain client (TCP) and a preloaded client (RDMA) at once; a
 # second connect to a plain-TCP peer must hit the negative cache; a pre-fork
-# server's workers accept connections the listening process got channels for.
+# server's workers accept connections the listening process got channels for,
+# while the listening process's own accept(), held back after the kernel's,
+# keeps its channels.
 # tests/progs/connects: an echo server, and a client that times connect() and
 # checks the echo of what it sent by SHA-256.
 
@@ -148,6 +150,40 @@ connect_ms() {
   # No client waited for the pending TTL: 20 connections, 4 at a time, well
   # under one TTL in all.
   [ "$ms" -lt 20000 ]
+}
+
+# own_accept_held_back MODE: the other side of the pre-fork test.  The
+# server's own accept() is held back 600 ms between the kernel's accept and
+# claiming the channel (SDPSHIM_DEBUG_ACCEPT_DELAY_MS), as a thread the
+# scheduler or an emulator holds back would be, or one that waits for a
+# busy link's completions.  sock_diag sees the connection accepted all that
+# while; the socket is this process's own, so the channel is not taken for
+# another process's, and every connection opens on RDMA.
+own_accept_held_back() {
+  local port rc=0 src=0
+  link_mode "$1"
+  port=$(free_port)
+  start_bg server timeout -k 5 120 env SDPSHIM_DEBUG_ACCEPT_DELAY_MS=600 "${PRE[@]}" "$CONNECTS" \
+    -s "$port" -a "$RXE_IP" -n 3
+  wait_port "$RXE_IP" "$port"
+  run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$port" -n 3 -b 65536 \
+    >"$T/client.out" 2>&1 || rc=$?
+  wait_bg server || src=$?
+  show "client (rc=$rc): $(tr '\n' ';' <"$T/client.out")" "server (rc=$src): $(bg_log server | tail -4)" \
+       "$(stats_lines "$STATS")"
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ "$(grep -cE '^conn [0-9]+ connect_ms=.* ok$' "$T/client.out")" -eq 3 ]
+  assert_all_rdma "$STATS" connects
+  assert_exact_bytes "$STATS"
+}
+
+@test "a server's own accept() held back 600 ms after the kernel's: its channels are not taken for another process's, all on RDMA, bytes verified" {
+  own_accept_held_back conn
+}
+
+@test "[link] a server's own accept() held back 600 ms after the kernel's: its streams are not taken for another process's, all on RDMA, bytes verified" {
+  own_accept_held_back link
 }
 
 # --- the pinned-memory budget (issue 15) ----------------------------------------

@@ -28,6 +28,10 @@
 #        pinned buffers) for ever, so honest clients get a link again;
 #   10   a process with no random source for its nonces binds nothing: a
 #        guessable nonce would let anyone answer for the channel.
+# And a peer that breaks the protocol before its channel is bound (a rogue
+# listener's sequence gap before ATTACH; a forger's while the server binds
+# its channel to a stranger's connection) costs only that channel: the
+# stream goes on over TCP, with one diagnostic line and no reset.
 # Every data check is by SHA-256.  To show these reproduce the findings on a
 # build of the version-1 protocol (commit ad1ce48), run this file with
 # BUILD=<that build> SDPSHIM_TRUST_PROGS=<this tree's build>/tests/progs
@@ -96,20 +100,34 @@ client_life_ms() {
     awk 'NR == 1 && $NF ~ /^[0-9]+$/ { print $NF - $(NF - 1); f = 1 } END { if (!f) print "none" }'
 }
 
-# listener_beside_plain MODE
-listener_beside_plain() {
-  local port want got
-  link_mode "$1"
+# set_beside_rogue MODE KEY ROGUE_ARGS...: a plain redis-server and a rogue
+# rdma_cm listener (rogue listen ROGUE_ARGS, as nobody) on one port, with
+# SDPSHIM_CONNECT_TIMEOUT_MS=3000; a preloaded redis-cli SETs KEY to 3000
+# random bytes (timed_set), and a plain one reads it back.  Sets WANT (the
+# value's SHA-256), GOT (the real redis's) and LIFE (client_life_ms), besides
+# timed_set's SET_*.
+set_beside_rogue() {
+  local mode=$1 key=$2 port
+  shift 2
+  link_mode "$mode"
   port=$(free_port)
   export SDPSHIM_CONNECT_TIMEOUT_MS=3000
   plain_redis "$port"
-  rogue_start rogue listen --port "$port" --addr "$RXE_IP" "${LINK_ARG[@]}"
+  rogue_start rogue listen --port "$port" --addr "$RXE_IP" "$@" "${LINK_ARG[@]}"
   wait_for_line "$T/rogue.log" '^listening ' 30
   random_value "$T/value" 3000
-  want=$(sha256_of "$T/value")
-  timed_set "$port" trust:k1 "$T/value"
-  got=$(redis_get_sha "$port" trust:k1) || true
+  WANT=$(sha256_of "$T/value")
+  timed_set "$port" "$key" "$T/value"
+  GOT=$(redis_get_sha "$port" "$key") || true
   rogue_stop rogue || true
+  LIFE=$(client_life_ms)
+}
+
+# listener_beside_plain MODE
+listener_beside_plain() {
+  local want got
+  set_beside_rogue "$1" trust:k1
+  want=$WANT; got=$GOT
   show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms: $SET_OUT" "  stderr: $SET_ERR" \
        "value sha256 $want, real redis has ${got:-nothing}" \
        "rogue (rdma_cm listener on the same port):" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" \
@@ -136,19 +154,9 @@ listener_beside_plain() {
 
 # listener_never_attaches MODE
 listener_never_attaches() {
-  local port want got life bound=$((3000 + 1000))
-  link_mode "$1"
-  port=$(free_port)
-  export SDPSHIM_CONNECT_TIMEOUT_MS=3000
-  plain_redis "$port"
-  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never "${LINK_ARG[@]}"
-  wait_for_line "$T/rogue.log" '^listening ' 30
-  random_value "$T/value" 3000
-  want=$(sha256_of "$T/value")
-  timed_set "$port" trust:k2 "$T/value"
-  got=$(redis_get_sha "$port" trust:k2) || true
-  rogue_stop rogue || true
-  life=$(client_life_ms)
+  local want got life bound=$((3000 + 1000))
+  set_beside_rogue "$1" trust:k2 --attach never
+  want=$WANT; got=$GOT; life=$LIFE
   show "preloaded redis-cli (SDPSHIM_CONNECT_TIMEOUT_MS=3000): rc=$SET_RC in $SET_MS ms, its connection lived $life ms (bound $bound ms): $SET_OUT" \
        "  stderr: $SET_ERR" \
        "value sha256 $want, real redis has ${got:-nothing}" \
@@ -234,6 +242,39 @@ drain_meets_reset() {
   drain_meets_reset link
 }
 
+# listener_gap_before_attach MODE
+listener_gap_before_attach() {
+  # The rogue answers the client's COMMIT with a CREDIT_UPDATE whose mseq
+  # skips one, on a channel not bound yet.  Its peer is not proven to be the
+  # TCP server: the lie costs the channel, never the stream, which goes on
+  # over TCP to the real server (before, the app's connection was reset).
+  local want got life bound=$((3000 + 1000))
+  set_beside_rogue "$1" trust:k4 --attach never --lie bad-mseq
+  want=$WANT; got=$GOT; life=$LIFE
+  show "preloaded redis-cli: rc=$SET_RC in $SET_MS ms, its connection lived $life ms: $SET_OUT" \
+       "  stderr: $SET_ERR" \
+       "value sha256 $want, real redis has ${got:-nothing}" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
+  grep -q '^mseq_lie conn=0 ' "$T/rogue.log"
+  [ "$SET_RC" -eq 0 ]
+  [ "$SET_OUT" = OK ]
+  [ "$got" = "$want" ]
+  [ "$life" -lt "$bound" ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(stats_lines "$STATS" role=client path=tcp reason=protocol | wc -l)" -eq 1 ]
+  # One line says why, and no reset was made of it.
+  [ "$(grep -c 'broke the protocol before the channel was bound (sequence gap)' <<<"$SET_ERR")" -eq 1 ]
+  ! grep -q 'aborting the connection' <<<"$SET_ERR"
+}
+
+@test "rogue listener whose first message skips a sequence number, before ATTACH: the client's stream goes on over TCP to the real server, one diagnostic, no reset" {
+  listener_gap_before_attach conn
+}
+
+@test "[link] rogue listener whose first message skips a sequence number, before ATTACH: the client's stream goes on over TCP to the real server, one diagnostic, no reset" {
+  listener_gap_before_attach link
+}
+
 # listener_holds_port MODE
 listener_holds_port() {
   local port want got life bound=$((3000 + 1000))
@@ -315,6 +356,64 @@ forged_committed() {
 
 @test "[link] forged committed OPEN naming a plain client's source port: the plain client gets its own echo, the rogue nothing" {
   forged_committed link
+}
+
+# forged_gap_while_binding MODE: a forged committed Hello (OPEN) names a
+# plain client's source port; the server accepts that client's connection
+# and binds the forged channel to it (it asks the client for a proof, which
+# a plain client never sends).  Meanwhile the forger breaks the protocol (a
+# sequence gap).  It must cost only the forged channel: the stranger's
+# stream goes on over TCP, byte-exact, not reset by someone else's lie.
+forged_gap_while_binding() {
+  local port sport state=none src=0 sent got until plain_pid
+  link_mode "$1"
+  port=$(free_port); sport=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=20000 # the binding outlives the lie
+  start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --hold 120 --lie bad-mseq \
+    "${LINK_ARG[@]}"
+  wait_for_line "$T/rogue.log" '^(commit_sent|rejected|error|open_nak) conn=0' 60
+  plain_echo_client "$RXE_IP" "$port" "$sport" 65536 "$T/go" >"$T/plain.out" 2>&1 3>&- &
+  plain_pid=$!
+  until=$(( $(date +%s) + 30 ))
+  while state=$(live_channel server "$port"); [ "$state" != binding ]; do
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.1
+  done
+  pkill -USR1 -u nobody -x rogue || true
+  wait_for_line "$T/rogue.log" '^mseq_lie conn=0' 10 || true
+  sleep 1 # the server takes the lie in while the stream is still binding
+  touch "$T/go"
+  wait "$plain_pid" || true
+  wait_bg server || src=$?
+  rogue_stop rogue || true
+  sent=$(sed -n 's/^sent=//p' "$T/plain.out"); got=$(sed -n 's/^got=//p' "$T/plain.out")
+  show "server channel before the lie: '$state'" \
+       "plain client from port $sport: $(tr '\n' ' ' <"$T/plain.out")" \
+       "server rc=$src: $(bg_log server | tail -5)" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -20)" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  # The server was binding the forged channel to the stranger's connection
+  # when the lie came ...
+  [ "$state" = binding ]
+  grep -q '^mseq_lie conn=0 ' "$T/rogue.log"
+  # ... and the stranger still got exactly its own bytes back.
+  [ -n "$sent" ]
+  [ "$got" = "$sent" ]
+  [ "$src" -eq 0 ]
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$(stats_lines "$STATS" role=server path=tcp | wc -l)" -eq 1 ]
+  [ "$(bg_log server | grep -c 'broke the protocol before the channel was bound (sequence gap)')" -eq 1 ]
+  ! bg_log server | grep -q 'aborting the connection'
+}
+
+@test "forged committed Hello whose peer skips a sequence number while the server binds it to a plain client's connection: that client's stream goes on over TCP, byte-exact" {
+  forged_gap_while_binding conn
+}
+
+@test "[link] forged committed OPEN whose peer skips a sequence number while the server binds it to a plain client's connection: that client's stream goes on over TCP, byte-exact" {
+  forged_gap_while_binding link
 }
 
 # flood_phase NAME SPORT BUF_SIZE: 16 Hellos (source ports SPORT..SPORT+15)

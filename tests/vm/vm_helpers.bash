@@ -591,8 +591,9 @@ ref_digest() {
 #   rogue_stop NAME           SIGTERM (the rogue prints its summary and exits 0), wait
 #   rogue_summary NAME        its last line (listen: "data_bytes=..", hello: "established=..")
 #   rogue_field NAME KEY      KEY's value in that summary line
-#   plain_echo_client ADDR PORT SPORT BYTES   a plain (not preloaded) client bound to source
-#                             port SPORT: sends BYTES random bytes while reading the echo, then
+#   plain_echo_client ADDR PORT SPORT BYTES [GO]   a plain (not preloaded) client bound to
+#                             source port SPORT: sends BYTES random bytes while reading the echo
+#                             (once the file GO exists, if given: at most 40 s), then
 #                             half-closes and reads to EOF; prints "sent=N sha256=H" and
 #                             "got=N sha256=H" (30 s socket timeout, killed after 60 s)
 #   memcg_create NAME MAX     a cgroup v2 memory group (mounts cgroup2 if needed) with memory.max
@@ -660,6 +661,11 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.settimeout(30)
 s.bind((addr, sport))
 s.connect((addr, port))
+if len(sys.argv) > 5:  # a go file: send nothing until it exists
+    import time
+    until = time.monotonic() + 40
+    while not os.path.exists(sys.argv[5]) and time.monotonic() < until:
+        time.sleep(0.05)
 def send():
     s.sendall(data)
     s.shutdown(socket.SHUT_WR)
