@@ -60,6 +60,8 @@ static const struct conn_carrier *carrier_of(enum conn_phase phase)
 		return &switch_carrier;
 	if (phase == CONN_HELD || phase == CONN_CLIMB_HALF)
 		return &held_carrier;
+	if (phase == CONN_DRAINING)
+		return &drain_carrier;
 	return &channel_carrier;
 }
 

@@ -227,15 +227,24 @@ static bool validate(struct sdp_conn *c, const struct sdp_bsdh *h, enum sdp_wire
 	return true;
 }
 
+/* The channel is not used any more: its peer broke the protocol before it
+ * was bound, or the stream fell back to TCP before any byte moved (its
+ * peer's late messages, such as a server's answering DETACH, say nothing
+ * about the TCP stream). */
+static bool channel_abandoned(const struct sdp_conn *c)
+{
+	return c->unbound_violated || c->phase == CONN_DRAINING || c->phase == CONN_FALLBACK;
+}
+
 /* A receive completion (a message, or a WRITE with immediate into our
  * sink) for one of our buffers: false if it is not ours, or if it comes
- * after a reset, or after the peer broke the protocol before the channel
- * was bound.  Then nothing the peer sends counts: it is dropped unread and
- * not judged (one diagnostic per connection, not one per message); after a
- * reset the buffer is posted again, an unused channel needs none. */
+ * after a reset, or once the channel is abandoned.  Then nothing the peer
+ * sends counts: it is dropped unread and not judged (one diagnostic per
+ * connection, not one per message); after a reset the buffer is posted
+ * again, an abandoned channel needs none. */
 static bool receive_counts(struct sdp_conn *c, uint32_t slot)
 {
-	if (c->unbound_violated)
+	if (channel_abandoned(c))
 		return false;
 	if (slot >= c->buf_count) {
 		protocol_violation(c, "completion for an unknown buffer");
@@ -261,7 +270,7 @@ void rx_on_recv(struct sdp_conn *c, uint32_t slot, uint32_t byte_len)
  * after a reset; more messages than credits is a violation). */
 static bool link_slot(struct sdp_conn *c, uint32_t *slot)
 {
-	if (!c->rx_ring || c->close_state == CLOSE_ABORTED || c->unbound_violated)
+	if (!c->rx_ring || c->close_state == CLOSE_ABORTED || channel_abandoned(c))
 		return false;
 	if (ring_used(c->rx_head, c->rx_tail) >= c->buf_count) {
 		protocol_violation(c, "more messages than credits");

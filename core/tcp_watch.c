@@ -2,7 +2,7 @@
  * completes non-blocking connects on it, notices a server that answered
  * on TCP (so the client must fall back) or a peer that moved the stream
  * there, judges how a vanished peer closed, and drains buffered bytes
- * into it when a channel falls back. */
+ * into it when a channel falls back (DRAINING; its carrier: drain.c). */
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>

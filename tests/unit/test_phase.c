@@ -16,10 +16,11 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define PHASES        (CONN_CLIMB_HALF + 1)
 
-/* The two carriers, as the setter sees them: only their addresses count. */
+/* The carriers, as the setter sees them: only their addresses count. */
 const struct conn_carrier channel_carrier = { 0 };
 const struct conn_carrier switch_carrier = { 0 };
 const struct conn_carrier held_carrier = { 0 };
+const struct conn_carrier drain_carrier = { 0 };
 
 struct edge {
 	enum conn_phase from, to;
@@ -172,7 +173,8 @@ static int test_carrier_follows_phase(void)
 		const struct conn_carrier *want =
 			phase == CONN_SWITCHING ? &switch_carrier
 			: (phase == CONN_HELD || phase == CONN_CLIMB_HALF) ? &held_carrier
-									 : &channel_carrier;
+			: phase == CONN_DRAINING			   ? &drain_carrier
+									   : &channel_carrier;
 
 		conn_phase_start(c, phase);
 		ok &= check(c->carrier == want, "start in %s", conn_phase_name(phase));
@@ -196,7 +198,7 @@ int main(void)
 		  test_set_phase_expected_is_silent },
 		{ "conn_set_phase: an unexpected one is made and logged in one line",
 		  test_set_phase_unexpected_is_logged },
-		{ "the setter swaps the carrier: switching's is the switch's, every other the channel's",
+		{ "the setter swaps the carrier: switching's is the switch's, held and climbing the held one's, draining the drain's, every other the channel's",
 		  test_carrier_follows_phase },
 	};
 

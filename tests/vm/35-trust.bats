@@ -9,6 +9,7 @@
 #        preloaded client's stream, nor stall it past SDPSHIM_CONNECT_TIMEOUT_MS;
 #        and when the TCP connection is reset as the client's bytes, which
 #        waited for the rogue's ATTACH, drain into it, the app sees the reset;
+#        while they drain, poll() sleeps and sees the server's bytes;
 #   4    a forged, committed Hello naming a plain client's source port must not
 #        get that client's connection (its echo comes back intact);
 #   5    16 Hellos asking for the most buffers (1024 x 1 MiB), then 16 asking
@@ -187,6 +188,34 @@ live_channel() {
   echo "${seen#* }"
 }
 
+# stuck_drain MODE SCRIPT ARGS...: tests/vm/SCRIPT.py's plain server, which
+# reads nothing, a rogue listener on its port that never sends ATTACH, and
+# SCRIPT's preloaded client (both given ARGS), whose bytes wait for that
+# ATTACH and then drain into TCP until the server's window stops them.
+# Sets PORT, STATE (the client's channel once it moved) and STUCK (1 s later).
+stuck_drain() {
+  local mode=$1 script=$2 until
+  shift 2
+  link_mode "$mode"
+  PORT=$(free_port)
+  export SDPSHIM_CONNECT_TIMEOUT_MS=2000
+  start_bg server timeout -k 5 120 "$PY" -S "$BATS_TEST_DIRNAME/$script.py" server \
+    "$RXE_IP" "$PORT" "$@"
+  wait_for_line "$T/server.log" "^$script: listening\$" 30
+  rogue_start rogue listen --port "$PORT" --addr "$RXE_IP" --attach never "${LINK_ARG[@]}"
+  wait_for_line "$T/rogue.log" '^listening ' 30
+  start_bg client timeout -k 5 120 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/$script.py" \
+    client "$RXE_IP" "$PORT" "$@"
+  wait_for_line "$T/server.log" "^$script: accepted\$" 30
+  until=$(( $(date +%s) + 30 ))
+  while STATE=$(live_channel client "$PORT"); [ "$STATE" != moving ]; do
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.1
+  done
+  sleep 1
+  STUCK=$(live_channel client "$PORT")
+}
+
 # drain_meets_reset MODE
 drain_meets_reset() {
   # The client's 4 MiB wait in its channel's send slots for an ATTACH that
@@ -196,24 +225,8 @@ drain_meets_reset() {
   # TCP meets the reset and so takes the kernel's error: the app must still
   # see ECONNRESET, as over plain TCP, not the EPIPE left after it.
   local port rc=0 killed state stuck
-  link_mode "$1"
-  port=$(free_port)
-  export SDPSHIM_CONNECT_TIMEOUT_MS=2000
-  start_bg server timeout -k 5 120 "$PY" -S "$BATS_TEST_DIRNAME/drainreset.py" server \
-    "$RXE_IP" "$port"
-  wait_for_line "$T/server.log" '^drainreset: listening$' 30
-  rogue_start rogue listen --port "$port" --addr "$RXE_IP" --attach never "${LINK_ARG[@]}"
-  wait_for_line "$T/rogue.log" '^listening ' 30
-  start_bg client timeout -k 5 120 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/drainreset.py" \
-    client "$RXE_IP" "$port"
-  wait_for_line "$T/server.log" '^drainreset: accepted$' 30
-  local until=$(( $(date +%s) + 30 ))
-  while state=$(live_channel client "$port"); [ "$state" != moving ]; do
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.1
-  done
-  sleep 1
-  stuck=$(live_channel client "$port")
+  stuck_drain "$1" drainreset
+  port=$PORT; state=$STATE; stuck=$STUCK
   killed=$(ss -K -t -n state established "( sport = :$port )" | grep -c ":$port" || true)
   wait_bg client || rc=$?
   kill -TERM "$(cat "$T/server.pid")" 2>/dev/null || true
@@ -240,6 +253,49 @@ drain_meets_reset() {
 
 @test "[link] rogue listener that never sends ATTACH, and the connection is reset as the client's waiting bytes drain into TCP: send() says ECONNRESET, not EPIPE" {
   drain_meets_reset link
+}
+
+# drain_polls MODE
+drain_polls() {
+  # The same stuck drain as above, with no reset: the client polls.  A plain
+  # TCP socket with a full send buffer and nothing to read is neither
+  # readable nor writable, and poll() sleeps; when the server writes, it is
+  # readable at once.  So must this one be while its bytes drain (before,
+  # its indicators always said "look again": poll() spun a CPU for its whole
+  # timeout and never reported the server's bytes).  Then every byte of
+  # the client's stream reaches the server, checked.
+  local rc=0 src=0 state stuck idle reply
+  stuck_drain "$1" drainpoll "$T"
+  state=$STATE; stuck=$STUCK
+  touch "$T/stuck"
+  wait_bg client || rc=$?
+  wait_bg server || src=$?
+  rogue_stop rogue || true
+  idle=$(bg_log client | sed -nE 's/^drainpoll: idle poll rc=0 cpu_ms=([0-9]+)$/\1/p')
+  reply=$(bg_log client | sed -nE 's/^drainpoll: reply 4096 bytes ok, poll cpu_ms=([0-9]+)$/\1/p')
+  show "client channel: '$state', then '$stuck' 1 s later" \
+       "client (rc=$rc): $(bg_log client | tr '\n' ';')" "server (rc=$src): $(bg_log server | tr '\n' ';')" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -10)" "$(stats_lines "$STATS")"
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$state" = moving ]
+  [ "$stuck" = moving ]
+  [ "$rc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  # Nothing ready, and the 1 s poll slept: a spin costs about its length.
+  [ -n "$idle" ] && [ "$idle" -lt 300 ]
+  # The server's bytes were readable while the drain was stuck.
+  [ -n "$reply" ] && [ "$reply" -lt 300 ]
+  bg_log client | grep -qx 'drainpoll: sent 2097152 bytes'
+  bg_log server | grep -qx 'drainpoll: server received 2097152 bytes ok'
+  [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
+}
+
+@test "rogue listener that never sends ATTACH, the client's waiting bytes stuck draining into TCP: poll() sleeps, then sees the server's bytes; every byte arrives" {
+  drain_polls conn
+}
+
+@test "[link] rogue listener that never sends ATTACH, the client's waiting bytes stuck draining into TCP: poll() sleeps, then sees the server's bytes; every byte arrives" {
+  drain_polls link
 }
 
 # listener_gap_before_attach MODE

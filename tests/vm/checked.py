@@ -7,8 +7,8 @@ import hashlib
 
 
 def pattern(tag, seed, size):
-    out, block = b"", hashlib.sha256(b"%s %d" % (tag.encode(), seed)).digest()
+    out, block = bytearray(), hashlib.sha256(b"%s %d" % (tag.encode(), seed)).digest()
     while len(out) < size:
         out += block
         block = hashlib.sha256(block).digest()
-    return out[:size]
+    return bytes(out[:size])
