@@ -55,7 +55,7 @@ struct conn_carrier {
 extern const struct conn_carrier channel_carrier;
 extern const struct conn_carrier switch_carrier;
 extern const struct conn_carrier held_carrier; /* HELD and CLIMB_HALF (climb.c) */
-extern const struct conn_carrier drain_carrier; /* DRAINING (tcp_watch.c) */
+extern const struct conn_carrier drain_carrier; /* DRAINING (drain.c) */
 /* A carrier's table from its functions, named PREFIX_recv_step and so on. */
 #define CONN_CARRIER(prefix)                                                             \
 	{                                                                                \

@@ -1,10 +1,9 @@
 /* Whether the server end of a kernel TCP connection has been accepted, by
  * any process: an exact sock_diag lookup of the 4-tuple, whose answer
  * carries the socket's inode (0 while it waits in the listen queue); and
- * whether this process holds that socket (/proc/self/fd). */
+ * whether this process holds that socket (/proc/thread-self/fd). */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
