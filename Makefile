@@ -161,7 +161,7 @@ ZCM_SRCS := $(wildcard tests/model/*.c)
 ZCM_DEPS := $(ZCM_SRCS) $(wildcard tests/model/*.h)
 ZCM_CORE := core/phase.c core/zcopy.c core/zc_window.c core/zc_read.c core/zc_write.c core/rx.c core/tx.c core/cq.c core/conn_io.c core/close.c \
             core/notify.c core/timers.c core/switch.c core/wire.c base/config.c base/log.c base/policy.c \
-            base/reason.c core/climb.c core/drain.c base/hmac.c base/sha256.c $(wildcard core/switch_reader.c)
+            base/reason.c core/climb.c core/drain.c core/tcp_ask.c base/hmac.c base/sha256.c $(wildcard core/switch_reader.c)
 ZCM_WRAP := -Wl,--wrap=clock_gettime -Wl,--wrap=pthread_cond_timedwait \
             -Wl,--wrap=pthread_cond_wait -Wl,--wrap=pthread_cond_broadcast \
             -Wl,--wrap=pthread_cond_signal

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/config.h"
@@ -307,15 +306,6 @@ static ssize_t held_send_step(struct sdp_conn *c, const struct iovec *iov, int i
 	return climb_tcp_send(c, iov, iovcnt, done, total, flags, again);
 }
 
-static unsigned tcp_mask(const struct sdp_conn *c)
-{
-	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
-
-	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
-		return 0;
-	return (unsigned)p.revents;
-}
-
 #define READ_BITS  (POLLIN | POLLRDNORM | POLLRDHUP)
 #define WRITE_BITS (POLLOUT | POLLWRNORM)
 
@@ -325,7 +315,7 @@ static unsigned held_poll_mask(struct sdp_conn *c)
 
 	if (c->close_state == CLOSE_ABORTED)
 		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
-	tcp = tcp_mask(c);
+	tcp = tcp_poll_now(c, POLLIN | POLLOUT | POLLRDHUP);
 	if (c->phase != CONN_CLIMB_HALF)
 		return tcp | ((tcp & POLLIN) ? POLLRDNORM : 0) | ((tcp & POLLOUT) ? POLLWRNORM : 0);
 	mask = channel_poll_mask(c) & (WRITE_BITS | POLLERR | POLLHUP);
@@ -382,16 +372,21 @@ static int held_shutdown(struct sdp_conn *c, int how)
 
 static uint64_t held_readable_bytes(struct sdp_conn *c)
 {
-	int kernel = 0;
+	uint64_t kernel = tcp_unread_bytes(c);
 
-	if (c->tcp_fd >= 0)
-		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
-	if (kernel < 0)
-		kernel = 0;
 	if (c->phase == CONN_CLIMB_HALF && c->climb.rx_cut != CLIMB_CUT_UNKNOWN &&
-	    (uint64_t)kernel > c->climb.rx_cut - c->climb.tcp_rx_off)
-		kernel = (int)(c->climb.rx_cut - c->climb.tcp_rx_off);
-	return (uint64_t)kernel;
+	    kernel > c->climb.rx_cut - c->climb.tcp_rx_off)
+		kernel = c->climb.rx_cut - c->climb.tcp_rx_off;
+	return kernel;
+}
+
+/* The stream reads TCP here, whose error poll() reports (POLLERR): SO_ERROR
+ * says it, as on a plain socket, after any of the channel's own. */
+static int held_take_error(struct sdp_conn *c)
+{
+	int err = channel_take_error(c);
+
+	return err ? err : tcp_take_error(c);
 }
 
 const struct conn_carrier held_carrier = CONN_CARRIER(held);

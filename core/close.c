@@ -89,6 +89,22 @@ void close_ev_app_shutdown_wr(struct sdp_conn *c)
 	notify_close_change(c, old);
 }
 
+bool close_app_shut_writing(const struct sdp_conn *c)
+{
+	switch (c->close_state) {
+	case CLOSE_TX_DRAINING:
+	case CLOSE_FIN_WAIT:
+	case CLOSE_LAST_DRAIN:
+	case CLOSE_DONE:
+		return true;
+	case CLOSE_ACTIVE:
+	case CLOSE_PEER_FIN:
+	case CLOSE_ABORTED:
+		return false;
+	}
+	return false;
+}
+
 /* Our DisConn was posted behind the last byte of data. */
 void close_ev_tx_flushed(struct sdp_conn *c)
 {

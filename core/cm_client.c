@@ -507,7 +507,7 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 	}
 	c->fail_reason = reason;
 	sdp_debug("channel falls back to TCP: %s", sdp_reason_name(reason));
-	if (c->close_state == CLOSE_TX_DRAINING && c->tcp_fd >= 0 && !tx_has_unposted(c))
+	if (close_app_shut_writing(c) && c->tcp_fd >= 0 && !tx_has_unposted(c))
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app's shutdown now applies to TCP */
 	/* A non-blocking connect's SYN is ours to send: still owed in RESOLVING,
 	 * and in TCP_CONNECTING after a committed OPEN whose deferred kernel

@@ -51,11 +51,15 @@ struct conn_carrier {
 	int (*shutdown)(struct sdp_conn *c, int how);
 	/* FIONREAD. */
 	uint64_t (*readable_bytes)(struct sdp_conn *c);
+	/* SO_ERROR: the pending error, taken (reported once), or 0. */
+	int (*take_error)(struct sdp_conn *c);
 };
 extern const struct conn_carrier channel_carrier;
 extern const struct conn_carrier switch_carrier;
 extern const struct conn_carrier held_carrier; /* HELD and CLIMB_HALF (climb.c) */
 extern const struct conn_carrier drain_carrier; /* DRAINING (drain.c) */
+/* The channel carrier's SO_ERROR, which the others begin with. */
+int channel_take_error(struct sdp_conn *c);
 /* A carrier's table from its functions, named PREFIX_recv_step and so on. */
 #define CONN_CARRIER(prefix)                                                             \
 	{                                                                                \
@@ -63,6 +67,7 @@ extern const struct conn_carrier drain_carrier; /* DRAINING (drain.c) */
 		.poll_mask = prefix##_poll_mask, .readable = prefix##_readable,          \
 		.writable = prefix##_writable, .readiness = prefix##_readiness,          \
 		.shutdown = prefix##_shutdown, .readable_bytes = prefix##_readable_bytes, \
+		.take_error = prefix##_take_error,                                        \
 	}
 
 /* phase.c: the one writer of c->phase.  conn_phase_start sets the first
@@ -212,6 +217,8 @@ void close_ev_tx_flushed(struct sdp_conn *c);
 void close_ev_peer_disconn(struct sdp_conn *c);
 void close_ev_abort(struct sdp_conn *c, int err, bool send_abort);
 void close_ev_carrier_failed(struct sdp_conn *c, int err, const char *why);
+/* The app shut down writing (or closed), whatever the peer did. */
+bool close_app_shut_writing(const struct sdp_conn *c);
 
 /* cm.c: the process-wide rdma_cm event channel */
 int cm_channel_ensure(struct rdma_event_channel **out);
@@ -318,6 +325,19 @@ void tcp_send_reset(struct sdp_conn *c);
  * A failure other than EAGAIN took the kernel's pending error; the first
  * is kept in tcp_taken_err, for the app (a move to TCP reports it). */
 ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len);
+/* The app closed a DRAINING stream: an abortive close resets the TCP
+ * connection now; else the drain goes on in the background while it moves,
+ * and a drain that takes no byte for SDPSHIM_LINGER_MS is reset (timers.c
+ * calls tcp_drain_on_timer). */
+void tcp_drain_on_close(struct sdp_conn *c, bool abort);
+void tcp_drain_on_timer(struct sdp_conn *c);
+
+/* tcp_ask.c: the kernel socket asked without waiting (0 without one).
+ * tcp_poll_now: its poll() bits for events; tcp_unread_bytes: FIONREAD;
+ * tcp_take_error: its pending error, once (tcp_taken_err first). */
+unsigned tcp_poll_now(const struct sdp_conn *c, short events);
+uint64_t tcp_unread_bytes(const struct sdp_conn *c);
+int tcp_take_error(struct sdp_conn *c);
 
 /* switch.c: moving an open stream to TCP.  keep_local: bytes received
  * over RDMA and not read yet stay here and are read first (else they are
@@ -329,10 +349,6 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events);
  * app thread is inside a zero-copy operation. */
 void switch_maybe_finish(struct sdp_conn *c);
 void switch_on_timer(struct sdp_conn *c);
-/* SO_ERROR while switching: the peer's TCP error, if it is the next thing
- * the stream reports (then taken), else 0. */
-int switch_take_error(struct sdp_conn *c);
-
 /* climb.c: a stream held on TCP after a failover, and its way back. */
 /* switch_start: may this stream be held (its TCP I/O done here)? */
 void climb_note_switch(struct sdp_conn *c, enum sdp_reason reason);

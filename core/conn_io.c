@@ -557,6 +557,8 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 			conn_schedule_destroy(c);
 		break;
 	case CONN_DRAINING:
+		tcp_drain_on_close(c, abort); /* its bytes go on into TCP, within a bound */
+		break;
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		break; /* teardown already queued or running */
@@ -576,13 +578,23 @@ int conn_take_error(struct sdp_conn *c)
 	int err;
 
 	conn_lock(c);
-	err = c->error;
+	err = c->carrier->take_error(c);
+	conn_unlock(c);
+	return err;
+}
+
+/* SO_ERROR: the channel's pending error once, then its hard error each
+ * time.  A stream that fell back and whose owner was not told yet has the
+ * kernel socket's (a failed TCP connect's, say). */
+int channel_take_error(struct sdp_conn *c)
+{
+	int err = c->error;
+
 	c->error = 0;
 	if (!err && c->hard_error)
 		err = c->hard_error;
-	if (!err)
-		err = switch_take_error(c);
-	conn_unlock(c);
+	if (!err && c->phase == CONN_FALLBACK)
+		err = tcp_take_error(c);
 	return err;
 }
 

@@ -1,8 +1,7 @@
-/* DRAINING's carrier: the recv and send steps, readiness, shutdown and
+/* DRAINING's carrier: the recv and send steps, readiness, shutdown, SO_ERROR and
  * FIONREAD of a stream whose app bytes, written before its channel opened,
  * move into TCP first (core/tcp_watch.c drains them). */
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/real.h"
@@ -23,20 +22,11 @@ static ssize_t drain_recv_step(struct sdp_conn *c, const struct iovec *iov, int 
 	return done ? (ssize_t)done : CONN_USE_TCP;
 }
 
-/* The app shut down writing: its SHUT_WR goes to TCP after the drained
- * bytes (on_drain_ready).  Nothing else the channel's close state says
- * counts here: the channel is not used. */
-static bool app_shut_writing(const struct sdp_conn *c)
-{
-	return c->close_state == CLOSE_TX_DRAINING || c->close_state == CLOSE_FIN_WAIT ||
-	       c->close_state == CLOSE_LAST_DRAIN || c->close_state == CLOSE_DONE;
-}
-
 static ssize_t drain_send_step(struct sdp_conn *c, const struct iovec *iov, int iovcnt,
 			       size_t done, size_t total, bool nonblock, int flags, bool *again)
 {
 	*again = false;
-	if (app_shut_writing(c))
+	if (close_app_shut_writing(c))
 		return done ? (ssize_t)done : -EPIPE;
 	*again = done < total; /* after the drain, on TCP */
 	return (ssize_t)done;
@@ -46,12 +36,10 @@ static ssize_t drain_send_step(struct sdp_conn *c, const struct iovec *iov, int 
 
 static unsigned drain_poll_mask(struct sdp_conn *c)
 {
-	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLRDHUP };
-	unsigned mask = app_shut_writing(c) ? POLLOUT | POLLWRNORM : 0; /* a send says EPIPE */
+	unsigned tcp = tcp_poll_now(c, POLLIN | POLLRDHUP);
+	unsigned mask = close_app_shut_writing(c) ? POLLOUT | POLLWRNORM : 0; /* a send says EPIPE */
 
-	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
-		return mask;
-	return mask | ((unsigned)p.revents & DRAIN_READ_BITS) | ((p.revents & POLLIN) ? POLLRDNORM : 0);
+	return mask | (tcp & DRAIN_READ_BITS) | ((tcp & POLLIN) ? POLLRDNORM : 0);
 }
 
 static bool drain_readable(struct sdp_conn *c)
@@ -61,7 +49,7 @@ static bool drain_readable(struct sdp_conn *c)
 
 static bool drain_writable(struct sdp_conn *c)
 {
-	return app_shut_writing(c);
+	return close_app_shut_writing(c);
 }
 
 static void drain_readiness(struct sdp_conn *c, bool *readable, bool *writable)
@@ -81,11 +69,15 @@ static int drain_shutdown(struct sdp_conn *c, int how)
 
 static uint64_t drain_readable_bytes(struct sdp_conn *c)
 {
-	int kernel = 0;
+	return tcp_unread_bytes(c);
+}
 
-	if (c->tcp_fd >= 0)
-		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
-	return kernel > 0 ? (uint64_t)kernel : 0;
+/* Reads are TCP's, and so is the error poll() reports. */
+static int drain_take_error(struct sdp_conn *c)
+{
+	int err = channel_take_error(c);
+
+	return err ? err : tcp_take_error(c);
 }
 
 const struct conn_carrier drain_carrier = CONN_CARRIER(drain);

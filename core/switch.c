@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -406,10 +405,6 @@ static int take_peer_err(struct sdp_conn *c)
 	return err;
 }
 
-int switch_take_error(struct sdp_conn *c)
-{
-	return c->phase == CONN_SWITCHING && c->sw.peer_done ? take_peer_err(c) : 0;
-}
 
 /* Kept bytes the app may read now, into its buffers after `done`. */
 static size_t take_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
@@ -527,26 +522,24 @@ static int switch_shutdown(struct sdp_conn *c, int how)
  * peer's record is through (reads) and ours is out (writes). */
 static unsigned switch_poll_mask(struct sdp_conn *c)
 {
-	struct pollfd p = { .fd = c->tcp_fd, .events = POLLIN | POLLOUT | POLLRDHUP };
-	unsigned mask = 0;
+	unsigned tcp, mask = 0;
 
 	if (c->close_state == CLOSE_ABORTED)
 		return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLERR | POLLHUP;
-	if (c->tcp_fd < 0 || real.poll(&p, 1, 0) < 0)
-		p.revents = 0;
+	tcp = tcp_poll_now(c, POLLIN | POLLOUT | POLLRDHUP);
 	if (local_servable(c))
 		mask |= POLLIN | POLLRDNORM;
 	if (c->sw.peer_done) {
-		if (p.revents & POLLIN)
+		if (tcp & POLLIN)
 			mask |= POLLIN | POLLRDNORM;
-		mask |= (unsigned)p.revents & (POLLRDHUP | POLLHUP | POLLERR);
+		mask |= tcp & (POLLRDHUP | POLLHUP | POLLERR);
 		if (c->sw.peer_err)
 			mask |= POLLIN | POLLRDNORM | POLLERR;
 	}
-	if (c->sw.tx_done && (p.revents & POLLOUT))
+	if (c->sw.tx_done && (tcp & POLLOUT))
 		mask |= POLLOUT | POLLWRNORM;
 	if (c->sw.tx_done)
-		mask |= (unsigned)p.revents & (POLLHUP | POLLERR);
+		mask |= tcp & (POLLHUP | POLLERR);
 	return mask;
 }
 
@@ -574,13 +567,22 @@ static void switch_readiness(struct sdp_conn *c, bool *readable, bool *writable)
 
 static uint64_t switch_readable_bytes(struct sdp_conn *c)
 {
-	int kernel = 0;
+	uint64_t kernel = c->sw.peer_done && !local_left(c) ? tcp_unread_bytes(c) : 0;
 
-	if (c->sw.peer_done && !local_left(c) && c->tcp_fd >= 0)
-		(void)real.ioctl(c->tcp_fd, FIONREAD, &kernel);
 	if (!local_servable(c))
-		return (uint64_t)(kernel > 0 ? kernel : 0);
-	return (uint64_t)(c->sw.local_len - c->sw.local_off) + (uint64_t)(kernel > 0 ? kernel : 0);
+		return kernel;
+	return (uint64_t)(c->sw.local_len - c->sw.local_off) + kernel;
+}
+
+/* The channel's error first; then the peer's TCP error once it is the
+ * next thing the stream reports. */
+static int switch_take_error(struct sdp_conn *c)
+{
+	int err = channel_take_error(c);
+
+	if (!err && c->sw.peer_done)
+		err = take_peer_err(c);
+	return err;
 }
 
 const struct conn_carrier switch_carrier = CONN_CARRIER(switch);

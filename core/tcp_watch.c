@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/config.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn_internal.h"
@@ -109,12 +110,39 @@ static void on_drain_ready(struct sdp_conn *c)
 		drain_abort(c, err);
 		return;
 	}
-	if (c->close_state == CLOSE_TX_DRAINING)
+	if (close_app_shut_writing(c))
 		real.shutdown(c->tcp_fd, SHUT_WR); /* the app shut down writing meanwhile */
 	conn_set_phase(c, CONN_FALLBACK);
 	conn_update_readiness(c, false);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
 	conn_schedule_destroy(c);
+}
+
+void tcp_drain_on_close(struct sdp_conn *c, bool abort)
+{
+	if (abort) { /* SO_LINGER 0: TCP would drop its unsent bytes and reset */
+		drain_abort(c, ECONNRESET);
+		return;
+	}
+	c->drain_off_seen = c->drain_off;
+	conn_arm_timer(c, sdp_tun.linger_ms);
+}
+
+/* The app closed its socket: the drain goes on while the TCP peer takes
+ * bytes, and ends with a reset after a whole linger bound in which it
+ * took none (a peer that stopped reading would hold it forever). */
+void tcp_drain_on_timer(struct sdp_conn *c)
+{
+	if (!c->app_closed)
+		return;
+	if (c->drain_off > c->drain_off_seen) {
+		c->drain_off_seen = c->drain_off;
+		conn_arm_timer(c, sdp_tun.linger_ms);
+		return;
+	}
+	sdp_info("linger bound reached with %zu unsent bytes that the TCP peer does not take; "
+		 "resetting the connection", c->drain_len - c->drain_off);
+	drain_abort(c, ETIMEDOUT);
 }
 
 ssize_t tcp_peek(struct sdp_conn *c, void *buf, size_t len)
@@ -200,6 +228,7 @@ void tcp_drain_start(struct sdp_conn *c)
 	c->drain_off = 0;
 	tx_drop_all(c); /* the bytes are the drain's now */
 	conn_set_phase(c, CONN_DRAINING);
+	conn_signal_owner(c, CONN_EV_STATE); /* its stats say TCP from here */
 	if (total && !c->drain_buf) {
 		/* The app's bytes cannot follow it to TCP: the stream breaks, as
 		 * a reset, never with a gap in it. */

@@ -124,6 +124,8 @@ void conn_on_timer(struct sdp_conn *c)
 		}
 		break;
 	case CONN_DRAINING:
+		tcp_drain_on_timer(c); /* the linger bound of a closed socket's drain */
+		break;
 	case CONN_FALLBACK:
 	case CONN_DEAD:
 		break;

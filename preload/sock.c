@@ -348,6 +348,12 @@ void sock_note_ended_on_tcp(struct sdp_sock *s, enum sdp_reason reason)
 		log_tcp_path(s, reason, false, "; the stream ended with an error before it settled");
 }
 
+void sock_note_draining(struct sdp_sock *s, enum sdp_reason reason)
+{
+	if (publish_tcp_path(s, reason, false))
+		log_tcp_path(s, reason, false, "; the bytes written so far move to TCP first");
+}
+
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason)
 {
 	sock_note_moved(s, reason);

@@ -122,6 +122,9 @@ void sock_set_tcp(struct sdp_sock *s, enum sdp_reason reason, bool negcached);
  * bound, or as its waiting bytes drained into TCP) before its path was
  * settled: no byte went over RDMA.  The channel still answers the app. */
 void sock_note_ended_on_tcp(struct sdp_sock *s, enum sdp_reason reason);
+/* The same for a channel that gave up before it opened, whose waiting bytes
+ * now drain into TCP (DRAINING): the stream is TCP's from here. */
+void sock_note_draining(struct sdp_sock *s, enum sdp_reason reason);
 /* An RDMA connection whose stream moved to TCP mid-way (failover, fork):
  * path tcp with the reason; counted once more by reason, not by path. */
 void sock_set_switched(struct sdp_sock *s, enum sdp_reason reason);

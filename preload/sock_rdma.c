@@ -121,6 +121,8 @@ static void on_state(struct sdp_sock *s, struct sdp_conn *c)
 		else
 			sock_set_rdma(s);
 		sock_refresh_local(s);
+	} else if (phase == CONN_DRAINING && s->st->path == SDP_PATH_UNDECIDED) {
+		sock_note_draining(s, conn_get_fail_reason(c));
 	} else if (phase == CONN_HELD && s->st->path != SDP_PATH_TCP) {
 		sock_set_rdma(s); /* it opened before it moved, if no event said so yet */
 		sock_note_moved(s, conn_get_fail_reason(c));

@@ -382,6 +382,8 @@ WEAK uint16_t rdv_port(void) { return 0; }
 WEAK void tcp_send_reset(struct sdp_conn *c) {}
 WEAK void tcp_watch_start(struct sdp_conn *c, uint32_t events) {}
 WEAK void tcp_drain_start(struct sdp_conn *c) {}
+WEAK void tcp_drain_on_close(struct sdp_conn *c, bool abort) {}
+WEAK void tcp_drain_on_timer(struct sdp_conn *c) {}
 WEAK int tcp_drain_send(struct sdp_conn *c) { return 0; }
 WEAK void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 {

@@ -5,9 +5,11 @@
  * that crosses the end of an attempt on this side is ignored (a race, not
  * a lie: climb_on_step true), no climb step outlives the climb, and a
  * message out of turn from a liar is still refused (false: the link
- * fails), a responder without resources refuses cleanly, and a close ends
- * the attempt.  Each case runs in a child process. */
+ * fails), a responder without resources refuses cleanly, a close ends
+ * the attempt, and a held stream reports its TCP socket's error.  Each case runs in a child process. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include "base/config.h"
 #include "base/hmac.h"
 #include "base/policy.h"
+#include "base/real.h"
 #include "core/conn_internal.h"
 #include "core/link.h"
 #include "tap.h"
@@ -460,6 +463,63 @@ static int test_responder_without_resources(void)
 	return ok;
 }
 
+/* A loopback TCP connection whose peer reset it (SO_LINGER 0): the
+ * returned end holds ECONNRESET.  -1 on a setup failure. */
+static int reset_tcp_end(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
+	int lsn = socket(AF_INET, SOCK_STREAM, 0), cli = socket(AF_INET, SOCK_STREAM, 0), srv = -1;
+	struct pollfd p = { .fd = cli, .events = POLLIN };
+
+	if (lsn < 0 || cli < 0 || bind(lsn, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lsn, 1) != 0 ||
+	    getsockname(lsn, (struct sockaddr *)&a, &len) != 0 ||
+	    connect(cli, (struct sockaddr *)&a, sizeof(a)) != 0 || (srv = accept(lsn, NULL, NULL)) < 0 ||
+	    setsockopt(srv, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close)) != 0) {
+		close(cli);
+		cli = -1;
+	}
+	if (srv >= 0)
+		close(srv); /* sends the RST */
+	if (lsn >= 0)
+		close(lsn);
+	if (cli >= 0 && (poll(&p, 1, 2000) != 1 || !(p.revents & POLLERR))) {
+		close(cli);
+		cli = -1;
+	}
+	return cli;
+}
+
+/* A held stream reads TCP, so it reports TCP's error: poll() says POLLERR,
+ * and SO_ERROR (conn_take_error) says ECONNRESET, once, as a plain socket
+ * does.  Before, SO_ERROR said 0 while poll() kept saying POLLERR. */
+static int test_held_reports_tcp_error(void)
+{
+	struct sdp_conn *c = held_stream(false);
+	int ok = 1, first, second;
+	unsigned mask;
+
+	real.poll = poll; /* the model parks the app in poll; here it asks the kernel */
+	real.getsockopt = getsockopt;
+	close(c->tcp_fd);
+	c->tcp_fd = reset_tcp_end();
+	if (!expect(c->tcp_fd >= 0, "a loopback TCP connection reset by its peer"))
+		return 0;
+	conn_lock(c);
+	mask = c->carrier->poll_mask(c);
+	conn_unlock(c);
+	first = conn_take_error(c);
+	second = conn_take_error(c);
+	ok &= expect(c->phase == CONN_HELD, "the stream is held");
+	ok &= expect((mask & POLLERR) != 0, "poll says POLLERR");
+	ok &= expect(first == ECONNRESET, "SO_ERROR says ECONNRESET");
+	ok &= expect(second == 0, "then 0: reported once");
+	if (first != ECONNRESET || second)
+		printf("#   SO_ERROR: %d, then %d\n", first, second);
+	return ok;
+}
+
 static const struct tap_case cases[] = {
 	{ "a PROVE that crosses the responder's give-up (CHAL out) is ignored, not a violation",
 	  test_prove_after_give_up },
@@ -475,6 +535,8 @@ static const struct tap_case cases[] = {
 	  test_close_ends_the_attempt },
 	{ "a server's release before its ACK keeps a client with nothing on the new channel on TCP, "
 	  "held; one that wrote there is not taken back", test_release_before_ack },
+	{ "a held stream whose TCP connection is reset: poll says POLLERR, SO_ERROR ECONNRESET once",
+	  test_held_reports_tcp_error },
 };
 
 int main(void)

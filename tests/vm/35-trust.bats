@@ -180,21 +180,13 @@ listener_never_attaches() {
   listener_never_attaches link
 }
 
-# live_channel ROLE PORT: the channel state of the live ROLE end on PORT
-# (sdpshim stat --json: binding, moving, fallback...), or none
-live_channel() {
-  local seen
-  seen=$(live_end "$1" "$2" channel)
-  echo "${seen#* }"
-}
-
 # stuck_drain MODE SCRIPT ARGS...: tests/vm/SCRIPT.py's plain server, which
 # reads nothing, a rogue listener on its port that never sends ATTACH, and
 # SCRIPT's preloaded client (both given ARGS), whose bytes wait for that
 # ATTACH and then drain into TCP until the server's window stops them.
 # Sets PORT, STATE (the client's channel once it moved) and STUCK (1 s later).
 stuck_drain() {
-  local mode=$1 script=$2 until
+  local mode=$1 script=$2
   shift 2
   link_mode "$mode"
   PORT=$(free_port)
@@ -207,13 +199,25 @@ stuck_drain() {
   start_bg client timeout -k 5 120 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/$script.py" \
     client "$RXE_IP" "$PORT" "$@"
   wait_for_line "$T/server.log" "^$script: accepted\$" 30
-  until=$(( $(date +%s) + 30 ))
-  while STATE=$(live_channel client "$PORT"); [ "$STATE" != moving ]; do
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.1
-  done
+  wait_live_channel client "$PORT" moving 30 || true
+  STATE=$(live_channel client "$PORT")
   sleep 1
   STUCK=$(live_channel client "$PORT")
+}
+
+# stuck_drain_ended CLIENT_RC SERVER_RC HEADLINE: shows the stuck drain's
+# logs under HEADLINE and checks what each such test needs: the rogue got
+# no byte, the client's channel was moving and still was 1 s later, and
+# both ends exited 0.
+stuck_drain_ended() {
+  show "$3" \
+       "client (rc=$1): $(bg_log client | tr '\n' ';')" "server (rc=$2): $(bg_log server | tr '\n' ';')" \
+       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -10)" "$(stats_lines "$STATS")"
+  [ "$(rogue_field rogue data_bytes)" = 0 ]
+  [ "$STATE" = moving ]
+  [ "$STUCK" = moving ]
+  [ "$1" -eq 0 ]
+  [ "$2" -eq 0 ]
 }
 
 # drain_meets_reset MODE
@@ -264,23 +268,15 @@ drain_polls() {
   # its indicators always said "look again": poll() spun a CPU for its whole
   # timeout and never reported the server's bytes).  Then every byte of
   # the client's stream reaches the server, checked.
-  local rc=0 src=0 state stuck idle reply
+  local rc=0 src=0 idle reply
   stuck_drain "$1" drainpoll "$T"
-  state=$STATE; stuck=$STUCK
   touch "$T/stuck"
   wait_bg client || rc=$?
   wait_bg server || src=$?
   rogue_stop rogue || true
   idle=$(bg_log client | sed -nE 's/^drainpoll: idle poll rc=0 cpu_ms=([0-9]+)$/\1/p')
   reply=$(bg_log client | sed -nE 's/^drainpoll: reply 4096 bytes ok, poll cpu_ms=([0-9]+)$/\1/p')
-  show "client channel: '$state', then '$stuck' 1 s later" \
-       "client (rc=$rc): $(bg_log client | tr '\n' ';')" "server (rc=$src): $(bg_log server | tr '\n' ';')" \
-       "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -10)" "$(stats_lines "$STATS")"
-  [ "$(rogue_field rogue data_bytes)" = 0 ]
-  [ "$state" = moving ]
-  [ "$stuck" = moving ]
-  [ "$rc" -eq 0 ]
-  [ "$src" -eq 0 ]
+  stuck_drain_ended "$rc" "$src" "client channel: '$STATE', then '$STUCK' 1 s later"
   # Nothing ready, and the 1 s poll slept: a spin costs about its length.
   [ -n "$idle" ] && [ "$idle" -lt 300 ]
   # The server's bytes were readable while the drain was stuck.
@@ -296,6 +292,67 @@ drain_polls() {
 
 @test "[link] rogue listener that never sends ATTACH, the client's waiting bytes stuck draining into TCP: poll() sleeps, then sees the server's bytes; every byte arrives" {
   drain_polls link
+}
+
+# drain_closed MODE HOW: the same stuck drain, and the app closes its socket
+# while its bytes wait (HOW, tests/vm/drainclose.py): the library drains
+# them on in the background, as the kernel does for a closed socket, as long
+# as the server takes bytes (pauses: two pauses, each shorter than
+# SDPSHIM_LINGER_MS, together longer: every byte, then EOF); a server that
+# takes none for SDPSHIM_LINGER_MS gets a reset (stops: before, the drain
+# and its connection stayed for as long as the process lived); SO_LINGER 0
+# resets at once (abort: before, the drain went on as if it were not set).
+drain_closed() {
+  local rc=0 src=0 queued got end after
+  export SDPSHIM_LINGER_MS=3000 SDPSHIM_LOG=info
+  stuck_drain "$1" drainclose "$T" "$2"
+  touch "$T/stuck"
+  wait_bg server || src=$?
+  touch "$T/done"
+  wait_bg client || rc=$?
+  rogue_stop rogue || true
+  queued=$(bg_log client | sed -nE 's/^drainclose: queued ([0-9]+)$/\1/p')
+  got=$(bg_log server | sed -nE 's/^drainclose: server received ([0-9]+) bytes ok, then .*$/\1/p')
+  end=$(bg_log server | sed -nE 's/^drainclose: server received [0-9]+ bytes ok, then (.*)$/\1/p')
+  after=$(bg_log server | sed -nE 's/^drainclose: reset after ([0-9]+) ms$/\1/p')
+  stuck_drain_ended "$rc" "$src" \
+    "client channel: '$STATE', then '$STUCK' 1 s later; queued ${queued:-?}; server got ${got:-?}, then ${end:-?}"
+  [ -n "$queued" ] && [ -n "$got" ]
+  case $2 in
+    pauses)
+      [ "$end" = EOF ]
+      [ "$got" -eq "$queued" ] ;;
+    stops)
+      [ "$end" = reset ]
+      [ "$got" -lt "$queued" ]
+      # SDPSHIM_LINGER_MS (3 s) after the close, give or take the timer.
+      [ -n "$after" ] && [ "$after" -ge 2000 ] && [ "$after" -le 6000 ]
+      bg_log client | grep -q 'linger bound reached with [0-9]* unsent bytes that the TCP peer does not take' ;;
+    abort)
+      [ "$end" = reset ]
+      [ "$got" -lt "$queued" ] ;;
+  esac
+  [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
+}
+
+@test "the app closes while its bytes are stuck draining into TCP, and the server reads with pauses longer than the linger bound together: every byte arrives, then EOF" {
+  drain_closed conn pauses
+}
+
+@test "[link] the app closes while its bytes are stuck draining into TCP, and the server reads with pauses longer than the linger bound together: every byte arrives, then EOF" {
+  drain_closed link pauses
+}
+
+@test "the app closes while its bytes are stuck draining into TCP, and the server never reads: reset after SDPSHIM_LINGER_MS, not held for the process's life" {
+  drain_closed conn stops
+}
+
+@test "[link] the app closes while its bytes are stuck draining into TCP, and the server never reads: reset after SDPSHIM_LINGER_MS, not held for the process's life" {
+  drain_closed link stops
+}
+
+@test "the app closes with SO_LINGER 0 while its bytes are stuck draining into TCP: the connection is reset at once, as TCP's would be" {
+  drain_closed conn abort
 }
 
 # listener_gap_before_attach MODE

@@ -236,6 +236,43 @@ fail_case() {
   grep -q "climb attempt over: no answer" "$T/client.log"
 }
 
+# The held carrier reads TCP, and so reports TCP's errors: a reset of the
+# held stream's TCP connection makes poll() say POLLERR, and SO_ERROR must
+# say ECONNRESET, once, as on a plain socket (before, SO_ERROR said 0 while
+# poll() kept saying POLLERR: an event loop that asks SO_ERROR spun).
+@test "climb: a stream held on TCP while the device is gone, whose TCP connection is reset: poll() says POLLERR, SO_ERROR says ECONNRESET once" {
+  local port crc=0 src=0 before held killed line
+  rxe_link_pick || true
+  [ -n "$LINK_DEV" ]
+  port=$(free_port)
+  start_bg server timeout -k 5 200 env SDPSHIM_LOG=info "${PRE[@]}" "$PY" -S \
+    "$BATS_TEST_DIRNAME/heldreset.py" server "$RXE_IP" "$port" "$T"
+  wait_for_line "$T/server.log" '^heldreset: listening$' 30
+  start_bg client timeout -k 5 200 env SDPSHIM_LOG=info "${PRE[@]}" "$PY" -S \
+    "$BATS_TEST_DIRNAME/heldreset.py" client "$RXE_IP" "$port" "$T"
+  wait_for_line "$T/server.log" '^heldreset: echoed$' 60
+  before=$(live_channel client "$port")
+  RESTORE_LINK=1
+  link_delete_start "$T/linkdel.res"
+  wait_live_channel client "$port" held 30 || true
+  held=$(live_channel client "$port")
+  killed=$(ss -K -t -n state established "( sport = :$port )" | grep -c ":$port" || true)
+  touch "$T/go"
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  restore_link "$T/linkdel.res"
+  RESTORE_LINK=
+  line=$(bg_log client | grep '^heldreset: poll ' || true)
+  show "client channel: '$before', after rdma link delete '$held'; ss -K: $killed socket(s)" \
+       "client (rc=$crc): $(bg_log client | tr '\n' ';')" "server (rc=$src): $(bg_log server | tr '\n' ';')" \
+       "$(stats_lines "$STATS")"
+  [ "$before" = open ]
+  [ "$held" = held ]
+  [ "$killed" -eq 1 ]
+  [ "$crc" -eq 0 ]
+  [ "$line" = "heldreset: poll POLLERR=1 so_error=ECONNRESET then 0" ]
+}
+
 # A server that lets the attempt go when the PROVE arrives, as one that closed
 # or forked with its CHAL out does: its release says it never took the PROVE.
 # The client, reading a download, has put nothing on the new channel since

@@ -37,37 +37,17 @@ def fail(msg):
     sys.exit("drainpoll: " + msg)
 
 
-def wait_file(path):
-    deadline = time.monotonic() + WAIT_S
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            fail("no %s within %d s" % (path, WAIT_S))
-        time.sleep(0.05)
-
-
-def touch(path):
-    with open(path, "w"):
-        pass
-
-
 def thread_cpu_ms():
     r = resource.getrusage(resource.RUSAGE_THREAD)
     return (r.ru_utime + r.ru_stime) * 1000.0
 
 
 def server(host, port, d):
-    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by the accepted socket
-    lsn.bind((host, port))
-    lsn.listen(1)
-    print("drainpoll: listening", flush=True)
-    conn, _ = lsn.accept()
+    conn = checked.small_window_accept("drainpoll", host, port)
     conn.settimeout(WAIT_S)
-    print("drainpoll: accepted", flush=True)
-    wait_file(os.path.join(d, "go"))
+    checked.need_file("drainpoll", os.path.join(d, "go"), WAIT_S)
     conn.sendall(checked.pattern("drainpoll-reply", 1, REPLY_BYTES))
-    wait_file(os.path.join(d, "read"))
+    checked.need_file("drainpoll", os.path.join(d, "read"), WAIT_S)
     want = checked.pattern("drainpoll", 1, TOTAL_BYTES)
     got = 0
     while True:
@@ -82,35 +62,14 @@ def server(host, port, d):
           flush=True)
 
 
-def send_some(sock, data, off):
-    try:
-        return off + sock.send(data[off:off + 65536])
-    except BlockingIOError:
-        return off
-
-
 def client(host, port, d):
-    data = checked.pattern("drainpoll", 1, TOTAL_BYTES)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
-    sock.connect((host, port))
-    sock.setblocking(False)
-    off = 0
-    while off < TOTAL_BYTES:
-        n = send_some(sock, data, off)
-        if n == off:
-            break
-        off = n
-    if off == TOTAL_BYTES:
-        fail("took all %d bytes, though the server reads none" % TOTAL_BYTES)
-    print("drainpoll: queued %d" % off, flush=True)
-    wait_file(os.path.join(d, "stuck"))
+    sock, data, off = checked.stuck_writer("drainpoll", host, port, d, TOTAL_BYTES, WAIT_S)
     p = select.poll()
     p.register(sock, select.POLLIN | select.POLLOUT)
     cpu = thread_cpu_ms()
     ev = p.poll(1000)
     print("drainpoll: idle poll rc=%d cpu_ms=%.0f" % (len(ev), thread_cpu_ms() - cpu), flush=True)
-    touch(os.path.join(d, "go"))
+    checked.touch(os.path.join(d, "go"))
     p = select.poll()
     p.register(sock, select.POLLIN)
     cpu = thread_cpu_ms()
@@ -133,7 +92,7 @@ def client(host, port, d):
     if got != want:
         fail("reply: %d bytes, not the server's %d" % (len(got), REPLY_BYTES))
     print("drainpoll: reply %d bytes ok, poll cpu_ms=%.0f" % (len(got), spent), flush=True)
-    touch(os.path.join(d, "read"))
+    checked.touch(os.path.join(d, "read"))
     p = select.poll()
     p.register(sock, select.POLLOUT)
     deadline = time.monotonic() + WAIT_S
@@ -141,20 +100,10 @@ def client(host, port, d):
         if time.monotonic() > deadline:
             fail("sent %d of %d bytes in %d s" % (off, TOTAL_BYTES, WAIT_S))
         p.poll(1000)
-        off = send_some(sock, data, off)
+        off = checked.send_some(sock, data, off)
     sock.shutdown(socket.SHUT_WR)
     print("drainpoll: sent %d bytes" % off, flush=True)
     sock.close()
 
 
-def main():
-    role, host, port, d = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    if role == "server":
-        server(host, port, d)
-    elif role == "client":
-        client(host, port, d)
-    else:
-        fail("role is server or client, not " + role)
-
-
-main()
+checked.run_role("drainpoll", {"server": server, "client": client})

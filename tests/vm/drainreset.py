@@ -17,6 +17,8 @@ import socket
 import sys
 import time
 
+import checked
+
 SEND_BYTES = 4 << 20
 
 
@@ -25,14 +27,7 @@ def fail(msg):
 
 
 def server(host, port):
-    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by the accepted socket
-    lsn.bind((host, port))
-    lsn.listen(1)
-    print("drainreset: listening", flush=True)
-    conn, _ = lsn.accept()
-    print("drainreset: accepted", flush=True)
+    conn = checked.small_window_accept("drainreset", host, port)
     time.sleep(120)
     conn.close()
 
@@ -52,14 +47,4 @@ def client(host, port):
     fail("send: took all %d bytes, though the server reads none" % SEND_BYTES)
 
 
-def main():
-    role, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    if role == "server":
-        server(host, port)
-    elif role == "client":
-        client(host, port)
-    else:
-        fail("role is server or client, not " + role)
-
-
-main()
+checked.run_role("drainreset", {"server": server, "client": client})

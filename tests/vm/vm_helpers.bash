@@ -510,6 +510,23 @@ print(seen)' "$@"
 
 live_path() { live_end "$1" "$2"; }
 
+# live_channel ROLE PORT: the channel state of the live ROLE end on PORT
+# (sdpshim stat --json: binding, open, moving, held, fallback...), or none
+live_channel() {
+  local seen
+  seen=$(live_end "$1" "$2" channel)
+  echo "${seen#* }"
+}
+
+# wait_live_channel ROLE PORT WANT SECS: until live_channel ROLE PORT is WANT.
+wait_live_channel() {
+  local until=$(( $(date +%s) + $4 ))
+  while [ "$(live_channel "$1" "$2")" != "$3" ]; do
+    [ "$(date +%s)" -lt "$until" ] || return 1
+    sleep 0.1
+  done
+}
+
 # wait_live_path ROLE PORT PATH SECS: until live_path ROLE PORT prints PATH;
 # fails after SECS, saying what it saw
 wait_live_path() {
