@@ -240,7 +240,8 @@ bool conn_is_server(const struct sdp_conn *c);
 /* The address a client connected to (fixed at conn_connect_start). */
 const struct sockaddr *conn_peer_addr(const struct sdp_conn *c);
 
-/* SO_ERROR: returns and clears the pending error. */
+/* SO_ERROR: returns and clears the pending error; CONN_USE_TCP when the
+ * stream's error is its kernel socket's (the caller asks SO_ERROR there). */
 int conn_take_error(struct sdp_conn *c);
 uint64_t conn_readable_bytes(struct sdp_conn *c);
 uint64_t conn_unsent_bytes(struct sdp_conn *c);

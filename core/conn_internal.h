@@ -51,7 +51,8 @@ struct conn_carrier {
 	int (*shutdown)(struct sdp_conn *c, int how);
 	/* FIONREAD. */
 	uint64_t (*readable_bytes)(struct sdp_conn *c);
-	/* SO_ERROR: the pending error, taken (reported once), or 0. */
+	/* SO_ERROR: the pending error, taken (reported once), 0, or
+	 * CONN_USE_TCP: the kernel socket's (the owner asks it). */
 	int (*take_error)(struct sdp_conn *c);
 };
 extern const struct conn_carrier channel_carrier;
@@ -334,9 +335,12 @@ void tcp_drain_on_timer(struct sdp_conn *c);
 
 /* tcp_ask.c: the kernel socket asked without waiting (0 without one).
  * tcp_poll_now: its poll() bits for events; tcp_unread_bytes: FIONREAD;
- * tcp_take_error: its pending error, once (tcp_taken_err first). */
+ * tcp_unsent_bytes: SIOCOUTQ; tcp_take_error: the error our own peek
+ * took (tcp_taken_err), once, else CONN_USE_TCP (the kernel's, asked on
+ * the app's fd). */
 unsigned tcp_poll_now(const struct sdp_conn *c, short events);
 uint64_t tcp_unread_bytes(const struct sdp_conn *c);
+uint64_t tcp_unsent_bytes(const struct sdp_conn *c);
 int tcp_take_error(struct sdp_conn *c);
 
 /* switch.c: moving an open stream to TCP.  keep_local: bytes received

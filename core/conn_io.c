@@ -585,7 +585,7 @@ int conn_take_error(struct sdp_conn *c)
 
 /* SO_ERROR: the channel's pending error once, then its hard error each
  * time.  A stream that fell back and whose owner was not told yet has the
- * kernel socket's (a failed TCP connect's, say). */
+ * kernel socket's (a failed TCP connect's, say): CONN_USE_TCP. */
 int channel_take_error(struct sdp_conn *c)
 {
 	int err = c->error;
@@ -622,13 +622,18 @@ static uint64_t channel_readable_bytes(struct sdp_conn *c)
 	return n;
 }
 
+/* SIOCOUTQ: the bytes the app wrote that the peer has not taken: the
+ * channel's queued slots, those still to drain into TCP, and, once the
+ * carrier writes TCP (draining, switching, held), the kernel socket's. */
 uint64_t conn_unsent_bytes(struct sdp_conn *c)
 {
 	uint64_t n = 0;
 
 	conn_lock(c);
+	if (c->carrier != &channel_carrier)
+		n = tcp_unsent_bytes(c);
 	if (c->drain_buf)
-		n = c->drain_len - c->drain_off;
+		n += c->drain_len - c->drain_off;
 	for (uint32_t pos = c->tx_tail; c->tx_slots && pos != c->tx_head; pos++)
 		n += c->tx_slots[pos % c->tx_nslots].len - SDP_BSDH_SIZE;
 	conn_unlock(c);

@@ -247,7 +247,7 @@ struct sdp_conn {
 	 * record and resend (SWITCHING, switch.c). */
 	uint8_t *drain_buf;
 	size_t drain_len, drain_off;
-	size_t drain_off_seen; /* drain_off at the last linger look after the app closed */
+	int64_t drain_taken_seen; /* what the TCP peer had taken at the last linger look */
 
 	/* ---- Verbs and rdma_cm (setup.c; cq.c counts completions). */
 	struct rdma_cm_id *cm_id;

@@ -276,6 +276,7 @@ static void read_peer(struct sdp_conn *c)
 			 * reset our watch's peek took meanwhile is that error. */
 			int err = n < 0 ? errno : c->tcp_taken_err;
 
+			c->tcp_taken_err = 0; /* the stream's end says it now */
 			if (err && !c->rx_eof)
 				c->sw.peer_err = err;
 			c->sw.peer_done = true;

@@ -102,8 +102,10 @@ static void on_drain_ready(struct sdp_conn *c)
 	 * own peek took it, it is kept; else the app's own recv (which goes to
 	 * TCP here) took it, and the kernel socket says EPIPE again: the
 	 * fallback stands. */
-	if (err == EPIPE && c->tcp_taken_err)
+	if (err == EPIPE && c->tcp_taken_err) {
 		err = c->tcp_taken_err;
+		c->tcp_taken_err = 0; /* reported now, as the stream's */
+	}
 	if (err && err != EPIPE) {
 		sdp_info("the TCP connection failed as the channel's unsent bytes moved to it (%s)",
 			 strerror(err));
@@ -118,25 +120,42 @@ static void on_drain_ready(struct sdp_conn *c)
 	conn_schedule_destroy(c);
 }
 
+/* What the TCP peer has taken of the drain so far: the bytes that went
+ * into the kernel socket less those it still holds unsent.  (Bytes that
+ * went into the socket earlier, if any, shift it by a constant.) */
+static int64_t drain_taken(const struct sdp_conn *c)
+{
+	return (int64_t)c->drain_off - (int64_t)tcp_unsent_bytes(c);
+}
+
 void tcp_drain_on_close(struct sdp_conn *c, bool abort)
 {
-	if (abort) { /* SO_LINGER 0: TCP would drop its unsent bytes and reset */
+	/* SO_LINGER 0, or unread bytes (which a plain socket's close answers
+	 * with a reset): TCP would drop its unsent bytes and reset. */
+	if (abort || tcp_unread_bytes(c) > 0) {
 		drain_abort(c, ECONNRESET);
 		return;
 	}
-	c->drain_off_seen = c->drain_off;
+	c->drain_taken_seen = drain_taken(c);
 	conn_arm_timer(c, sdp_tun.linger_ms);
 }
 
 /* The app closed its socket: the drain goes on while the TCP peer takes
- * bytes, and ends with a reset after a whole linger bound in which it
- * took none (a peer that stopped reading would hold it forever). */
+ * bytes, and ends with a reset once a look finds it took none since the
+ * last (between one and two linger bounds after its last byte): a peer
+ * that stopped reading would hold it for ever. */
 void tcp_drain_on_timer(struct sdp_conn *c)
 {
+	int64_t taken;
+
 	if (!c->app_closed)
 		return;
-	if (c->drain_off > c->drain_off_seen) {
-		c->drain_off_seen = c->drain_off;
+	on_drain_ready(c); /* room the edge did not report, if any */
+	if (c->phase != CONN_DRAINING)
+		return;
+	taken = drain_taken(c);
+	if (taken > c->drain_taken_seen) {
+		c->drain_taken_seen = taken;
 		conn_arm_timer(c, sdp_tun.linger_ms);
 		return;
 	}
@@ -239,6 +258,8 @@ void tcp_drain_start(struct sdp_conn *c)
 	}
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
 	on_drain_ready(c);
+	if (c->phase == CONN_DRAINING && c->app_closed)
+		tcp_drain_on_close(c, false); /* closed as it bound: the bound starts now */
 }
 
 void tcp_send_reset(struct sdp_conn *c)

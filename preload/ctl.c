@@ -55,6 +55,8 @@ int ctl_getsockopt(struct sdp_sock *s, int fd, int level, int name, void *val, s
 		return real.getsockopt(fd, level, name, val, len);
 	err = conn_take_error(c);
 	conn_put(c);
+	if (err == CONN_USE_TCP) /* the stream is on TCP: its kernel socket's */
+		return real.getsockopt(fd, level, name, val, len);
 	*(int *)val = err;
 	*len = sizeof(int);
 	return 0;

@@ -6,7 +6,8 @@
  * a lie: climb_on_step true), no climb step outlives the climb, and a
  * message out of turn from a liar is still refused (false: the link
  * fails), a responder without resources refuses cleanly, a close ends
- * the attempt, and a held stream reports its TCP socket's error.  Each case runs in a child process. */
+ * the attempt, and a held stream reports its TCP socket's error and
+ * unsent bytes.  Each case runs in a child process. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -463,27 +465,40 @@ static int test_responder_without_resources(void)
 	return ok;
 }
 
+/* A connected loopback TCP pair: returns one end, *peer the other; -1 on
+ * a setup failure. */
+static int tcp_pair(int *peer)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int lsn = socket(AF_INET, SOCK_STREAM, 0), cli = socket(AF_INET, SOCK_STREAM, 0);
+
+	*peer = -1;
+	if (lsn < 0 || cli < 0 || bind(lsn, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lsn, 1) != 0 ||
+	    getsockname(lsn, (struct sockaddr *)&a, &len) != 0 ||
+	    connect(cli, (struct sockaddr *)&a, sizeof(a)) != 0 || (*peer = accept(lsn, NULL, NULL)) < 0) {
+		close(cli);
+		cli = -1;
+	}
+	if (lsn >= 0)
+		close(lsn);
+	return cli;
+}
+
 /* A loopback TCP connection whose peer reset it (SO_LINGER 0): the
  * returned end holds ECONNRESET.  -1 on a setup failure. */
 static int reset_tcp_end(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
 	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
-	int lsn = socket(AF_INET, SOCK_STREAM, 0), cli = socket(AF_INET, SOCK_STREAM, 0), srv = -1;
+	int srv, cli = tcp_pair(&srv);
 	struct pollfd p = { .fd = cli, .events = POLLIN };
 
-	if (lsn < 0 || cli < 0 || bind(lsn, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lsn, 1) != 0 ||
-	    getsockname(lsn, (struct sockaddr *)&a, &len) != 0 ||
-	    connect(cli, (struct sockaddr *)&a, sizeof(a)) != 0 || (srv = accept(lsn, NULL, NULL)) < 0 ||
-	    setsockopt(srv, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close)) != 0) {
+	if (srv >= 0 && setsockopt(srv, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close)) != 0) {
 		close(cli);
 		cli = -1;
 	}
 	if (srv >= 0)
 		close(srv); /* sends the RST */
-	if (lsn >= 0)
-		close(lsn);
 	if (cli >= 0 && (poll(&p, 1, 2000) != 1 || !(p.revents & POLLERR))) {
 		close(cli);
 		cli = -1;
@@ -491,17 +506,30 @@ static int reset_tcp_end(void)
 	return cli;
 }
 
+/* SO_ERROR as the preload answers it (preload/ctl.c): the stream's error,
+ * or, for CONN_USE_TCP, the kernel socket's (asked on the app's fd there;
+ * the same socket as c->tcp_fd). */
+static int so_error(struct sdp_conn *c)
+{
+	int err = conn_take_error(c);
+	socklen_t len = sizeof(err);
+
+	if (err == CONN_USE_TCP && getsockopt(c->tcp_fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		err = -1;
+	return err;
+}
+
 /* A held stream reads TCP, so it reports TCP's error: poll() says POLLERR,
- * and SO_ERROR (conn_take_error) says ECONNRESET, once, as a plain socket
- * does.  Before, SO_ERROR said 0 while poll() kept saying POLLERR. */
+ * and SO_ERROR says ECONNRESET, once, as a plain socket does.  Before,
+ * SO_ERROR said 0 while poll() kept saying POLLERR.  An error our own peek
+ * took (tcp_taken_err) is reported once too. */
 static int test_held_reports_tcp_error(void)
 {
 	struct sdp_conn *c = held_stream(false);
-	int ok = 1, first, second;
+	int ok = 1, first, second, kept, after;
 	unsigned mask;
 
 	real.poll = poll; /* the model parks the app in poll; here it asks the kernel */
-	real.getsockopt = getsockopt;
 	close(c->tcp_fd);
 	c->tcp_fd = reset_tcp_end();
 	if (!expect(c->tcp_fd >= 0, "a loopback TCP connection reset by its peer"))
@@ -509,14 +537,44 @@ static int test_held_reports_tcp_error(void)
 	conn_lock(c);
 	mask = c->carrier->poll_mask(c);
 	conn_unlock(c);
-	first = conn_take_error(c);
-	second = conn_take_error(c);
+	first = so_error(c);
+	second = so_error(c);
+	c->tcp_taken_err = EPIPE; /* as if our own peek had taken one */
+	kept = so_error(c);
+	after = so_error(c);
 	ok &= expect(c->phase == CONN_HELD, "the stream is held");
 	ok &= expect((mask & POLLERR) != 0, "poll says POLLERR");
 	ok &= expect(first == ECONNRESET, "SO_ERROR says ECONNRESET");
 	ok &= expect(second == 0, "then 0: reported once");
-	if (first != ECONNRESET || second)
-		printf("#   SO_ERROR: %d, then %d\n", first, second);
+	ok &= expect(kept == EPIPE && after == 0, "an error our peek took: reported once");
+	if (first != ECONNRESET || second || kept != EPIPE || after)
+		printf("#   SO_ERROR: %d, then %d; kept %d, then %d\n", first, second, kept, after);
+	return ok;
+}
+
+/* A held stream writes TCP: SIOCOUTQ counts the kernel socket's unsent
+ * bytes, as a plain socket's does (before: 0 while the kernel held them). */
+static int test_held_counts_kernel_unsent(void)
+{
+	struct sdp_conn *c = held_stream(false);
+	static char chunk[65536];
+	int ok = 1, peer, kernel = 0;
+	uint64_t unsent;
+
+	real.ioctl = ioctl;
+	close(c->tcp_fd);
+	c->tcp_fd = tcp_pair(&peer); /* the peer reads nothing */
+	if (!expect(c->tcp_fd >= 0, "a loopback TCP connection"))
+		return 0;
+	while (send(c->tcp_fd, chunk, sizeof(chunk), MSG_DONTWAIT) > 0)
+		;
+	(void)ioctl(c->tcp_fd, TIOCOUTQ, &kernel);
+	unsent = conn_unsent_bytes(c);
+	ok &= expect(kernel > 0, "the kernel holds unsent bytes");
+	ok &= expect(unsent == (uint64_t)kernel, "SIOCOUTQ says the kernel's count");
+	if (unsent != (uint64_t)kernel)
+		printf("#   SIOCOUTQ: %llu, the kernel's %d\n", (unsigned long long)unsent, kernel);
+	close(peer);
 	return ok;
 }
 
@@ -537,6 +595,8 @@ static const struct tap_case cases[] = {
 	  "held; one that wrote there is not taken back", test_release_before_ack },
 	{ "a held stream whose TCP connection is reset: poll says POLLERR, SO_ERROR ECONNRESET once",
 	  test_held_reports_tcp_error },
+	{ "a held stream's SIOCOUTQ counts the bytes its kernel socket has not sent",
+	  test_held_counts_kernel_unsent },
 };
 
 int main(void)

@@ -184,7 +184,9 @@ listener_never_attaches() {
 # reads nothing, a rogue listener on its port that never sends ATTACH, and
 # SCRIPT's preloaded client (both given ARGS), whose bytes wait for that
 # ATTACH and then drain into TCP until the server's window stops them.
-# Sets PORT, STATE (the client's channel once it moved) and STUCK (1 s later).
+# Sets PORT, STATE (the client's channel once it moved) and STUCK (1 s later);
+# with DRAIN_UNWATCHED set (a client that closes as it binds: no live
+# entry to watch), neither.
 stuck_drain() {
   local mode=$1 script=$2
   shift 2
@@ -199,6 +201,7 @@ stuck_drain() {
   start_bg client timeout -k 5 120 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/$script.py" \
     client "$RXE_IP" "$PORT" "$@"
   wait_for_line "$T/server.log" "^$script: accepted\$" 30
+  [ -z "${DRAIN_UNWATCHED:-}" ] || return 0
   wait_live_channel client "$PORT" moving 30 || true
   STATE=$(live_channel client "$PORT")
   sleep 1
@@ -214,8 +217,8 @@ stuck_drain_ended() {
        "client (rc=$1): $(bg_log client | tr '\n' ';')" "server (rc=$2): $(bg_log server | tr '\n' ';')" \
        "rogue:" "$(grep -v '^msg ' "$T/rogue.log" | head -10)" "$(stats_lines "$STATS")"
   [ "$(rogue_field rogue data_bytes)" = 0 ]
-  [ "$STATE" = moving ]
-  [ "$STUCK" = moving ]
+  [ -n "${DRAIN_UNWATCHED:-}" ] || [ "$STATE" = moving ]
+  [ -n "${DRAIN_UNWATCHED:-}" ] || [ "$STUCK" = moving ]
   [ "$1" -eq 0 ]
   [ "$2" -eq 0 ]
 }
@@ -300,11 +303,15 @@ drain_polls() {
 # as the server takes bytes (pauses: two pauses, each shorter than
 # SDPSHIM_LINGER_MS, together longer: every byte, then EOF); a server that
 # takes none for SDPSHIM_LINGER_MS gets a reset (stops: before, the drain
-# and its connection stayed for as long as the process lived); SO_LINGER 0
-# resets at once (abort: before, the drain went on as if it were not set).
+# and its connection stayed for as long as the process lived); the same
+# for a socket closed as its channel still binds, whose drain begins after
+# the close (early: SDPSHIM_CONNECT_TIMEOUT_MS, then the linger bound);
+# SO_LINGER 0 resets at once (abort: before, the drain went on as if it
+# were not set).
 drain_closed() {
   local rc=0 src=0 queued got end after
   export SDPSHIM_LINGER_MS=3000 SDPSHIM_LOG=info
+  [ "$2" != early ] || DRAIN_UNWATCHED=1
   stuck_drain "$1" drainclose "$T" "$2"
   touch "$T/stuck"
   wait_bg server || src=$?
@@ -328,11 +335,19 @@ drain_closed() {
       # SDPSHIM_LINGER_MS (3 s) after the close, give or take the timer.
       [ -n "$after" ] && [ "$after" -ge 2000 ] && [ "$after" -le 6000 ]
       bg_log client | grep -q 'linger bound reached with [0-9]* unsent bytes that the TCP peer does not take' ;;
+    early)
+      [ "$end" = reset ]
+      [ "$got" -lt "$queued" ]
+      # SDPSHIM_CONNECT_TIMEOUT_MS (2 s), then SDPSHIM_LINGER_MS (3 s).
+      [ -n "$after" ] && [ "$after" -ge 4000 ] && [ "$after" -le 9000 ]
+      bg_log client | grep -q 'linger bound reached with [0-9]* unsent bytes that the TCP peer does not take' ;;
     abort)
       [ "$end" = reset ]
       [ "$got" -lt "$queued" ] ;;
   esac
-  [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
+  # Its path, settled when the drain began (one closed as it bound had none yet).
+  [ "$2" = early ] ||
+    [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
 }
 
 @test "the app closes while its bytes are stuck draining into TCP, and the server reads with pauses longer than the linger bound together: every byte arrives, then EOF" {
@@ -349,6 +364,14 @@ drain_closed() {
 
 @test "[link] the app closes while its bytes are stuck draining into TCP, and the server never reads: reset after SDPSHIM_LINGER_MS, not held for the process's life" {
   drain_closed link stops
+}
+
+@test "the app closes as its channel binds, its bytes then stuck draining into TCP, and the server never reads: reset after the connect and linger bounds" {
+  drain_closed conn early
+}
+
+@test "[link] the app closes as its channel binds, its bytes then stuck draining into TCP, and the server never reads: reset after the connect and linger bounds" {
+  drain_closed link early
 }
 
 @test "the app closes with SO_LINGER 0 while its bytes are stuck draining into TCP: the connection is reset at once, as TCP's would be" {

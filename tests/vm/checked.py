@@ -14,8 +14,8 @@ a non-blocking socket until it takes no more and returns how much it took
 (send_some(sock, data, off) is one try from OFF).  stuck_writer(tag, host,
 port, d, total, secs): a client with a 16 KiB send buffer, non-blocking,
 that queues TAG's pattern of TOTAL bytes until the socket takes no more (it
-exits if all went), prints "TAG: queued N" and waits for D/stuck; returns
-(sock, data, N).  wait_file(path, secs)
+exits if all went), prints "TAG: queued N" and (unless wait_stuck is
+False) waits for D/stuck; returns (sock, data, N).  wait_file(path, secs)
 waits for a file the test creates (False after SECS); need_file(tag, path,
 secs) exits with "TAG: no PATH within SECS s" instead; touch(path) creates one.
 
@@ -92,7 +92,7 @@ def run_role(tag, roles):
     roles[role](sys.argv[2], int(sys.argv[3]), *sys.argv[4:])
 
 
-def stuck_writer(tag, host, port, d, total, secs):
+def stuck_writer(tag, host, port, d, total, secs, wait_stuck=True):
     data = pattern(tag, 1, total)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
@@ -102,5 +102,6 @@ def stuck_writer(tag, host, port, d, total, secs):
     if off == total:
         sys.exit("%s: took all %d bytes, though the server reads none" % (tag, total))
     print("%s: queued %d" % (tag, off), flush=True)
-    need_file(tag, os.path.join(d, "stuck"), secs)
+    if wait_stuck:
+        need_file(tag, os.path.join(d, "stuck"), secs)
     return sock, data, off

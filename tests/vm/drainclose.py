@@ -5,7 +5,8 @@ Usage: drainclose.py server HOST PORT DIR MODE | drainclose.py client HOST PORT 
 client: a 16 KiB send buffer, non-blocking after its connect.  It sends its
 pattern until the socket takes no more, prints "drainclose: queued N" and
 waits for DIR/stuck (the test sees the bytes move to TCP and stop there:
-the server reads nothing yet).  Then it closes the socket (MODE abort: with
+the server reads nothing yet; MODE early: it does not wait, and closes as
+its channel still binds).  Then it closes the socket (MODE abort: with
 SO_LINGER 0 first), creates DIR/closed, and stays alive until DIR/done, so
 that any background drain has its process.
 server: a plain TCP server with a 4 KiB receive buffer.  It accepts one
@@ -13,11 +14,12 @@ connection and waits for DIR/closed; then, by MODE:
   pauses: sleeps PAUSE_S, reads FIRST_READ bytes, sleeps PAUSE_S again,
           then reads to the end (two pauses longer together than the
           client's linger bound, each shorter);
-  stops:  watches the socket, reading nothing, for a reset, up to STOP_S;
+  stops, early: watches the socket, reading nothing, for a reset, up to
+          STOP_S;
   abort:  sleeps 1 s;
 then reads to the end, checks every byte against the client's pattern and
 prints "drainclose: server received N bytes ok, then END", END being "EOF"
-or "reset"; in stops mode "drainclose: reset after T ms" (or "no reset
+or "reset"; in stops and early mode "drainclose: reset after T ms" (or "no reset
 within STOP_S s") comes first.  Any failure prints one line on stderr and
 exits nonzero."""
 import os
@@ -71,7 +73,7 @@ def server(host, port, d, mode):
         time.sleep(PAUSE_S)
         got, end = read_for(conn, want, got, PAUSE_S, FIRST_READ)
         time.sleep(PAUSE_S)
-    elif mode == "stops":
+    elif mode in ("stops", "early"):
         p = select.poll()
         p.register(conn, select.POLLERR | select.POLLHUP)
         while time.monotonic() - start < STOP_S:
@@ -90,7 +92,8 @@ def server(host, port, d, mode):
 
 
 def client(host, port, d, mode):
-    sock, _, off = checked.stuck_writer("drainclose", host, port, d, TOTAL_BYTES, WAIT_S)
+    sock, _, _ = checked.stuck_writer("drainclose", host, port, d, TOTAL_BYTES, WAIT_S,
+                                      wait_stuck=mode != "early")
     if mode == "abort":
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -101,8 +104,8 @@ def client(host, port, d, mode):
 
 def with_mode(role):
     def run(host, port, d, mode):
-        if mode not in ("pauses", "stops", "abort"):
-            fail("mode is pauses, stops or abort, not " + mode)
+        if mode not in ("pauses", "stops", "early", "abort"):
+            fail("mode is pauses, stops, early or abort, not " + mode)
         role(host, port, d, mode)
     return run
 
