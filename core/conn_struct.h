@@ -248,6 +248,7 @@ struct sdp_conn {
 	uint8_t *drain_buf;
 	size_t drain_len, drain_off;
 	int64_t drain_taken_seen; /* what the TCP peer had taken at the last linger look */
+	uint64_t drain_look_ms;   /* the next linger look (progress_now_ms clock) */
 
 	/* ---- Verbs and rdma_cm (setup.c; cq.c counts completions). */
 	struct rdma_cm_id *cm_id;

@@ -128,6 +128,16 @@ static int64_t drain_taken(const struct sdp_conn *c)
 	return (int64_t)c->drain_off - (int64_t)tcp_unsent_bytes(c);
 }
 
+/* The next linger look, SDPSHIM_LINGER_MS from now.  The channel has one
+ * timer, and a firing of an earlier meaning (the binding's bound, say) may
+ * already be on its way: tcp_drain_on_timer acts only once this passed. */
+static void drain_linger_arm(struct sdp_conn *c)
+{
+	c->drain_taken_seen = drain_taken(c);
+	c->drain_look_ms = progress_deadline_ms(sdp_tun.linger_ms);
+	conn_arm_timer_at(c, c->drain_look_ms);
+}
+
 void tcp_drain_on_close(struct sdp_conn *c, bool abort)
 {
 	/* SO_LINGER 0, or unread bytes (which a plain socket's close answers
@@ -136,8 +146,7 @@ void tcp_drain_on_close(struct sdp_conn *c, bool abort)
 		drain_abort(c, ECONNRESET);
 		return;
 	}
-	c->drain_taken_seen = drain_taken(c);
-	conn_arm_timer(c, sdp_tun.linger_ms);
+	drain_linger_arm(c);
 }
 
 /* The app closed its socket: the drain goes on while the TCP peer takes
@@ -146,17 +155,17 @@ void tcp_drain_on_close(struct sdp_conn *c, bool abort)
  * that stopped reading would hold it for ever. */
 void tcp_drain_on_timer(struct sdp_conn *c)
 {
-	int64_t taken;
-
 	if (!c->app_closed)
 		return;
+	if (progress_now_ms() < c->drain_look_ms) {
+		conn_arm_timer_at(c, c->drain_look_ms); /* an earlier meaning's */
+		return;
+	}
 	on_drain_ready(c); /* room the edge did not report, if any */
 	if (c->phase != CONN_DRAINING)
 		return;
-	taken = drain_taken(c);
-	if (taken > c->drain_taken_seen) {
-		c->drain_taken_seen = taken;
-		conn_arm_timer(c, sdp_tun.linger_ms);
+	if (drain_taken(c) > c->drain_taken_seen) {
+		drain_linger_arm(c);
 		return;
 	}
 	sdp_info("linger bound reached with %zu unsent bytes that the TCP peer does not take; "
@@ -258,8 +267,10 @@ void tcp_drain_start(struct sdp_conn *c)
 	}
 	tcp_watch_start(c, EPOLLOUT | EPOLLIN | EPOLLRDHUP | EPOLLET);
 	on_drain_ready(c);
+	/* Closed as it bound: the bound starts now.  (Bytes the peer sent
+	 * since are no reason to reset: the app's writes came before them.) */
 	if (c->phase == CONN_DRAINING && c->app_closed)
-		tcp_drain_on_close(c, false); /* closed as it bound: the bound starts now */
+		drain_linger_arm(c);
 }
 
 void tcp_send_reset(struct sdp_conn *c)

@@ -34,7 +34,7 @@ import checked
 TOTAL_BYTES = 2 << 20
 WAIT_S = 60
 PAUSE_S = 2.0
-STOP_S = 12.0
+STOP_S = 15.0
 FIRST_READ = 65536
 
 
