@@ -587,6 +587,13 @@ void bind_on_timer(struct sdp_conn *c)
 /* The carrier died during the handshake.  Before any signal nothing is
  * owed: TCP.  After it a PROOF may be on its way and must not reach the
  * app: the TCP reader still takes it (and NAKs), the timer bounds that. */
+void bind_keep_bound(struct sdp_conn *c)
+{
+	if (binding(c) && c->bind_deadline_ms &&
+	    c->bind_deadline_ms < progress_deadline_ms(sdp_tun.linger_ms))
+		conn_arm_timer_at(c, c->bind_deadline_ms);
+}
+
 void bind_on_carrier_failed(struct sdp_conn *c)
 {
 	if (c->bind == BIND_IDLE) {

@@ -254,6 +254,11 @@ void bind_client_on_detach(struct sdp_conn *c);
 /* Either end, while binding: the TCP socket is readable (or urgent). */
 void bind_on_tcp_ready(struct sdp_conn *c);
 void bind_on_timer(struct sdp_conn *c);
+/* The app closed as the channel binds, and its close armed the linger
+ * bound: the timer (there is one) comes back at the handshake's own bound
+ * if that is sooner, so bytes waiting for an ATTACH that never comes reach
+ * TCP then, not a linger bound later. */
+void bind_keep_bound(struct sdp_conn *c);
 void bind_on_carrier_failed(struct sdp_conn *c);
 /* The peer sent what an unbound channel may not carry. */
 void bind_on_violation(struct sdp_conn *c, const char *what);

@@ -541,6 +541,7 @@ void conn_app_close(struct sdp_conn *c, bool abort)
 		}
 		close_ev_app_shutdown_wr(c); /* queued bytes first, then DisConn */
 		conn_arm_timer(c, sdp_tun.linger_ms);
+		bind_keep_bound(c); /* while binding: its own bound, if sooner */
 		close_check_orphan(c);
 		tx_kick(c); /* the final credit update it may have queued */
 		break;

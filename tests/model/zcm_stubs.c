@@ -396,6 +396,7 @@ WEAK void bind_fallback(struct sdp_conn *c, enum sdp_reason reason) {}
 WEAK void bind_on_violation(struct sdp_conn *c, const char *what) {}
 WEAK void bind_server_on_commit(struct sdp_conn *c) {}
 WEAK void bind_on_timer(struct sdp_conn *c) {}
+WEAK void bind_keep_bound(struct sdp_conn *c) {}
 WEAK void bind_on_tcp_ready(struct sdp_conn *c) {}
 WEAK void pending_drop(struct sdp_conn *c) {}
 WEAK void pending_on_timer(struct sdp_conn *c) {}

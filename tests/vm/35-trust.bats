@@ -305,13 +305,15 @@ drain_polls() {
 # takes none for SDPSHIM_LINGER_MS gets a reset (stops: before, the drain
 # and its connection stayed for as long as the process lived); the same
 # for a socket closed as its channel still binds, whose drain begins after
-# the close (early: the bound starts when the drain does);
+# the close (early: the bound starts when the drain does; late: the drain
+# begins at the binding's own bound, not the close's linger bound);
 # SO_LINGER 0 resets at once (abort: before, the drain went on as if it
 # were not set).
 drain_closed() {
-  local rc=0 src=0 queued got end after
+  local rc=0 src=0 queued got end after first
   export SDPSHIM_LINGER_MS=3000 SDPSHIM_LOG=info
-  [ "$2" != early ] || DRAIN_UNWATCHED=1
+  [ "$2" != late ] || SDPSHIM_LINGER_MS=20000
+  [ "$2" != early ] && [ "$2" != late ] || DRAIN_UNWATCHED=1
   stuck_drain "$1" drainclose "$T" "$2"
   touch "$T/stuck"
   wait_bg server || src=$?
@@ -322,6 +324,7 @@ drain_closed() {
   got=$(bg_log server | sed -nE 's/^drainclose: server received ([0-9]+) bytes ok, then .*$/\1/p')
   end=$(bg_log server | sed -nE 's/^drainclose: server received [0-9]+ bytes ok, then (.*)$/\1/p')
   after=$(bg_log server | sed -nE 's/^drainclose: reset after ([0-9]+) ms$/\1/p')
+  first=$(bg_log server | sed -nE 's/^drainclose: first bytes after ([0-9]+) ms$/\1/p')
   stuck_drain_ended "$rc" "$src" \
     "client channel: '$STATE', then '$STUCK' 1 s later; queued ${queued:-?}; server got ${got:-?}, then ${end:-?}"
   [ -n "$queued" ] && [ -n "$got" ]
@@ -335,23 +338,30 @@ drain_closed() {
       # One or two SDPSHIM_LINGER_MS (3 s) after the close.
       [ -n "$after" ] && [ "$after" -ge 2000 ] && [ "$after" -le 7500 ]
       bg_log client | grep -q 'linger bound reached with [0-9]* unsent bytes that the TCP peer does not take' ;;
-    early)
+    early|late)
       # The close came first, and the channel gave up after it.
       bg_log client | sed -n '/^drainclose: closed$/,$p' |
-        grep -q 'no RDMA channel binding within the connect bound'
+        grep -q 'no RDMA channel binding within the connect bound' ;;&
+    early)
       [ "$end" = reset ]
       [ "$got" -lt "$queued" ]
-      # The close's linger bound (3 s) ends the binding, whose own (2 s) it
-      # outlasts; then one or two linger looks (the first may still see
-      # the drain's first bytes acknowledged).
-      [ -n "$after" ] && [ "$after" -ge 4000 ] && [ "$after" -le 12000 ]
+      # The binding's bound (2 s from the connect), then one or two linger
+      # looks (the first may still see the drain's first bytes acknowledged).
+      [ -n "$after" ] && [ "$after" -ge 3000 ] && [ "$after" -le 10000 ]
       bg_log client | grep -q 'linger bound reached with [0-9]* unsent bytes that the TCP peer does not take' ;;
+    late)
+      # The drain began at the binding's bound (SDPSHIM_CONNECT_TIMEOUT_MS,
+      # 2 s from the connect), not at the close's linger bound (20 s here):
+      # the bytes reach the reader then, every one of them.
+      [ -n "$first" ] && [ "$first" -le 6000 ]
+      [ "$end" = EOF ]
+      [ "$got" -eq "$queued" ] ;;
     abort)
       [ "$end" = reset ]
       [ "$got" -lt "$queued" ] ;;
   esac
   # Its path, settled when the drain began (one closed as it bound had none yet).
-  [ "$2" = early ] ||
+  [ -n "${DRAIN_UNWATCHED:-}" ] ||
     [ "$(stats_lines "$STATS" role=client comm=python3 path=tcp reason=rdma_timeout | wc -l)" -eq 1 ]
 }
 
@@ -377,6 +387,14 @@ drain_closed() {
 
 @test "[link] the app closes as its channel binds, its bytes then stuck draining into TCP, and the server never reads: reset after the linger bound" {
   drain_closed link early
+}
+
+@test "the app writes and closes as its channel binds, and no ATTACH comes: the bytes reach the reader at the connect bound, not a linger bound later" {
+  drain_closed conn late
+}
+
+@test "[link] the app writes and closes as its stream binds, and no ATTACH comes: the bytes reach the reader at the connect bound, not a linger bound later" {
+  drain_closed link late
 }
 
 @test "the app closes with SO_LINGER 0 while its bytes are stuck draining into TCP: the connection is reset at once, as TCP's would be" {

@@ -5,8 +5,8 @@ Usage: drainclose.py server HOST PORT DIR MODE | drainclose.py client HOST PORT 
 client: a 16 KiB send buffer, non-blocking after its connect.  It sends its
 pattern until the socket takes no more, prints "drainclose: queued N" and
 waits for DIR/stuck (the test sees the bytes move to TCP and stop there:
-the server reads nothing yet; MODE early: it does not wait, and closes as
-its channel still binds).  Then it closes the socket (MODE abort: with
+the server reads nothing yet; MODE early and late: it does not wait, and
+closes as its channel still binds).  Then it closes the socket (MODE abort: with
 SO_LINGER 0 first), creates DIR/closed, and stays alive until DIR/done, so
 that any background drain has its process.
 server: a plain TCP server with a 4 KiB receive buffer.  It accepts one
@@ -16,6 +16,8 @@ connection and waits for DIR/closed; then, by MODE:
           client's linger bound, each shorter);
   stops, early: watches the socket, reading nothing, for a reset, up to
           STOP_S;
+  late:   reads at once, and prints "drainclose: first bytes after T ms"
+          (the close to the first bytes: when the drain began);
   abort:  sleeps 1 s;
 then reads to the end, checks every byte against the client's pattern and
 prints "drainclose: server received N bytes ok, then END", END being "EOF"
@@ -84,6 +86,10 @@ def server(host, port, d, mode):
             print("drainclose: reset after %.0f ms" % spent, flush=True)
         else:
             print("drainclose: no reset within %.0f s" % STOP_S, flush=True)
+    elif mode == "late":
+        got, end = read_for(conn, want, got, WAIT_S, 1)
+        print("drainclose: first bytes after %.0f ms" % ((time.monotonic() - start) * 1000),
+              flush=True)
     else:
         time.sleep(1)
     if end is None:
@@ -93,7 +99,7 @@ def server(host, port, d, mode):
 
 def client(host, port, d, mode):
     sock, _, _ = checked.stuck_writer("drainclose", host, port, d, TOTAL_BYTES, WAIT_S,
-                                      wait_stuck=mode != "early")
+                                      wait_stuck=mode not in ("early", "late"))
     if mode == "abort":
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -104,8 +110,8 @@ def client(host, port, d, mode):
 
 def with_mode(role):
     def run(host, port, d, mode):
-        if mode not in ("pauses", "stops", "early", "abort"):
-            fail("mode is pauses, stops, early or abort, not " + mode)
+        if mode not in ("pauses", "stops", "early", "late", "abort"):
+            fail("mode is pauses, stops, early, late or abort, not " + mode)
         role(host, port, d, mode)
     return run
 
