@@ -584,9 +584,6 @@ void bind_on_timer(struct sdp_conn *c)
 		client_on_timer(c);
 }
 
-/* The carrier died during the handshake.  Before any signal nothing is
- * owed: TCP.  After it a PROOF may be on its way and must not reach the
- * app: the TCP reader still takes it (and NAKs), the timer bounds that. */
 void bind_keep_bound(struct sdp_conn *c)
 {
 	if (binding(c) && c->bind_deadline_ms &&
@@ -594,6 +591,9 @@ void bind_keep_bound(struct sdp_conn *c)
 		conn_arm_timer_at(c, c->bind_deadline_ms);
 }
 
+/* The carrier died during the handshake.  Before any signal nothing is
+ * owed: TCP.  After it a PROOF may be on its way and must not reach the
+ * app: the TCP reader still takes it (and NAKs), the timer bounds that. */
 void bind_on_carrier_failed(struct sdp_conn *c)
 {
 	if (c->bind == BIND_IDLE) {

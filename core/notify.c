@@ -46,20 +46,10 @@ void conn_signal_owner(struct sdp_conn *c, enum conn_event ev)
 	c->owner_events |= 1u << ev;
 }
 
+/* Our side sends no more: the app shut writing, or the stream was reset. */
 static bool tx_shut(const struct sdp_conn *c)
 {
-	switch (c->close_state) {
-	case CLOSE_ACTIVE:
-	case CLOSE_PEER_FIN:
-		return false;
-	case CLOSE_TX_DRAINING:
-	case CLOSE_FIN_WAIT:
-	case CLOSE_LAST_DRAIN:
-	case CLOSE_DONE:
-	case CLOSE_ABORTED:
-		return true;
-	}
-	return true;
+	return close_app_shut_writing(c) || c->close_state == CLOSE_ABORTED;
 }
 
 /* States in which pollers must wake and look again (the socket may now

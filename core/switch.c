@@ -406,7 +406,6 @@ static int take_peer_err(struct sdp_conn *c)
 	return err;
 }
 
-
 /* Kept bytes the app may read now, into its buffers after `done`. */
 static size_t take_local(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t done,
 			 int flags)

@@ -4,10 +4,12 @@ pattern(tag, seed, size): SIZE bytes of a SHA-256 chain that starts at
 "TAG SEED", so each connection's bytes are its own and any loss, duplicate,
 reorder or stranger's byte shows in a comparison.
 
-small_window_accept(tag, host, port): a plain TCP listener with a 4 KiB
-receive buffer (so a writer that is not read stops soon); prints
-"TAG: listening", accepts one connection, prints "TAG: accepted" and
-returns it.
+accept_one(tag, host, port, rcvbuf=0): a plain TCP listener (with that
+receive buffer, if given); prints "TAG: listening", accepts one
+connection, prints "TAG: accepted" and returns it.  small_window_accept
+is the same with a 4 KiB receive buffer (so a writer that is not read
+stops soon).  recv_exact(tag, sock, n): N bytes, or exits with "TAG: EOF
+after ...".
 
 A writer that the reader stops: queue_until_full(sock, data) sends DATA on
 a non-blocking socket until it takes no more and returns how much it took
@@ -36,10 +38,11 @@ def pattern(tag, seed, size):
     return bytes(out[:size])
 
 
-def small_window_accept(tag, host, port):
+def accept_one(tag, host, port, rcvbuf=0):
     lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by the accepted socket
+    if rcvbuf:
+        lsn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # inherited by the accepted socket
     lsn.bind((host, port))
     lsn.listen(1)
     print("%s: listening" % tag, flush=True)
@@ -47,6 +50,20 @@ def small_window_accept(tag, host, port):
     lsn.close()
     print("%s: accepted" % tag, flush=True)
     return conn
+
+
+def small_window_accept(tag, host, port):
+    return accept_one(tag, host, port, 4096)
+
+
+def recv_exact(tag, sock, n):
+    got = b""
+    while len(got) < n:
+        b = sock.recv(n - len(got))
+        if not b:
+            sys.exit("%s: EOF after %d of %d bytes" % (tag, len(got), n))
+        got += b
+    return got
 
 
 def send_some(sock, data, off):

@@ -27,24 +27,9 @@ def fail(msg):
     sys.exit("heldreset: " + msg)
 
 
-def recv_exact(sock, n):
-    got = b""
-    while len(got) < n:
-        b = sock.recv(n - len(got))
-        if not b:
-            fail("EOF after %d of %d bytes" % (len(got), n))
-        got += b
-    return got
-
-
 def server(host, port, d):
-    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsn.bind((host, port))
-    lsn.listen(1)
-    print("heldreset: listening", flush=True)
-    conn, _ = lsn.accept()
-    conn.sendall(recv_exact(conn, ECHO_BYTES))
+    conn = checked.accept_one("heldreset", host, port)
+    conn.sendall(checked.recv_exact("heldreset", conn, ECHO_BYTES))
     print("heldreset: echoed", flush=True)
     checked.wait_file(os.path.join(d, "go"), WAIT_S)
     conn.close()
@@ -58,7 +43,7 @@ def client(host, port, d):
     data = checked.pattern("heldreset", 1, ECHO_BYTES)
     sock = socket.create_connection((host, port), timeout=WAIT_S)
     sock.sendall(data)
-    if recv_exact(sock, ECHO_BYTES) != data:
+    if checked.recv_exact("heldreset", sock, ECHO_BYTES) != data:
         fail("the echo differs from what was sent")
     checked.touch(os.path.join(d, "phase1"))
     checked.need_file("heldreset", os.path.join(d, "go"), WAIT_S)
