@@ -47,6 +47,9 @@ struct sdp_tunables {
 				      * (preload/fork_claim.c) */
 	unsigned debug_adopt_delay_ms; /* SDPSHIM_DEBUG_ADOPT_DELAY_MS: tests only, a connect
 				      * adopts its channel this late (preload/connect.c) */
+	unsigned debug_wait_gap_ms; /* SDPSHIM_DEBUG_WAIT_GAP_MS: tests only, a counted wait
+				      * keeps its stream's lock down this long before it
+				      * sleeps (core/app_wake.c) */
 	unsigned debug_accept_delay_ms; /* SDPSHIM_DEBUG_ACCEPT_DELAY_MS: tests only, an accept
 				      * claims its channel this long after the kernel's
 				      * accept returned (preload/connect.c) */

@@ -9,6 +9,7 @@
  * (SOLICITED) and does not. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 
 #include "base/config.h"
@@ -269,16 +270,22 @@ bool conn_arms_owed(void)
 	return link_arms_owed();
 }
 
-/* c locked: the wait counts as a sleeper (the arm before it may hand c
- * messages: then it returns at once, for the caller to look again). */
+/* c locked: the wait counts as a sleeper.  c's lock is down for the owed
+ * arms (a take-in locks c), and whatever happened to c meanwhile (the arm
+ * handed it messages, another thread woke its waiters: an OPEN's answer, a
+ * phase change) ends the wait at once, for the caller to look again; a
+ * wake-up in that gap was once lost, and a blocking connect() slept out
+ * its whole bound. */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
 {
-	unsigned seen = c->completions_seen;
+	unsigned seen = c->completions_seen, woken = c->wakes;
 
 	pthread_mutex_unlock(&c->lock); /* the take-in below locks c */
 	conn_sleep_begin_any();
+	if (sdp_tun.debug_wait_gap_ms) /* tests: another thread runs in the gap */
+		usleep(sdp_tun.debug_wait_gap_ms * 1000u);
 	pthread_mutex_lock(&c->lock);
-	if (c->completions_seen == seen) {
+	if (c->completions_seen == seen && c->wakes == woken) {
 		if (until)
 			pthread_cond_timedwait(&c->cond, &c->lock, until);
 		else

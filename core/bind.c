@@ -518,7 +518,7 @@ void bind_client_on_attach(struct sdp_conn *c)
 	conn_set_phase(c, CONN_OPEN);
 	on_opened(c);
 	tcp_watch_start(c, EPOLLIN | EPOLLRDHUP | EPOLLET);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_update_readiness(c, false);
 	conn_signal_owner(c, CONN_EV_STATE);
 }

@@ -485,7 +485,7 @@ static void tell_moved(struct sdp_conn *c, enum conn_event ev)
 {
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, ev);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 /* An attempt in flight ends here with no next step (c locked): its bound's
@@ -696,7 +696,7 @@ static void cut_sender(struct sdp_conn *c)
 	c->established = true;
 	tx_kick(c);
 	conn_update_readiness(c, true);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 static bool cut_plausible(const struct sdp_conn *c, uint64_t cut)
@@ -991,7 +991,7 @@ bool climb_on_step(struct sdp_conn *c, uint8_t kind, const uint8_t *payload)
 void climb_on_tcp_ready(struct sdp_conn *c)
 {
 	conn_update_readiness(c, true);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 void climb_closed(struct sdp_conn *c)

@@ -290,7 +290,7 @@ void client_stream_open_committed(struct sdp_conn *c)
 {
 	c->open_unanswered = true; /* the connect's bound (c->timer) stays until the answer */
 	conn_set_phase(c, CONN_TCP_CONNECTING);
-	pthread_cond_broadcast(&c->cond); /* a blocking connect() goes on to the kernel's */
+	conn_wake_waiters(c); /* a blocking connect() goes on to the kernel's */
 	if (!c->async_connect)
 		return;
 	/* Maybe in the app's connect(), which holds its socket's lock, and c is
@@ -313,7 +313,7 @@ bool client_stream_awaits_answer(const struct sdp_conn *c)
 static void committed_stream_answered(struct sdp_conn *c)
 {
 	c->open_unanswered = false;
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	if (!c->tcp_connected_early)
 		return; /* conn_tcp_connected() or on_connect_done() begins it */
 	bind_client_begin(c);
@@ -355,7 +355,7 @@ void client_stream_opened(struct sdp_conn *c, uint32_t peer_buf_size, uint16_t p
 		tx_queue_ctrl(c, SDP_MID_COMMIT);
 		tx_kick(c);
 	}
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	if (c->async_connect)
 		kernel_connect_async(c);
 	conn_signal_owner(c, CONN_EV_RDMA_READY);
@@ -472,7 +472,7 @@ void conn_end_aborted(struct sdp_conn *c)
 	conn_set_phase(c, CONN_DEAD);
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_STATE);
-	pthread_cond_broadcast(&c->cond); /* a send or connect waiting on it */
+	conn_wake_waiters(c); /* a send or connect waiting on it */
 	conn_schedule_destroy(c);
 }
 
@@ -519,12 +519,12 @@ void conn_fallback(struct sdp_conn *c, enum sdp_reason reason)
 	}
 	if ((was == CONN_AWAIT_ATTACH || was == CONN_ATTACHING) && tx_has_unposted(c)) {
 		tcp_drain_start(c); /* becomes FALLBACK once the bytes are in TCP */
-		pthread_cond_broadcast(&c->cond);
+		conn_wake_waiters(c);
 		return;
 	}
 	conn_set_phase(c, CONN_FALLBACK);
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_schedule_destroy(c);
 }

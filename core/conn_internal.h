@@ -179,9 +179,17 @@ uint64_t conn_now_us(void);
 int cq_poll(struct sdp_conn *c);
 /* cq_poll, unless a linked stream has had nothing since the last one. */
 int cq_poll_if_due(struct sdp_conn *c);
+/* c locked: wakes every thread waiting on c->cond, one in the middle of
+ * conn_cond_wait_counted included (it drops c's lock before it sleeps). */
+static inline void conn_wake_waiters(struct sdp_conn *c)
+{
+	c->wakes++;
+	pthread_cond_broadcast(&c->cond);
+}
 /* c locked: pthread_cond_(timed)wait on c->cond (until NULL: untimed) as a
  * thread asleep on readiness (app_wake.c), so that no CQ arm is put off
- * while it waits for the link's messages. */
+ * while it waits for the link's messages.  Returns at once if c was woken
+ * or handed completions while its lock was down. */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until);
 /* The same, for at most ms from now. */
 static inline void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms)

@@ -371,6 +371,7 @@ struct sdp_conn {
 	const void *watch_set;     /* the set that watches the channel alone, none, or NULL */
 	void *watch_cookie;        /* the owner's record of that watch */
 	unsigned completions_seen; /* completions and link messages handled (after_completions) */
+	unsigned wakes; /* conn_wake_waiters calls: a counted wait's look between its checks */
 
 	/* ---- Timers (timers.c). */
 	/* Keepalive (SO_KEEPALIVE / TCP_KEEP*; set by conn_io.c). */

@@ -62,7 +62,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 			c->ctrl_outstanding--;
 		if (c->attach_unconfirmed && c->attach_posted && WR_INDEX(wc->wr_id) == c->attach_idx) {
 			c->attach_unconfirmed = false; /* the ATTACH is in the client's queue */
-			pthread_cond_broadcast(&c->cond);
+			conn_wake_waiters(c);
 		}
 		break;
 	case WR_READ:
@@ -111,7 +111,7 @@ void cq_on_stream_wc(struct sdp_conn *c, const struct ibv_wc *wc)
 
 	on_completion(c, wc);
 	after_completions(c, 1, WR_KIND(wc->wr_id) != WR_RECV, moved);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 void cq_on_stream_flushed(struct sdp_conn *c, uint64_t wr_id)
@@ -124,7 +124,7 @@ void cq_on_stream_flushed(struct sdp_conn *c, uint64_t wr_id)
 void cq_stream_progress(struct sdp_conn *c)
 {
 	after_completions(c, 1, 0, true);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 int cq_poll(struct sdp_conn *c)

@@ -356,7 +356,7 @@ static void destroy_on_progress(void *arg)
 	if (c->phase != CONN_FALLBACK)
 		conn_set_phase(c, CONN_DEAD);
 	conn_update_readiness(c, false);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_unlock(c);
 	conn_put(c); /* the reference the resources held */
 }

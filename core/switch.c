@@ -124,7 +124,7 @@ static void finish_if_done(struct sdp_conn *c);
 void switch_maybe_finish(struct sdp_conn *c)
 {
 	finish_if_done(c);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 }
 
 /* Starts the move (see close_ev_carrier_failed for when it must happen).
@@ -183,7 +183,7 @@ bool switch_start(struct sdp_conn *c, enum sdp_reason reason, bool keep_local, b
 	flush_drain(c);
 	read_peer(c);
 	finish_if_done(c);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_STATE);
 	return true;
@@ -322,7 +322,7 @@ static void finish_if_done(struct sdp_conn *c)
 	if (climb_hold(c)) {
 		conn_update_readiness(c, true);
 		conn_signal_owner(c, CONN_EV_STATE);
-		pthread_cond_broadcast(&c->cond);
+		conn_wake_waiters(c);
 		return;
 	}
 	climb_not_eligible(c); /* from here on the owner does the TCP I/O */
@@ -333,7 +333,7 @@ static void finish_if_done(struct sdp_conn *c)
 	sdp_info("the stream now runs on TCP (%s)", sdp_reason_name(c->sw.reason));
 	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_FALLBACK);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_schedule_destroy(c);
 }
 
@@ -343,7 +343,7 @@ void switch_on_tcp_ready(struct sdp_conn *c, uint32_t events)
 	flush_drain(c);
 	read_peer(c);
 	finish_if_done(c);
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_update_readiness(c, true);
 }
 

@@ -347,7 +347,7 @@ bool zc_on_rd_compl(struct sdp_conn *c, const struct sdp_ext *x)
 	/* Now, not when the app thread wakes: a SinkAvail right behind this
 	 * message names the offset after these bytes. */
 	c->tx_stream_off += x->a;
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_update_readiness(c, false);
 	return true;
 }

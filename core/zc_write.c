@@ -230,7 +230,7 @@ void zc_on_write_landed(struct sdp_conn *c, uint32_t bytes)
 	}
 	c->sink.written = bytes;
 	c->sink.answered = true;
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	c->rx_stream_off += bytes;
 	conn_update_readiness(c, true);
 }
@@ -256,7 +256,7 @@ bool zc_on_sink_cancel_ack(struct sdp_conn *c, const struct sdp_ext *x)
 		return false;
 	}
 	c->sink.answered = true;
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	conn_update_readiness(c, true);
 	return true;
 }

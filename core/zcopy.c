@@ -197,7 +197,7 @@ void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok)
 {
 	struct zc_window *w = &c->win[index < ZC_WINDOWS ? index : 0];
 
-	pthread_cond_broadcast(&c->cond);
+	conn_wake_waiters(c);
 	switch ((enum wr_kind)kind) {
 	case WR_READ:
 		zc_read_completed(c, ok);

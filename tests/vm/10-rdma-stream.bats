@@ -130,6 +130,29 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_oneshot over RDMA" { readiness_rdma epoll_oneshot; }
 @test "readiness epoll_rdhup over RDMA" { readiness_rdma epoll_rdhup; }
 
+# A blocking connect() waits for the server's answer on its stream's condition
+# variable; the wait first drops the stream's lock to make the owed CQ arms.
+# SDPSHIM_DEBUG_WAIT_GAP_MS holds that gap open, so the answer (taken in by the
+# progress thread) lands in it.  A wake-up there was once lost: the connect
+# slept until its bound and ended on TCP (with OPEN_COMMIT), or for good (the
+# plain OPEN's wait has no timer).  The listener is in the same process, as
+# in every readiness case, so nothing else wakes the connect.
+@test "a blocking connect whose answer lands while its wait has the stream unlocked returns at once, on RDMA (OPEN_COMMIT and plain OPEN)" {
+  local commits t0 ms
+  for commits in 1 0; do
+    t0=$(now_ms)
+    run run_timeout 40 env SDPSHIM_DEBUG_WAIT_GAP_MS=300 SDPSHIM_OPEN_COMMITS=$commits \
+      "${PRE[@]}" "$PROGS/readiness" "$RXE_IP" "$(free_port)" epoll_lt
+    ms=$(( $(now_ms) - t0 ))
+    show "SDPSHIM_OPEN_COMMITS=$commits: ${ms} ms" "$output"
+    [ "$status" -eq 0 ]
+    grep -qx "ok epoll_lt" <<<"$output"
+    [ "$ms" -lt 8000 ]   # the connect's bound is 10 s; a lost wake-up waits it out
+  done
+  show "$(stats_lines "$STATS")"
+  assert_all_rdma "$STATS" readiness
+}
+
 @test "readiness epoll_mod_toggle over RDMA: 400 EPOLL_CTL_MODs of EPOLLOUT, and each costs one epoll_ctl (the readable indicator is left alone)" {
   local log=$T/mod_toggle.strace calls
   run run_timeout 120 strace -f -qq -c -e trace=epoll_ctl -o "$log" \
