@@ -631,7 +631,9 @@ uint64_t conn_unsent_bytes(struct sdp_conn *c)
 	uint64_t n = 0;
 
 	conn_lock(c);
-	if (c->carrier != &channel_carrier)
+	/* Off the channel (a fallback whose owner was not told yet included),
+	 * the kernel socket holds what the app wrote. */
+	if (c->carrier != &channel_carrier || c->phase == CONN_FALLBACK)
 		n = tcp_unsent_bytes(c);
 	if (c->drain_buf)
 		n += c->drain_len - c->drain_off;

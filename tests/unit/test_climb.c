@@ -552,11 +552,10 @@ static int test_held_reports_tcp_error(void)
 	return ok;
 }
 
-/* A held stream writes TCP: SIOCOUTQ counts the kernel socket's unsent
- * bytes, as a plain socket's does (before: 0 while the kernel held them). */
-static int test_held_counts_kernel_unsent(void)
+/* c's TCP socket becomes a loopback connection whose peer reads nothing,
+ * with its send queue full: SIOCOUTQ must say the kernel's count. */
+static int expect_kernel_unsent(struct sdp_conn *c)
 {
-	struct sdp_conn *c = held_stream(false);
 	static char chunk[65536];
 	int ok = 1, peer, before = 0, after = 0;
 	uint64_t unsent;
@@ -581,6 +580,26 @@ static int test_held_counts_kernel_unsent(void)
 	return ok;
 }
 
+/* A held stream writes TCP: SIOCOUTQ counts the kernel socket's unsent
+ * bytes, as a plain socket's does (before: 0 while the kernel held them). */
+static int test_held_counts_kernel_unsent(void)
+{
+	return expect_kernel_unsent(held_stream(false));
+}
+
+/* A stream that fell back, before its socket heard of it, writes TCP too
+ * (the socket asks the stream until then): the same count, not 0. */
+static int test_fallback_counts_kernel_unsent(void)
+{
+	struct sdp_conn *c = zcm_open(&opts);
+
+	conn_lock(c);
+	conn_set_phase(c, CONN_FALLBACK);
+	conn_unlock(c);
+	return expect(c->phase == CONN_FALLBACK, "the stream fell back") &
+	       expect_kernel_unsent(c);
+}
+
 static const struct tap_case cases[] = {
 	{ "a PROVE that crosses the responder's give-up (CHAL out) is ignored, not a violation",
 	  test_prove_after_give_up },
@@ -600,6 +619,8 @@ static const struct tap_case cases[] = {
 	  test_held_reports_tcp_error },
 	{ "a held stream's SIOCOUTQ counts the bytes its kernel socket has not sent",
 	  test_held_counts_kernel_unsent },
+	{ "a stream that fell back, its socket not told yet: SIOCOUTQ counts the kernel's unsent bytes",
+	  test_fallback_counts_kernel_unsent },
 };
 
 int main(void)
