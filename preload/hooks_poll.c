@@ -2,7 +2,8 @@
  * Each gated hook is one jump through its route: libc's function while no
  * socket needs the hook (its gate is open, preload/gate.h), else the hook's
  * slow path, where readiness_poll.c and readiness_epoll.c answer for the
- * RDMA-backed fds. */
+ * RDMA-backed fds.  epoll_wait's open route is libc's wait plus one look at
+ * the gate when it returns events. */
 #include <errno.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -28,6 +29,9 @@ static SLOW int epoll_wait_closed(int epfd, struct epoll_event *events, int maxe
 static int epoll_ctl_open(int epfd, int op, int fd, struct epoll_event *ev);
 static SLOW int epoll_pwait_closed(int epfd, struct epoll_event *events, int maxevents,
 				   int timeout, const sigset_t *sigmask);
+static int epoll_wait_open(int epfd, struct epoll_event *events, int maxevents, int timeout);
+static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
+			    const sigset_t *sigmask);
 
 /* The routes.  Until initialisation has finished every gate is closed, so
  * they start on the slow paths (which initialise).  gate_route() switches
@@ -61,8 +65,8 @@ void gate_route(enum sdp_gate g, bool open)
 		SET_ROUTE(epoll_ctl, false, open ? epoll_ctl_open : rdy_epoll_ctl);
 		break;
 	case GATE_EPOLL_WAIT:
-		SET_ROUTE(epoll_wait, open, epoll_wait_closed);
-		SET_ROUTE(epoll_pwait, open, epoll_pwait_closed);
+		SET_ROUTE(epoll_wait, false, open ? epoll_wait_open : epoll_wait_closed);
+		SET_ROUTE(epoll_pwait, false, open ? epoll_pwait_open : epoll_pwait_closed);
 		break;
 	case GATE_COUNT:
 		break;
@@ -199,9 +203,31 @@ SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	return GO(epoll_ctl)(epfd, op, fd, ev);
 }
 
-/* Gate open: no shadow set exists, so no event needs translating.  A shadow
- * created while this call sleeps was not there when it began: the same
- * window as the per-epfd check (rdy_epoll_shadowed) it stands in front of. */
+/* Gate open: libc's wait.  No shadow set existed when it began; one made
+ * while it slept closes the gate first, and may have woken it: then its
+ * events are looked at again (rdy_epoll_after_plain), so the app never
+ * sees the library's own. */
+static int epoll_wait_open(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	int n = real.epoll_wait(epfd, events, maxevents, timeout);
+
+	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
+		return n;
+	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), NULL);
+}
+
+static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
+			    const sigset_t *sigmask)
+{
+	int n = real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+
+	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
+		return n;
+	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), sigmask);
+}
+
+/* Gate closed: a set without a shadow is the kernel's to answer (a shadow
+ * made while that wait sleeps is handled as above). */
 static SLOW int epoll_wait_slow(int epfd, struct epoll_event *events, int maxevents,
 				int timeout, const sigset_t *sigmask, bool pwait)
 {

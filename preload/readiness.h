@@ -60,5 +60,10 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
  * in the links whose CQ arm is put off. */
 int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			 const sigset_t *sigmask);
+/* The n > 0 events of a kernel wait on epfd that began before epfd had a
+ * shadow set and may have been woken by it: the library's events are
+ * taken out and translated; if none is left, the wait goes on. */
+int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
+			  long long timeout_ns, const sigset_t *sigmask);
 
 #endif

@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 
+#include "base/log.h"
 #include "base/real.h"
 #include "base/self.h"
 #include "core/conn.h"
@@ -40,6 +42,7 @@ struct sdp_epoll {
 	bool shared;           /* a forked child holds epfd too: never defer */
 	bool born_here;        /* recorded at epoll_create: every nesting and fork of it seen */
 	unsigned kernel_skips; /* answers from user space since the kernel was last asked */
+	bool kick_spent;       /* the shadow's kick was reported (shadow_kick) */
 };
 
 struct ep_reg {
@@ -63,6 +66,7 @@ struct ep_reg {
 #define IND_WR 1u
 #define REG_TAG_MASK ((uintptr_t)1)
 #define CHAN_TAG ((uintptr_t)1) /* on ep's address: a completion channel's event */
+#define KICK_TAG ((uint64_t)0)  /* the shadow's one-shot wake-up (ensure_shadow); no reg */
 #define CHAN_MAX 8
 
 static void ep_put(struct sdp_epoll *ep)
@@ -135,6 +139,46 @@ void rdy_epoll_forget(int epfd)
 	ep_put(ep);
 }
 
+/* Shadows made so far: a plain wait that saw this move while it slept may
+ * have been woken by one (rdy_epoll_after_plain). */
+static _Atomic unsigned shadow_births;
+
+/* An eventfd that is always readable (never read): in a new shadow, one-
+ * shot, it makes the shadow report once.  -1: none could be made. */
+static int kick_fd(void)
+{
+	static _Atomic int fd = -1;
+	int mine, none = -1;
+
+	if (atomic_load(&fd) >= 0)
+		return atomic_load(&fd);
+	mine = progress_hide_fd(eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (mine >= 0 && !atomic_compare_exchange_strong(&fd, &none, mine))
+		progress_close_hidden(mine); /* another thread's came first */
+	return atomic_load(&fd);
+}
+
+/* A thread that went to sleep in the kernel on epfd before the shadow
+ * existed does not count as a sleeper, and the shadow's events would reach
+ * it untranslated (rdy_epoll_after_plain takes them out).  The kick wakes
+ * such a thread once, so that it comes back through the slow path; each
+ * one that comes back that way arms it again for the next (the kernel
+ * wakes one epoll waiter a time, oldest first), and the first counted
+ * waiter to see it ends the chain.  A set shared across fork is left
+ * alone: the other process's record knows nothing of this shadow.  ep
+ * locked; op EPOLL_CTL_ADD or EPOLL_CTL_MOD. */
+static void shadow_kick(struct sdp_epoll *ep, int op)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = KICK_TAG };
+	int fd = kick_fd();
+
+	if (ep->shared || ep->pid != self_pid())
+		return;
+	ep->kick_spent = false;
+	if (fd < 0 || real.epoll_ctl(ep->shadow_fd, op, fd, &ev) != 0)
+		sdp_debug("epoll: no wake-up for threads already asleep on fd %d", ep->epfd);
+}
+
 /* Called with ep->lock held. */
 static int ensure_shadow(struct sdp_epoll *ep)
 {
@@ -146,6 +190,7 @@ static int ensure_shadow(struct sdp_epoll *ep)
 	if (ep->shadow_fd < 0)
 		return -errno;
 	gate_hold(GATE_EPOLL_WAIT); /* before the shadow can wake an epoll_wait */
+	atomic_fetch_add(&shadow_births, 1);
 	if (real.epoll_ctl(ep->epfd, EPOLL_CTL_ADD, ep->shadow_fd, &ev) != 0) {
 		int err = -errno;
 		progress_close_hidden(ep->shadow_fd);
@@ -153,6 +198,7 @@ static int ensure_shadow(struct sdp_epoll *ep)
 		gate_release(GATE_EPOLL_WAIT);
 		return err;
 	}
+	shadow_kick(ep, EPOLL_CTL_ADD);
 	return 0;
 }
 
@@ -617,9 +663,13 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 	for (int i = 0; i < n; i++) {
 		struct ep_reg *reg = (struct ep_reg *)(uintptr_t)(tmp[i].data.u64 & ~REG_TAG_MASK);
 		bool own = ep->pid == self_pid();
-		uint32_t rev = own ? reg_events_now(reg)
-				   : reg_events_foreign(reg, tmp[i].data.u64 & REG_TAG_MASK);
+		uint32_t rev;
 
+		if (tmp[i].data.u64 == KICK_TAG) {
+			ep->kick_spent = true; /* one-shot: no longer in the shadow's answers */
+			continue;
+		}
+		rev = own ? reg_events_now(reg) : reg_events_foreign(reg, tmp[i].data.u64 & REG_TAG_MASK);
 		if (!reg->conn)
 			continue;
 		if (!rev && !own)
@@ -763,7 +813,7 @@ static int kernel_wait(struct sdp_epoll *counted_in, int epfd, struct epoll_even
 static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events, int maxevents,
 		     int timeout_ms, const sigset_t *sigmask, bool *timed_out)
 {
-	bool counted = timeout_ms != 0;
+	bool counted = timeout_ms != 0, look;
 	int n, total;
 
 	if (counted)
@@ -786,8 +836,8 @@ static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 	if (n < 0)
 		return n;
 	total = n;
-	return add_library_answers(ep, events, total, maxevents,
-				   take_library_events(ep, events, &total));
+	look = take_library_events(ep, events, &total);
+	return add_library_answers(ep, events, total, maxevents, look);
 }
 
 /* The kernel is asked at least once in this many answers, so the app's
@@ -958,9 +1008,12 @@ static void sleep_over(void *sleeps)
 int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			 const sigset_t *sigmask)
 {
+	unsigned births = atomic_load(&shadow_births);
 	bool sleeps = timeout_ns != 0;
 	int n, saved;
 
+	if (rdy_epoll_shadowed(epfd)) /* recorded since the caller looked */
+		return rdy_epoll_wait(epfd, events, maxevents, timeout_ns, sigmask);
 	if (sleeps)
 		conn_sleep_begin_any();
 	else if (conn_arms_owed())
@@ -970,12 +1023,50 @@ int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, lo
 	saved = errno;
 	pthread_cleanup_pop(1);
 	errno = saved;
+	if (n > 0 && atomic_load(&shadow_births) != births)
+		n = rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
+	return n;
+}
+
+/* The events of a wait that began before epfd had a shadow: the shadow's
+ * and the channels' are the library's, translated here as after any wait
+ * of the set; if nothing is left for the app, the wait goes on through the
+ * slow path (counted as a sleeper), for its whole timeout again. */
+
+int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
+			  long long timeout_ns, const sigset_t *sigmask)
+{
+	struct sdp_epoll *ep = NULL;
+	int cancel_state, saved = errno;
+	bool look;
+
+	if (n <= 0 || sdp_in_lib)
+		return n;
+	if (fdt_kind_of(epfd) == FDT_EPOLL)
+		ep = ep_get(epfd);
+	if (!ep)
+		return n;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	if (ep->shadow_fd >= 0) {
+		look = take_library_events(ep, events, &n);
+		n = add_library_answers(ep, events, n, maxevents, look);
+		pthread_mutex_lock(&ep->lock);
+		if (ep->kick_spent && ep->shadow_fd >= 0)
+			shadow_kick(ep, EPOLL_CTL_MOD); /* for the next thread asleep since before */
+		pthread_mutex_unlock(&ep->lock);
+	}
+	ep_put(ep);
+	pthread_setcancelstate(cancel_state, NULL);
+	errno = saved;
+	if (n == 0 && timeout_ns != 0)
+		return rdy_epoll_wait(epfd, events, maxevents, timeout_ns, sigmask); /* counted now */
 	return n;
 }
 
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask)
 {
+	unsigned births = atomic_load(&shadow_births);
 	struct sdp_epoll *ep = NULL;
 	int n, saved;
 
@@ -985,8 +1076,12 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		ep_put(ep);
 		ep = NULL;
 	}
-	if (!ep)
-		return plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
+	if (!ep) {
+		n = plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
+		if (n > 0 && atomic_load(&shadow_births) != births)
+			n = rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
+		return n;
+	}
 	pthread_cleanup_push(ep_put_cleanup, ep);
 	n = epoll_wait_held(ep, epfd, events, maxevents, timeout_ns, sigmask);
 	saved = errno;

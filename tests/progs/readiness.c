@@ -1,6 +1,6 @@
 /* readiness: checks the readiness semantics apps see on a TCP connection (epoll LT/ET/ONESHOT/
  * RDHUP, poll, ppoll, select, pselect, mixed fd sets, connects, one socket's life in an epoll
- * set).  Usage: readiness ADDR PORT CASE */
+ * set, a socket joining a set another thread sleeps in).  Usage: readiness ADDR PORT CASE */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -18,6 +18,7 @@
 #include <sys/eventfd.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -420,6 +421,7 @@ struct epoll_waiter {
 	pthread_t thread;
 	int ep, n;
 	long long took_ms;
+	struct epoll_event first; /* the first event it got */
 };
 
 static void *epoll_waiter_main(void *p)
@@ -430,6 +432,8 @@ static void *epoll_waiter_main(void *p)
 
 	w->n = epoll_wait(w->ep, ev, 4, READY_MS);
 	w->took_ms = now_ms() - t0;
+	if (w->n > 0)
+		w->first = ev[0];
 	return NULL;
 }
 
@@ -483,6 +487,58 @@ static void case_epoll_watchers(struct pair *p)
 	close(ep2);
 	expect_epoll_none(ep, "every waiter woke, the socket drained");
 	close(ep);
+}
+
+/* --- a thread asleep in a set before its first RDMA socket joins --------- */
+
+#define JOINED_TAG 0x5eed0001feedull /* the app's data for the socket that joins */
+
+/* A thread sleeps in epoll_wait on a set of one idle pipe; then the socket
+ * joins the set and data comes.  The thread must wake with the socket's
+ * event and the app's data, not with one of the library's own (its shadow
+ * set's, registered inside the app's set: data the app never gave) and not
+ * after its timeout.  raw: the set is made by a raw system call, which the
+ * library does not see.  Returns the set, still open. */
+static int joined_while_asleep(struct pair *p, struct flow *up, bool raw, const char *when)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
+	struct epoll_waiter w;
+	int ep = raw ? (int)syscall(SYS_epoll_create1, EPOLL_CLOEXEC) : epoll_create1(EPOLL_CLOEXEC);
+	int pfd[2];
+
+	CHECK(ep >= 0 && pipe(pfd) == 0, "%s: epoll_create1 or pipe: %s", when, ERR);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &ev) == 0, "%s: adding the pipe: %s", when, ERR);
+	epoll_waiter_start(&w, ep);
+	sleep_ms(LATER_MS); /* asleep in the kernel, on the pipe alone */
+	ev.data.u64 = JOINED_TAG;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p->server, &ev) == 0, "%s: adding the socket: %s", when,
+	      ERR);
+	sleep_ms(LATER_MS);
+	flow_send(p->client, up, 100);
+	pthread_join(w.thread, NULL);
+	CHECK(w.n == 1 && w.first.data.u64 == JOINED_TAG && (w.first.events & EPOLLIN) &&
+		      w.took_ms < 2 * LATER_MS + PROMPT_MS,
+	      "%s: the thread asleep before the socket joined got %d event(s) after %lld ms, the "
+	      "first with data 0x%llx (the socket's is 0x%llx) and events 0x%x",
+	      when, w.n, w.took_ms, w.n > 0 ? (unsigned long long)w.first.data.u64 : 0ull,
+	      JOINED_TAG, w.n > 0 ? w.first.events : 0);
+	flow_recv_exact(p->server, up, 100);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, p->server, NULL) == 0, "%s: EPOLL_CTL_DEL: %s", when, ERR);
+	close(pfd[0]);
+	close(pfd[1]);
+	return ep;
+}
+
+static void case_epoll_joined_asleep(struct pair *p)
+{
+	struct flow up = { .seed = 8 };
+	int first = joined_while_asleep(p, &up, false, "no set held the socket before");
+	int second = joined_while_asleep(p, &up, false, "while another set keeps its record");
+	int third = joined_while_asleep(p, &up, true, "a set made by a raw system call");
+
+	close(third);
+	close(second);
+	close(first);
 }
 
 static void check_epoll_ctl_errors(int ep, int fd)
@@ -1170,7 +1226,7 @@ static const struct pair_case pair_cases[] = {
 	{ "poll", case_poll },		   { "ppoll", case_ppoll },
 	{ "select", case_select },	   { "pselect", case_pselect },
 	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
-	{ "epoll_mod_toggle", case_epoll_mod_toggle },
+	{ "epoll_mod_toggle", case_epoll_mod_toggle }, { "epoll_joined_asleep", case_epoll_joined_asleep },
 };
 
 static int usage(void)

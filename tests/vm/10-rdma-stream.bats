@@ -129,6 +129,11 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_et over RDMA" { readiness_rdma epoll_et; }
 @test "readiness epoll_oneshot over RDMA" { readiness_rdma epoll_oneshot; }
 @test "readiness epoll_rdhup over RDMA" { readiness_rdma epoll_rdhup; }
+# A thread asleep in a set before the socket joins it (an event loop thread
+# while another thread registers a new connection): it wakes with the
+# socket's event and the app's data, with no set having the library's
+# records yet (epoll_wait's open route) and with another one having them.
+@test "readiness epoll_joined_asleep over RDMA: a thread asleep in a set before the socket joined it wakes with the app's event, never the library's" { readiness_rdma epoll_joined_asleep; }
 
 # A blocking connect() waits for the server's answer on its stream's condition
 # variable; the wait first drops the stream's lock to make the owed CQ arms.
