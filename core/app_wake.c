@@ -275,11 +275,16 @@ bool conn_arms_owed(void)
  * handed it messages, another thread woke its waiters: an OPEN's answer, a
  * phase change) ends the wait at once, for the caller to look again; a
  * wake-up in that gap was once lost, and a blocking connect() slept out
- * its whole bound. */
+ * its whole bound.  Not a cancellation point: a thread cancelled in it
+ * would leave c locked for good, and the progress thread, the next to lock
+ * it, with it; the cancel waits for the app's next cancellation point (the
+ * waits are bounded). */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
 {
 	unsigned seen = c->completions_seen, woken = c->wakes;
+	int cancel_state;
 
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	pthread_mutex_unlock(&c->lock); /* the take-in below locks c */
 	conn_sleep_begin_any();
 	if (sdp_tun.debug_wait_gap_ms) /* tests: another thread runs in the gap */
@@ -292,6 +297,7 @@ void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until)
 			pthread_cond_wait(&c->cond, &c->lock);
 	}
 	conn_sleep_end_any();
+	pthread_setcancelstate(cancel_state, NULL);
 }
 
 void app_wake_atfork_child(void)
