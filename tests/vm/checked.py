@@ -57,13 +57,13 @@ def small_window_accept(tag, host, port):
 
 
 def recv_exact(tag, sock, n):
-    got = b""
+    got = bytearray()
     while len(got) < n:
-        b = sock.recv(n - len(got))
+        b = sock.recv(min(65536, n - len(got)))
         if not b:
             sys.exit("%s: EOF after %d of %d bytes" % (tag, len(got), n))
         got += b
-    return got
+    return bytes(got)
 
 
 def send_some(sock, data, off):

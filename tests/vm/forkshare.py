@@ -56,6 +56,8 @@ import struct
 import sys
 import time
 
+import checked
+
 RECORDS = 4000
 ECHO_BYTES = 1 << 20
 # childclimbs: echo rounds long enough for the child's stream to climb
@@ -71,13 +73,7 @@ def record(writer, seq):
 
 
 def recv_exact(sock, n, what):
-    got = bytearray()
-    while len(got) < n:
-        chunk = sock.recv(min(65536, n - len(got)))
-        if not chunk:
-            sys.exit("forkshare: EOF after %d of %d bytes (%s)" % (len(got), n, what))
-        got += chunk
-    return bytes(got)
+    return checked.recv_exact("forkshare (%s)" % what, sock, n)
 
 
 def echo_peer(sock, n):

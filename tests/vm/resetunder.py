@@ -29,16 +29,6 @@ def pattern(seed, size):
     return checked.pattern("resetunder", seed, size)
 
 
-def recv_exact(sock, size):
-    got = b""
-    while len(got) < size:
-        chunk = sock.recv(size - len(got))
-        if not chunk:
-            fail("EOF after %d of %d echoed bytes" % (len(got), size))
-        got += chunk
-    return got
-
-
 def wait_for(path, seconds):
     deadline = time.monotonic() + seconds
     while not os.path.exists(path):
@@ -52,7 +42,7 @@ def main():
     sock = socket.create_connection((host, port), timeout=60)
     data = pattern(1, 4096)
     sock.sendall(data)
-    if recv_exact(sock, len(data)) != data:
+    if checked.recv_exact("resetunder: the echo", sock, len(data)) != data:
         fail("echo mismatch")
     print("resetunder: ready", flush=True)
     wait_for(release, 60)

@@ -24,17 +24,9 @@ import socket
 import sys
 import time
 
+import checked
+
 SLOW_S = float(os.environ.get("ZCPAIR_SLOW_S", "4"))
-
-
-def recv_exact(sock, n):
-    got = bytearray()
-    while len(got) < n:
-        chunk = sock.recv(min(65536, n - len(got)))
-        if not chunk:
-            sys.exit("zcpair: EOF after %d of %d bytes" % (len(got), n))
-        got += chunk
-    return bytes(got)
 
 
 def server(host, port, mode):
@@ -54,11 +46,11 @@ def server(host, port, mode):
             done += len(chunk)
         print("zcpair: server %s ok: echoed %d bytes" % (mode, done))
     elif mode == "slow":
-        h = hashlib.sha256(recv_exact(conn, 1))
+        h = hashlib.sha256(checked.recv_exact("zcpair", conn, 1))
         time.sleep(SLOW_S)
-        n = int.from_bytes(recv_exact(conn, 8), "big")
+        n = int.from_bytes(checked.recv_exact("zcpair", conn, 8), "big")
         h.update(n.to_bytes(8, "big"))
-        h.update(recv_exact(conn, n))
+        h.update(checked.recv_exact("zcpair", conn, n))
         conn.sendall(h.digest())
         print("zcpair: server slow ok: %d bytes after a %.1f s pause" % (n + 9, SLOW_S))
     else:
@@ -83,12 +75,12 @@ def client(host, port, mode, n):
     t0 = time.time()
     if mode in ("echo", "echo-nb"):
         sock.sendall(data)
-        if recv_exact(sock, n) != data:
+        if checked.recv_exact("zcpair", sock, n) != data:
             sys.exit("zcpair: the echo differs from what was sent")
     elif mode == "slow":
         body = data[:1] + (n - 1).to_bytes(8, "big") + data[1:]
         sock.sendall(body)
-        if recv_exact(sock, 32) != hashlib.sha256(body).digest():
+        if checked.recv_exact("zcpair", sock, 32) != hashlib.sha256(body).digest():
             sys.exit("zcpair: the server's digest differs from what was sent")
     sock.shutdown(socket.SHUT_WR)
     if sock.recv(1):
