@@ -108,8 +108,8 @@ static void answer_overdue(struct sdp_conn *c, const char *what)
 /* Waits, ignoring signals, until pred holds or the carrier is gone: for
  * operations that write into or expose the app's buffer.  At most
  * SDPSHIM_ZCOPY_ANSWER_MS: then the QP is failed (answer_overdue), after
- * which nothing can touch the buffer.  Every completion the progress thread
- * handles broadcasts c->cond. */
+ * which nothing can touch the buffer.  Zero-copy completions wake c's
+ * waiters (zc_on_completion); the wait also looks again every 20 ms. */
 void zc_wait_answer(struct sdp_conn *c, bool (*pred)(struct sdp_conn *), const char *what)
 {
 	uint64_t deadline = conn_now_us() + (uint64_t)sdp_tun.zcopy_answer_ms * 1000u;
