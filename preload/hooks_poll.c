@@ -207,15 +207,6 @@ SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
  * while it slept closes the gate first, and may have woken it: then its
  * events are looked at again (rdy_epoll_after_plain), so the app never
  * sees the library's own. */
-static int epoll_wait_open(int epfd, struct epoll_event *events, int maxevents, int timeout)
-{
-	int n = real.epoll_wait(epfd, events, maxevents, timeout);
-
-	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
-		return n;
-	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), NULL);
-}
-
 static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			    const sigset_t *sigmask)
 {
@@ -224,6 +215,12 @@ static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents,
 	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
 		return n;
 	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), sigmask);
+}
+
+/* epoll_wait is epoll_pwait with no signal mask. */
+static int epoll_wait_open(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	return epoll_pwait_open(epfd, events, maxevents, timeout, NULL);
 }
 
 /* Gate closed: a set without a shadow is the kernel's to answer (a shadow

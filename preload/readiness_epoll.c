@@ -143,15 +143,25 @@ void rdy_epoll_forget(int epfd)
  * have been woken by one (rdy_epoll_after_plain). */
 static _Atomic unsigned shadow_births;
 
+/* The n events of a plain wait on epfd that began when shadow_births was
+ * births: looked at again if a shadow was made meanwhile. */
+static int after_plain_if_born(unsigned births, int epfd, struct epoll_event *events, int n,
+			       int maxevents, long long timeout_ns, const sigset_t *sigmask)
+{
+	if (atomic_load(&shadow_births) == births)
+		return n;
+	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
+}
+
 /* An eventfd that is always readable (never read): in a new shadow, one-
  * shot, it makes the shadow report once.  -1: none could be made. */
 static int kick_fd(void)
 {
 	static _Atomic int fd = -1;
-	int mine, none = -1;
+	int mine, none = -1, made = atomic_load(&fd);
 
-	if (atomic_load(&fd) >= 0)
-		return atomic_load(&fd);
+	if (made >= 0)
+		return made;
 	mine = progress_hide_fd(eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (mine >= 0 && !atomic_compare_exchange_strong(&fd, &none, mine))
 		progress_close_hidden(mine); /* another thread's came first */
@@ -1023,16 +1033,13 @@ int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, lo
 	saved = errno;
 	pthread_cleanup_pop(1);
 	errno = saved;
-	if (n > 0 && atomic_load(&shadow_births) != births)
-		n = rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
-	return n;
+	return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, sigmask);
 }
 
 /* The events of a wait that began before epfd had a shadow: the shadow's
  * and the channels' are the library's, translated here as after any wait
  * of the set; if nothing is left for the app, the wait goes on through the
  * slow path (counted as a sleeper), for its whole timeout again. */
-
 int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
 			  long long timeout_ns, const sigset_t *sigmask)
 {
@@ -1078,9 +1085,7 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 	}
 	if (!ep) {
 		n = plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
-		if (n > 0 && atomic_load(&shadow_births) != births)
-			n = rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
-		return n;
+		return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, sigmask);
 	}
 	pthread_cleanup_push(ep_put_cleanup, ep);
 	n = epoll_wait_held(ep, epfd, events, maxevents, timeout_ns, sigmask);
