@@ -93,7 +93,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_CLIMB", 0, 1, 1, store_climb },
 	{ "SDPSHIM_CLIMB_WAIT_MS", 0, 60000, 1000, store_climb_wait_ms },
 	{ "SDPSHIM_CLIMB_FORK", 0, 1, 1, store_climb_fork },
-	{ "SDPSHIM_DEBUG_CLIMB_LIE", 0, 4, 0, store_debug_climb_lie },
+	{ "SDPSHIM_DEBUG_CLIMB_LIE", 0, 5, 0, store_debug_climb_lie },
 	{ "SDPSHIM_DEBUG_HOLDER_DELAY_MS", 0, 10000, 0, store_debug_holder_delay_ms },
 	{ "SDPSHIM_DEBUG_ADOPT_DELAY_MS", 0, 10000, 0, store_debug_adopt_delay_ms },
 	{ "SDPSHIM_DEBUG_WAIT_GAP_MS", 0, 10000, 0, store_debug_wait_gap_ms },

@@ -41,7 +41,8 @@ struct sdp_tunables {
 	unsigned debug_climb_lie;    /* SDPSHIM_DEBUG_CLIMB_LIE: tests only, this end lies in the
 				      * climb (core/climb.c): 1 its MAC, 2 its cut, 3 a server
 				      * that never answers a REQ, 4 a server that lets the
-				      * attempt go at the PROVE (as a close there would) */
+				      * attempt go at the PROVE (as a close there would), 5 a
+				      * CHAL that claims 1 MiB buffers */
 	unsigned debug_holder_delay_ms; /* SDPSHIM_DEBUG_HOLDER_DELAY_MS: tests only, a sharer's
 				      * report of its own child to the owner goes this late
 				      * (preload/fork_claim.c) */

@@ -151,7 +151,7 @@ static void climb_mac(const struct sdp_conn *c, char role, const uint64_t *cut,
 }
 
 /* SDPSHIM_DEBUG_CLIMB_LIE (tests only): this end plays a liar. */
-enum { LIE_NONE, LIE_MAC, LIE_CUT, LIE_SILENT, LIE_RELEASE_AT_PROVE };
+enum { LIE_NONE, LIE_MAC, LIE_CUT, LIE_SILENT, LIE_RELEASE_AT_PROVE, LIE_CHAL_BUF_SIZE };
 
 static void lie_about_mac(uint8_t mac[SDP_CLIMB_MAC_SIZE])
 {
@@ -162,6 +162,13 @@ static void lie_about_mac(uint8_t mac[SDP_CLIMB_MAC_SIZE])
 static uint64_t lie_about_cut(uint64_t cut)
 {
 	return sdp_tun.debug_climb_lie == LIE_CUT ? cut + (1ull << 30) : cut;
+}
+
+/* A CHAL's buffers as large as the wire allows, past what the link's slots
+ * hold: the initiator's messages must still fit its link's slots. */
+static uint32_t lie_about_buf_size(uint32_t size)
+{
+	return sdp_tun.debug_climb_lie == LIE_CHAL_BUF_SIZE ? SDP_MAX_BUF_SIZE : size;
 }
 
 /* ------------------------------------------------------- the TCP side */
@@ -878,7 +885,7 @@ void climb_on_req(struct sdp_link *link, uint16_t idx, const struct sdp_climb_re
 	climb_mac(c, 'r', NULL, ch.mac);
 	lie_about_mac(ch.mac);
 	ch.buf_count = c->buf_count;
-	ch.buf_size = c->buf_size;
+	ch.buf_size = lie_about_buf_size(c->buf_size);
 	sdp_climb_chal_to_wire(&ch, payload);
 	c->climb.step = CLIMB_CHAL_SENT;
 	conn_arm_timer(c, CLIMB_RESPONDER_BOUNDS * sdp_tun.connect_timeout_ms);

@@ -379,6 +379,11 @@ static uint32_t link_msg_max(const struct sdp_link *link)
 	return link->slot_size - (uint32_t)SDP_LH_SIZE;
 }
 
+uint32_t link_stream_msg_max(const struct sdp_link *link)
+{
+	return link_msg_max(link);
+}
+
 static void destroy_resources(struct sdp_link *link)
 {
 	SDP_GUARD_ENTER();
@@ -478,16 +483,23 @@ static int post_send_wr(struct sdp_link *link, struct ibv_send_wr *wr)
 static int post_slot(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, uint8_t kind,
 		     uint16_t stream, const void *body, uint32_t len)
 {
-	int32_t slot = link->slot_free[--link->slots_free];
-	uint8_t *mem = link->tx_mem + (size_t)slot * link->slot_size;
 	uint32_t total = (uint32_t)SDP_LH_SIZE + len;
-	struct ibv_sge sge = { .addr = (uintptr_t)mem, .length = total, .lkey = link->tx_mr->lkey };
+	struct ibv_sge sge = { .length = total, .lkey = link->tx_mr->lkey };
 	struct ibv_send_wr wr = {
 		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
 		.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
 			      (total <= link->max_inline ? IBV_SEND_INLINE : 0),
 	};
+	int32_t slot;
+	uint8_t *mem;
 
+	if (len > link_msg_max(link)) { /* a stream's slots are sized to fit: a bug */
+		sdp_error("a %u-byte message does not fit a %u-byte link slot", len, link->slot_size);
+		return -EMSGSIZE;
+	}
+	slot = link->slot_free[--link->slots_free];
+	mem = link->tx_mem + (size_t)slot * link->slot_size;
+	sge.addr = (uintptr_t)mem;
 	fill_lh(link, kind, stream, total, mem);
 	if (len)
 		memcpy(mem + SDP_LH_SIZE, body, len);

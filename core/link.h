@@ -64,6 +64,10 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev,
 /* Server: binds a new stream to the link it was opened on (index idx) and
  * sets up its rings.  0 or -errno. */
 int link_stream_setup(struct sdp_conn *c, struct sdp_link *link, uint16_t idx);
+/* The largest stream message (its own header included) one of the link's
+ * send slots holds: a stream's send slots are never larger, whatever size
+ * the peer announced. */
+uint32_t link_stream_msg_max(const struct sdp_link *link);
 /* Server: undoes link_stream_setup before the peer heard of the index (c
  * locked or new), as when a refusal follows: a NAK tells the client the
  * index was never taken, so no RELEASED may follow it.  The stream's

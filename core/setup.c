@@ -158,11 +158,17 @@ int conn_setup_linked_rx(struct sdp_conn *c)
 	return 0;
 }
 
+/* A linked stream's messages go out through the link's send slots: no
+ * larger than one holds, whatever buffer size the peer announced (an
+ * OPEN, an OPEN_ACK, a climb's REQ or CHAL). */
 static int alloc_tx_linked(struct sdp_conn *c)
 {
 	uint32_t count = c->peer_buf_count < c->buf_count ? c->peer_buf_count : c->buf_count;
+	uint32_t link_max = link_stream_msg_max(c->link);
 
 	c->tx_slot_size = c->peer_buf_size < c->buf_size ? c->peer_buf_size : c->buf_size;
+	if (c->tx_slot_size > link_max)
+		c->tx_slot_size = link_max;
 	c->tx_nslots = count + 1;
 	c->tx_heap = calloc(c->tx_nslots, sizeof(*c->tx_heap));
 	c->tx_slots = calloc(c->tx_nslots, sizeof(*c->tx_slots));

@@ -282,6 +282,14 @@ fail_case() {
   grep -q "let the stream's move back to RDMA go before answering" "$T/client.log"
 }
 
+# A server whose CHAL claims buffers larger than its link's slots (4 KiB):
+# the client's messages on the new link are sized to the link's slots, not
+# to the claim (before: 32 KiB messages copied into 4 KiB slots).
+@test "climb: a server whose CHAL claims 1 MiB buffers over a link of 4 KiB slots: the stream climbs back, byte-exact" {
+  fail_case climb "SDPSHIM_DEBUG_CLIMB_LIE=5 SDPSHIM_BUF_SIZE=4096" -
+  grep -q "the stream is back on RDMA" "$T/client.log"
+}
+
 @test "climb: a client whose climb MAC is wrong is refused and its connection reset: no byte guessed" {
   fail_case reset - SDPSHIM_DEBUG_CLIMB_LIE=1
   grep -q "named this stream without its key; refused" "$T/server.log"
