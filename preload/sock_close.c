@@ -17,10 +17,15 @@ void sock_close_transport(struct sdp_sock *s, int fd)
 	/* A channel that fell back or opened just before the close, whose
 	 * event has not reached the socket yet: its path is settled now, not
 	 * left undecided.  One inherited from its owner by fork is the
-	 * owner's: this process only lets go of its copy of the kernel socket. */
+	 * owner's: this process only lets go of its copy of the kernel socket.
+	 * So is an inherited listener (a fork-per-connection child closes its
+	 * copy): its locks and pending channels are copies of the owner's,
+	 * perhaps taken at the fork, and its rdma_cm id is the owner's. */
 	pthread_mutex_lock(&s->lock);
-	if (s->owner_pid != self_pid())
+	if (s->owner_pid != self_pid()) {
 		s->conn = NULL;
+		s->lsn = NULL;
+	}
 	c = s->conn;
 	if (c)
 		conn_get(c);

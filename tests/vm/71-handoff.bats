@@ -275,3 +275,30 @@ assert_stayed_on_rdma() {
   grep -q "^forkshare: client childonly ok" <<<"$CLI_LOG"
   assert_switched forked 1 role=client
 }
+
+@test "a forked child that closes its copy of the listening socket leaves the parent's RDMA listener up: each new client process still starts on RDMA" {
+  local port src=0 n=3 i crc bad
+  port=$(free_port)
+  start_bg server timeout -k 5 240 "${PRE[@]}" "$PY" -S "$BATS_TEST_DIRNAME/forkclose.py" \
+    server "$RXE_IP" "$port" "$n"
+  wait_port "$RXE_IP" "$port"
+  for i in $(seq "$n"); do
+    crc=0
+    run_timeout 90 env SDPSHIM_NEGCACHE_TTL_MS=0 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" \
+      -n 1 -b 262144 >"$T/client$i.out" 2>&1 || crc=$?
+    show "client $i (rc=$crc): $(cat "$T/client$i.out")"
+    [ "$crc" -eq 0 ]
+  done
+  wait_bg server || src=$?
+  show "server (rc=$src): $(bg_log server)" "$(stats_lines "$STATS")"
+  [ "$src" -eq 0 ]
+  grep -qx "forkclose: served $n" "$T/server.log"
+  # Every client connection found an sdpshim listener and went on RDMA at
+  # its connect (the child's use may move it later: reason forked); a
+  # listener torn down by a child's close sends the next client to TCP at
+  # once (peer_no_sdpshim, rdma_timeout).
+  [ "$(stats_lines "$STATS" comm=connects | wc -l)" -eq "$n" ]
+  bad=$(stats_lines "$STATS" comm=connects | awk '$6 != "none" && $6 != "forked"')
+  [ -z "$bad" ]
+}
+
