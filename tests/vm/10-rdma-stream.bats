@@ -158,6 +158,32 @@ readiness_rdma() {   # readiness_rdma CASE
   assert_all_rdma "$STATS" readiness
 }
 
+@test "a thread cancelled while its blocking connect() waits for the server's answer ends, and the process's next connects echo over RDMA" {
+  local port go=$T/go cont=$T/cont spid rc=0
+  port=$(free_port)
+  start_bg server timeout -k 5 150 "${PRE[@]}" "$PROGS/connects" -s "$port" -a "$RXE_IP"
+  wait_port "$RXE_IP" "$port"
+  start_bg cancel timeout -k 5 120 env SDPSHIM_CONNECT_TIMEOUT_MS=3000 SDPSHIM_NEGCACHE_TTL_MS=0 \
+    "${PRE[@]}" "$PROGS/cancelconn" "$RXE_IP" "$port" "$go" "$cont"
+  wait_count "$T/cancel.log" '^linked$' 1 60
+  # The server stops: the next connect's OPEN gets no answer, and the thread
+  # is cancelled while it waits for one.
+  spid=$(pgrep -x connects)
+  kill -STOP "$spid"
+  touch "$go"
+  wait_count "$T/cancel.log" '^(cancelled|FAIL)' 1 60 || true
+  kill -CONT "$spid"
+  touch "$cont"
+  wait_bg cancel || rc=$?
+  kill "$(cat "$T/server.pid")" 2>/dev/null || true
+  show "cancelconn (rc=$rc): $(bg_log cancel)" "$(stats_lines "$STATS")"
+  [ "$rc" -eq 0 ]
+  grep -qx "ok" "$T/cancel.log"
+  grep -Eq '^cancelled ms=[0-9]+$' "$T/cancel.log"
+  # The first connection and the one after the cancel went over RDMA.
+  [ "$(stats_lines "$STATS" comm=cancelconn path=rdma | wc -l)" -ge 2 ]
+}
+
 @test "readiness epoll_mod_toggle over RDMA: 400 EPOLL_CTL_MODs of EPOLLOUT, and each costs one epoll_ctl (the readable indicator is left alone)" {
   local log=$T/mod_toggle.strace calls
   run run_timeout 120 strace -f -qq -c -e trace=epoll_ctl -o "$log" \
