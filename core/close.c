@@ -11,7 +11,10 @@ static void notify_close_change(struct sdp_conn *c, enum conn_close_state old)
 	if (c->close_state == old)
 		return;
 	sdp_debug("channel close state %d -> %d", old, c->close_state);
-	conn_update_readiness(c, false);
+	/* A new edge even if the readable indicator is set already (unread
+	 * bytes): a hang-up or an error is news to an edge-triggered watcher,
+	 * as the kernel's FIN or reset is. */
+	conn_update_readiness(c, true);
 	conn_signal_owner(c, CONN_EV_STATE);
 	close_check_orphan(c);
 }

@@ -78,6 +78,14 @@ static long long timespec_ns(const struct timespec *ts)
 	return ts ? (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec : -1;
 }
 
+static long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static long long timeout_ms_ns(int timeout)
 {
 	return timeout >= 0 ? (long long)timeout * 1000000 : -1;
@@ -210,11 +218,13 @@ SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			    const sigset_t *sigmask)
 {
+	long long start_ns = timeout > 0 ? mono_ns() : 0; /* for what is left after a wake-up */
 	int n = real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 
 	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
 		return n;
-	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), sigmask);
+	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), start_ns,
+				     sigmask);
 }
 
 /* epoll_wait is epoll_pwait with no signal mask. */

@@ -62,8 +62,10 @@ int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, lo
 			 const sigset_t *sigmask);
 /* The n > 0 events of a kernel wait on epfd that began before epfd had a
  * shadow set and may have been woken by it: the library's events are
- * taken out and translated; if none is left, the wait goes on. */
+ * taken out and translated; if none is left, the wait goes on for what is
+ * left of its timeout (start_ns: CLOCK_MONOTONIC when it began, read only
+ * for a timeout above 0). */
 int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
-			  long long timeout_ns, const sigset_t *sigmask);
+			  long long timeout_ns, long long start_ns, const sigset_t *sigmask);
 
 #endif

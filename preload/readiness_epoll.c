@@ -146,11 +146,12 @@ static _Atomic unsigned shadow_births;
 /* The n events of a plain wait on epfd that began when shadow_births was
  * births: looked at again if a shadow was made meanwhile. */
 static int after_plain_if_born(unsigned births, int epfd, struct epoll_event *events, int n,
-			       int maxevents, long long timeout_ns, const sigset_t *sigmask)
+			       int maxevents, long long timeout_ns, long long start_ns,
+			       const sigset_t *sigmask)
 {
 	if (atomic_load(&shadow_births) == births)
 		return n;
-	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, sigmask);
+	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, start_ns, sigmask);
 }
 
 /* An eventfd that is always readable (never read): in a new shadow, one-
@@ -234,6 +235,18 @@ static uint32_t shadow_flags(uint32_t events)
 	return EPOLLIN | (events & (EPOLLET | EPOLLONESHOT));
 }
 
+/* A level-triggered registration that watches the readable indicator only
+ * for its errors and hang-ups (no EPOLLIN: a paused connection's events 0,
+ * EPOLLRDHUP alone).  Unread bytes keep that indicator set, and a
+ * level-triggered shadow entry would wake every wait for nothing, at once,
+ * again and again: the entry is edge-triggered, a hang-up or an error
+ * writes the indicator again (conn_update_readiness), and what it reports
+ * stays on the ready list while it holds, as level-triggering wants. */
+static bool rd_for_hangups_only(uint32_t events)
+{
+	return !(events & (EPOLLIN | EPOLLRDNORM | EPOLLET | EPOLLONESHOT)) && rdy_wants_rd(events);
+}
+
 /* Puts one of reg's indicators in the shadow set with flags (0: out of
  * it).  An entry already there with the same flags, level-triggered, is
  * left alone: a MOD would change nothing (an app's EPOLL_CTL_MOD that
@@ -264,7 +277,8 @@ static void shadow_sync(struct ep_reg *reg)
 
 	if (reg->ep->closed || ensure_shadow(reg->ep) != 0)
 		return;
-	ind_sync(reg, IND_RD, conn_readable_eventfd(reg->conn), rd ? flags : 0);
+	ind_sync(reg, IND_RD, conn_readable_eventfd(reg->conn),
+		 rd ? flags | (rd_for_hangups_only(reg->events) ? EPOLLET : 0) : 0);
 	ind_sync(reg, IND_WR, conn_writable_eventfd(reg->conn), wr ? flags : 0);
 }
 
@@ -690,6 +704,8 @@ static int translate_shadow(struct sdp_epoll *ep, struct epoll_event *out, int b
 				shadow_sync(reg); /* the kernel disarmed it for nothing: re-arm */
 			continue;
 		}
+		if (own && rd_for_hangups_only(reg->events))
+			ready_add(ep, reg); /* its edge-triggered entry reports it once */
 		added += emit(ep, reg, rev, out, base + added);
 	}
 	return added;
@@ -1020,6 +1036,7 @@ int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, lo
 {
 	unsigned births = atomic_load(&shadow_births);
 	bool sleeps = timeout_ns != 0;
+	long long start_ns = timeout_ns > 0 ? rdy_mono_ns() : 0;
 	int n, saved;
 
 	if (rdy_epoll_shadowed(epfd)) /* recorded since the caller looked */
@@ -1033,15 +1050,15 @@ int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, lo
 	saved = errno;
 	pthread_cleanup_pop(1);
 	errno = saved;
-	return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, sigmask);
+	return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, start_ns, sigmask);
 }
 
 /* The events of a wait that began before epfd had a shadow: the shadow's
  * and the channels' are the library's, translated here as after any wait
  * of the set; if nothing is left for the app, the wait goes on through the
- * slow path (counted as a sleeper), for its whole timeout again. */
+ * slow path (counted as a sleeper), for what is left of its timeout. */
 int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
-			  long long timeout_ns, const sigset_t *sigmask)
+			  long long timeout_ns, long long start_ns, const sigset_t *sigmask)
 {
 	struct sdp_epoll *ep = NULL;
 	int cancel_state, saved = errno;
@@ -1065,9 +1082,14 @@ int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxev
 	ep_put(ep);
 	pthread_setcancelstate(cancel_state, NULL);
 	errno = saved;
-	if (n == 0 && timeout_ns != 0)
-		return rdy_epoll_wait(epfd, events, maxevents, timeout_ns, sigmask); /* counted now */
-	return n;
+	if (n != 0 || timeout_ns == 0)
+		return n;
+	if (timeout_ns > 0) {
+		timeout_ns -= rdy_mono_ns() - start_ns;
+		if (timeout_ns <= 0)
+			return 0; /* its timeout is over */
+	}
+	return rdy_epoll_wait(epfd, events, maxevents, timeout_ns, sigmask); /* counted now */
 }
 
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
@@ -1084,8 +1106,11 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
 		ep = NULL;
 	}
 	if (!ep) {
+		long long start_ns = timeout_ns > 0 ? rdy_mono_ns() : 0;
+
 		n = plain_wait(epfd, events, maxevents, timeout_ns, sigmask);
-		return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, sigmask);
+		return after_plain_if_born(births, epfd, events, n, maxevents, timeout_ns, start_ns,
+					   sigmask);
 	}
 	pthread_cleanup_push(ep_put_cleanup, ep);
 	n = epoll_wait_held(ep, epfd, events, maxevents, timeout_ns, sigmask);

@@ -33,9 +33,25 @@ static struct sdp_conn *rdma_conn_of(int fd)
 	return s ? sock_stream(s)->channel_get(s) : NULL;
 }
 
-/* Builds the kernel's array; returns its length. */
+/* How often a wait looks again at a channel whose readable indicator it
+ * leaves out of the kernel's array (rd_for_hangups_only). */
+#define HANGUP_LOOK_NS (50 * 1000000LL)
+
+/* The app asks c only for its errors and hang-ups (no POLLIN: events 0,
+ * POLLRDHUP alone) and c holds unread bytes: its readable indicator is set
+ * and would end every kernel wait at once, for nothing.  It is left out,
+ * and the wait looks again every HANGUP_LOOK_NS for a hang-up or an error
+ * (an indicator cannot tell those from bytes). */
+static bool rd_for_hangups_only(struct sdp_conn *c, short events)
+{
+	return !(events & (POLLIN | POLLRDNORM)) &&
+	       (conn_poll_mask(c) & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) == POLLIN;
+}
+
+/* Builds the kernel's array; returns its length.  *looks: a channel's
+ * readable indicator was left out (rd_for_hangups_only). */
 static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollfd *k,
-			     struct poll_map *map)
+			     struct poll_map *map, bool *looks)
 {
 	nfds_t n = 0;
 
@@ -50,7 +66,9 @@ static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollf
 			map[i].rd = (int)n++;
 			continue;
 		}
-		if (rdy_wants_rd((uint32_t)fds[i].events)) {
+		if (rdy_wants_rd((uint32_t)fds[i].events) && rd_for_hangups_only(c, fds[i].events)) {
+			*looks = true;
+		} else if (rdy_wants_rd((uint32_t)fds[i].events)) {
 			k[n] = (struct pollfd){ .fd = conn_readable_eventfd(c), .events = POLLIN };
 			map[i].rd = (int)n++;
 		}
@@ -169,7 +187,9 @@ static void sleep_over(void *sleeping)
 static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct poll_map *map,
 		     long long left_ns, const sigset_t *sigmask, bool *timed_out)
 {
-	nfds_t kn = build_poll_set(fds, nfds, k, map);
+	bool looks = false;
+	volatile bool capped = false; /* read after the cancellation point */
+	nfds_t kn = build_poll_set(fds, nfds, k, map, &looks);
 
 	/* The app's thread takes in its streams' completions first (in user
 	 * space): a message already there needs no other thread's wake-up. */
@@ -194,6 +214,10 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 		rdma_ready = true;
 		left_ns = 0;
 	}
+	if (looks && (left_ns < 0 || left_ns > HANGUP_LOOK_NS)) {
+		left_ns = HANGUP_LOOK_NS;
+		capped = true; /* running out is not the call's timeout */
+	}
 	if (left_ns >= 0) {
 		ts.tv_sec = (time_t)(left_ns / 1000000000LL);
 		ts.tv_nsec = (long)(left_ns % 1000000000LL);
@@ -204,7 +228,7 @@ static int poll_once(struct pollfd *fds, nfds_t nfds, struct pollfd *k, struct p
 	pthread_cleanup_pop(1);
 	if (sleeping)
 		sleepers_drop(map, nfds);
-	*timed_out = rc == 0 && !rdma_ready;
+	*timed_out = rc == 0 && !rdma_ready && !capped;
 	if (rc >= 0)
 		rc = collect_revents(fds, nfds, k, map);
 	spin_earned = rc > 0 && any_rdma_ready(fds, nfds, map);

@@ -143,6 +143,8 @@ readiness_case() {   # readiness_case CASE
 @test "readiness epoll_rdhup under the shim" { readiness_case epoll_rdhup; }
 @test "readiness epoll_mod_toggle under the shim: EPOLLOUT switched by EPOLL_CTL_MOD 400 times" { readiness_case epoll_mod_toggle; }
 @test "readiness epoll_joined_asleep under the shim: a thread asleep in a set before the socket joined it wakes with the app's event" { readiness_case epoll_joined_asleep; }
+@test "readiness epoll_unwanted under the shim: unread bytes on a socket watched without EPOLLIN wake no one" { readiness_case epoll_unwanted; }
+@test "readiness poll_unwanted under the shim: the same with poll() and select()" { readiness_case poll_unwanted; }
 @test "readiness poll under the shim" { readiness_case poll; }
 @test "readiness ppoll under the shim" { readiness_case ppoll; }
 @test "readiness select under the shim" { readiness_case select; }

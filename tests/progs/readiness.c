@@ -420,6 +420,7 @@ static void case_epoll_mod_toggle(struct pair *p)
 struct epoll_waiter {
 	pthread_t thread;
 	int ep, n;
+	int timeout_ms; /* 0: READY_MS */
 	long long took_ms;
 	struct epoll_event first; /* the first event it got */
 };
@@ -430,7 +431,7 @@ static void *epoll_waiter_main(void *p)
 	struct epoll_event ev[4];
 	long long t0 = now_ms();
 
-	w->n = epoll_wait(w->ep, ev, 4, READY_MS);
+	w->n = epoll_wait(w->ep, ev, 4, w->timeout_ms ? w->timeout_ms : READY_MS);
 	w->took_ms = now_ms() - t0;
 	if (w->n > 0)
 		w->first = ev[0];
@@ -440,6 +441,7 @@ static void *epoll_waiter_main(void *p)
 static void epoll_waiter_start(struct epoll_waiter *w, int ep)
 {
 	w->ep = ep;
+	w->timeout_ms = 0;
 	CHECK(pthread_create(&w->thread, NULL, epoll_waiter_main, w) == 0, "pthread_create failed");
 	sleep_ms(50); /* asleep before the main thread waits too */
 }
@@ -529,6 +531,34 @@ static int joined_while_asleep(struct pair *p, struct flow *up, bool raw, const 
 	return ep;
 }
 
+/* The socket joins while the thread sleeps, and nothing comes: the wait
+ * (woken by the library's own set, with nothing for the app) ends at its
+ * timeout, not a whole timeout later. */
+#define JOINED_WAIT_MS 1000
+
+static void joined_idle_times_out(struct pair *p)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
+	struct epoll_waiter w;
+	int ep = epoll_create1(EPOLL_CLOEXEC), pfd[2];
+
+	CHECK(ep >= 0 && pipe(pfd) == 0, "epoll_create1 or pipe: %s", ERR);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &ev) == 0, "adding the pipe: %s", ERR);
+	w.timeout_ms = JOINED_WAIT_MS;
+	w.ep = ep;
+	CHECK(pthread_create(&w.thread, NULL, epoll_waiter_main, &w) == 0, "pthread_create failed");
+	sleep_ms(JOINED_WAIT_MS * 6 / 10);
+	ev.data.u64 = JOINED_TAG;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p->server, &ev) == 0, "adding the socket: %s", ERR);
+	pthread_join(w.thread, NULL);
+	CHECK(w.n == 0 && w.took_ms >= JOINED_WAIT_MS && w.took_ms < JOINED_WAIT_MS + 300,
+	      "a %d ms wait the socket joined, idle, returned %d after %lld ms", JOINED_WAIT_MS, w.n,
+	      w.took_ms);
+	close(pfd[0]);
+	close(pfd[1]);
+	close(ep);
+}
+
 static void case_epoll_joined_asleep(struct pair *p)
 {
 	struct flow up = { .seed = 8 };
@@ -536,6 +566,7 @@ static void case_epoll_joined_asleep(struct pair *p)
 	int second = joined_while_asleep(p, &up, false, "while another set keeps its record");
 	int third = joined_while_asleep(p, &up, true, "a set made by a raw system call");
 
+	joined_idle_times_out(p);
 	close(third);
 	close(second);
 	close(first);
@@ -637,6 +668,97 @@ static void case_epoll_rdhup(struct pair *p)
 	client_half_closes(p, ep);
 	server_half_closes(p, ep);
 	close(ep);
+}
+
+/* CPU time this thread used, in ms. */
+static long long thread_cpu_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A wait that must time out without spinning: at most half its time on the CPU. */
+static void expect_epoll_idle(int ep, const char *when)
+{
+	long long cpu = thread_cpu_ms();
+
+	expect_epoll_none(ep, when);
+	cpu = thread_cpu_ms() - cpu;
+	CHECK(cpu <= SHORT_MS / 2, "%s: the %d ms wait used %lld ms of CPU (it spun)", when, SHORT_MS,
+	      cpu);
+}
+
+/* Unread bytes on a socket watched without EPOLLIN (a paused connection:
+ * events 0, or EPOLLRDHUP alone) wake no one: the waits sleep.  The peer's
+ * half-close is still reported, level-triggered. */
+static void case_epoll_unwanted(struct pair *p)
+{
+	struct flow up = { 0, 0, 11 };
+	struct epoll_event ev[4];
+	int ep = epoll_with(p->server, 0), n;
+
+	flow_send(p->client, &up, 64);
+	wait_epoll_bits(p->server, EPOLLIN, "64 bytes sent");
+	expect_epoll_idle(ep, "64 unread bytes, events 0");
+	epoll_rearm(ep, p->server, EPOLLRDHUP);
+	expect_epoll_idle(ep, "64 unread bytes, EPOLLRDHUP only");
+	CHECK(shutdown(p->client, SHUT_WR) == 0, "shutdown: %s", ERR);
+	expect_epoll_exact(ep, p->server, EPOLLRDHUP, "the peer half-closed, EPOLLRDHUP only");
+	n = epoll_wait(ep, ev, 4, 0);
+	CHECK(n == 1 && ev[0].events == EPOLLRDHUP, "level-triggered: RDHUP again, got %d events 0x%x",
+	      n, n > 0 ? ev[0].events : 0);
+	flow_recv_exact(p->server, &up, 64);
+	CHECK(flow_read_once(p->server, &up, 64) == 0, "EOF expected after the 64 bytes");
+	close(ep);
+}
+
+/* poll() that must time out without spinning (nothing asked is ready). */
+static void expect_poll_idle(int fd, short events, const char *when)
+{
+	struct pollfd pfd = { fd, events, 0 };
+	long long cpu = thread_cpu_ms(), t0 = now_ms();
+	int n = poll(&pfd, 1, SHORT_MS);
+
+	CHECK(n == 0, "%s: poll returned %d (revents 0x%x), expected a timeout", when, n, pfd.revents);
+	CHECK(now_ms() - t0 >= SHORT_MS, "%s: poll timed out after %lld ms, before its %d ms", when,
+	      now_ms() - t0, SHORT_MS);
+	cpu = thread_cpu_ms() - cpu;
+	CHECK(cpu <= SHORT_MS / 2, "%s: the %d ms poll used %lld ms of CPU (it spun)", when, SHORT_MS,
+	      cpu);
+}
+
+/* The same with poll() and select(): events 0, POLLRDHUP alone, select's
+ * exceptfds alone; the half-close still ends a POLLRDHUP wait promptly. */
+static void case_poll_unwanted(struct pair *p)
+{
+	struct flow up = { 0, 0, 12 };
+	struct pollfd pfd = { p->server, POLLRDHUP, 0 };
+	struct timeval tv = { 0, SHORT_MS * 1000 };
+	long long t0, cpu;
+	fd_set ex;
+	int n;
+
+	flow_send(p->client, &up, 64);
+	wait_epoll_bits(p->server, EPOLLIN, "64 bytes sent");
+	expect_poll_idle(p->server, 0, "64 unread bytes, events 0");
+	expect_poll_idle(p->server, POLLRDHUP, "64 unread bytes, POLLRDHUP only");
+	FD_ZERO(&ex);
+	FD_SET(p->server, &ex);
+	cpu = thread_cpu_ms();
+	n = select(p->server + 1, NULL, NULL, &ex, &tv);
+	cpu = thread_cpu_ms() - cpu;
+	CHECK(n == 0, "select on exceptfds alone returned %d", n);
+	CHECK(cpu <= SHORT_MS / 2, "the %d ms select used %lld ms of CPU (it spun)", SHORT_MS, cpu);
+	CHECK(shutdown(p->client, SHUT_WR) == 0, "shutdown: %s", ERR);
+	t0 = now_ms();
+	n = poll(&pfd, 1, READY_MS);
+	CHECK(n == 1 && pfd.revents == POLLRDHUP, "the peer half-closed: poll returned %d, revents 0x%x",
+	      n, pfd.revents);
+	CHECK(now_ms() - t0 < PROMPT_MS, "the half-close took %lld ms to show", now_ms() - t0);
+	flow_recv_exact(p->server, &up, 64);
+	CHECK(flow_read_once(p->server, &up, 64) == 0, "EOF expected after the 64 bytes");
 }
 
 /* --- poll, ppoll, select, pselect through one interface ------------------ */
@@ -1227,6 +1349,7 @@ static const struct pair_case pair_cases[] = {
 	{ "select", case_select },	   { "pselect", case_pselect },
 	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
 	{ "epoll_mod_toggle", case_epoll_mod_toggle }, { "epoll_joined_asleep", case_epoll_joined_asleep },
+	{ "epoll_unwanted", case_epoll_unwanted }, { "poll_unwanted", case_poll_unwanted },
 };
 
 static int usage(void)
