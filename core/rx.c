@@ -280,11 +280,28 @@ static bool link_slot(struct sdp_conn *c, uint32_t *slot)
 	return true;
 }
 
+/* A held stream's bytes go over TCP until its climb's cut: a stream
+ * message before then comes from a peer that has not proven it holds the
+ * stream (the responder checks the asker's key only in its PROVE), or that
+ * breaks the climb's order.  It ends the attempt, never the stream
+ * (docs/upgrade.md, "Rogue peers"). */
+static bool held_stray(struct sdp_conn *c)
+{
+	if (c->phase != CONN_HELD)
+		return false;
+	if (c->climb.step != CLIMB_IDLE) {
+		sdp_warn("a message came on RDMA for a stream still on TCP, before its climb's cut; "
+			 "the attempt ends, the stream stays on TCP");
+		climb_link_lost(c, "a stream message before the climb's cut");
+	}
+	return true;
+}
+
 void rx_on_link_message(struct sdp_conn *c, const uint8_t *msg, uint32_t len)
 {
 	uint32_t slot;
 
-	if (!link_slot(c, &slot))
+	if (held_stray(c) || !link_slot(c, &slot))
 		return;
 	if (msg[0] == SDP_MID_DATA && len <= c->buf_size) {
 		/* The link's buffer goes back at once: the bytes wait here. */

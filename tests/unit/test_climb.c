@@ -600,6 +600,40 @@ static int test_fallback_counts_kernel_unsent(void)
 	       expect_kernel_unsent(c);
 }
 
+/* The server's held stream answered a REQ (CHAL out), from a peer that
+ * named the tuple but has not proven it holds the key (that comes with its
+ * PROVE).  Stream messages on the index then (an ABORT, one out of
+ * sequence) end the attempt: the stream stays held on TCP, not reset. */
+static int test_keyless_messages_move_nothing(void)
+{
+	struct sdp_conn *c = held_stream(true);
+	uint8_t msg[SDP_BSDH_SIZE + SDP_EXT_SIZE];
+	struct sdp_bsdh h = { .mid = SDP_MID_ABORT, .len = sizeof(msg), .mseq = 1, .mseq_ack = 0 };
+	struct sdp_ext x = { .a = ECONNRESET };
+	int ok = 1;
+
+	if (!req_arrives(c))
+		return 0;
+	sdp_bsdh_to_wire(&h, msg);
+	sdp_ext_to_wire(&x, msg + SDP_BSDH_SIZE);
+	for (int i = 0; i < 3; i++) { /* the first ends the attempt; the others find it over */
+		h.mseq = (uint32_t)(1 + 5 * i); /* out of sequence after the first */
+		sdp_bsdh_to_wire(&h, msg);
+		conn_lock(c);
+		rx_on_link_message(c, msg, sizeof(msg));
+		conn_unlock(c);
+	}
+	zcm_settle();
+	ok &= expect(c->phase == CONN_HELD, "the stream is still held");
+	ok &= expect(c->close_state == CLOSE_ACTIVE, "no abort");
+	ok &= expect(c->hard_error == 0, "no error for the app");
+	ok &= expect(c->climb.step == CLIMB_IDLE, "the attempt is over");
+	if (!ok)
+		printf("#   phase %s close_state %d hard_error %d step %d\n", conn_phase_name(c->phase),
+		       (int)c->close_state, c->hard_error, (int)c->climb.step);
+	return ok;
+}
+
 static const struct tap_case cases[] = {
 	{ "a PROVE that crosses the responder's give-up (CHAL out) is ignored, not a violation",
 	  test_prove_after_give_up },
@@ -621,6 +655,8 @@ static const struct tap_case cases[] = {
 	  test_held_counts_kernel_unsent },
 	{ "a stream that fell back, its socket not told yet: SIOCOUTQ counts the kernel's unsent bytes",
 	  test_fallback_counts_kernel_unsent },
+	{ "stream messages for a held stream before the asker proved its key end the attempt, "
+	  "never the stream", test_keyless_messages_move_nothing },
 };
 
 int main(void)
