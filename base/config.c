@@ -26,6 +26,7 @@ STORE_FN(debug_climb_lie, unsigned)
 STORE_FN(debug_holder_delay_ms, unsigned)
 STORE_FN(debug_adopt_delay_ms, unsigned)
 STORE_FN(debug_wait_gap_ms, unsigned)
+STORE_FN(debug_link_jobs_max, unsigned)
 STORE_FN(debug_accept_delay_ms, unsigned)
 STORE_FN(debug_orphan_delay_ms, unsigned)
 STORE_FN(debug_no_random, unsigned)
@@ -97,6 +98,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_DEBUG_HOLDER_DELAY_MS", 0, 10000, 0, store_debug_holder_delay_ms },
 	{ "SDPSHIM_DEBUG_ADOPT_DELAY_MS", 0, 10000, 0, store_debug_adopt_delay_ms },
 	{ "SDPSHIM_DEBUG_WAIT_GAP_MS", 0, 10000, 0, store_debug_wait_gap_ms },
+	{ "SDPSHIM_DEBUG_LINK_JOBS_MAX", 0, 1000000, 0, store_debug_link_jobs_max },
 	{ "SDPSHIM_DEBUG_ACCEPT_DELAY_MS", 0, 10000, 0, store_debug_accept_delay_ms },
 	{ "SDPSHIM_DEBUG_ORPHAN_DELAY_MS", 0, 10000, 0, store_debug_orphan_delay_ms },
 	{ "SDPSHIM_DEBUG_NO_RANDOM", 0, 1, 0, store_debug_no_random },

@@ -48,6 +48,8 @@ struct sdp_tunables {
 				      * (preload/fork_claim.c) */
 	unsigned debug_adopt_delay_ms; /* SDPSHIM_DEBUG_ADOPT_DELAY_MS: tests only, a connect
 				      * adopts its channel this late (preload/connect.c) */
+	unsigned debug_link_jobs_max; /* SDPSHIM_DEBUG_LINK_JOBS_MAX: tests only, the most sends a
+				       * link queues (0: its streams' credits' worth, core/link.c) */
 	unsigned debug_wait_gap_ms; /* SDPSHIM_DEBUG_WAIT_GAP_MS: tests only, a counted wait
 				      * keeps its stream's lock down this long before it
 				      * sleeps (core/app_wake.c) */

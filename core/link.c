@@ -132,6 +132,7 @@ struct sdp_link {
 	uint32_t wrs_free;
 	uint32_t tx_lseq, tx_peer_lack;
 	struct link_job *jobs, *jobs_tail;
+	uint32_t jobs_queued; /* in jobs: bounded (submit_locked) */
 
 	/* Streams. */
 	struct sdp_conn **streams;
@@ -546,6 +547,7 @@ static void drain_jobs(struct sdp_link *link)
 		struct link_job *j = link->jobs;
 
 		link->jobs = j->next;
+		link->jobs_queued--;
 		if (!link->jobs)
 			link->jobs_tail = NULL;
 		if (post_job(link, j) != 0) {
@@ -586,6 +588,19 @@ static void enqueue(struct sdp_link *link, struct link_job *j)
 	else
 		link->jobs = j;
 	link->jobs_tail = j;
+	link->jobs_queued++;
+}
+
+/* The most sends a link queues.  An honest peer's credits come back as its
+ * progress takes messages in, whatever its apps do: a queue holds at most
+ * each stream's data within its stream credits, and a few controls each.
+ * One that never returns them, and makes us answer (OPENs, REQs), would
+ * grow the queue for as long as it talks: the link fails instead. */
+static uint32_t jobs_max(const struct sdp_link *link)
+{
+	if (sdp_tun.debug_link_jobs_max)
+		return sdp_tun.debug_link_jobs_max;
+	return link->streams_max * (sdp_tun.buf_count + 8u) + 1024u;
 }
 
 /* Submits a job: posted at once if nothing waits and there is room. */
@@ -597,6 +612,13 @@ static struct link_job *submit_locked(struct sdp_link *link, struct link_job *j,
 {
 	*rc = 0;
 	if (link->state == LINK_FAILED || link->state == LINK_CLOSING) {
+		*rc = -EPIPE;
+		return j;
+	}
+	if (link->jobs && link->jobs_queued >= jobs_max(link)) {
+		sdp_warn("a linked peer takes no more messages (%u sends queued, its link credits never "
+			 "come back); the link fails", link->jobs_queued);
+		link_fail_locked(link, "the peer takes no more messages");
 		*rc = -EPIPE;
 		return j;
 	}
@@ -879,6 +901,7 @@ static void maybe_destroy_locked(struct sdp_link *link)
 		job_release(j);
 	}
 	link->jobs_tail = NULL;
+	link->jobs_queued = 0;
 	if (progress_defer(destroy_on_progress, link) != 0)
 		sdp_error("cannot queue a link's teardown: out of memory (link leaked)");
 }
@@ -1037,6 +1060,7 @@ static uint32_t purge_jobs_of(struct sdp_link *link, struct sdp_conn *c, uint64_
 			continue;
 		}
 		*pp = j->next;
+		link->jobs_queued--;
 		if (ids && n == cap) {
 			uint64_t *more = realloc(*ids, (cap = cap ? cap * 2 : 16) * sizeof(**ids));
 			if (more)

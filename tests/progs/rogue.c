@@ -76,6 +76,10 @@
  *       listen mode's lie ("mseq_lie ..." lines): a forger's
  *       violation while the server may be binding its channel to a stranger's
  *       TCP connection.
+ *       --lie withhold-lack (with --link): every link header acknowledges
+ *       nothing (lack 0), no CREDIT goes back, and the rogue sends whatever
+ *       the peer's link credits say: the peer's answers to its OPENs can only
+ *       queue.
  *
  *   rogue peer --to ADDR:PORT --lie LIE [--bytes N] [--offer src|sink] [--offset-delta D]
  *              [--stack K] [--src-len L] [--after-ms MS] [--disconnect-at acked|posted|first]
@@ -217,13 +221,14 @@
 enum attach_mode { ATTACH_AFTER_COMMIT, ATTACH_EARLY, ATTACH_NEVER };
 
 /* listen --lie: what the rogue server tells a client (released-oob: its link). */
-enum listen_lie { LLIE_NONE, LLIE_RELEASED_OOB, LLIE_BAD_MSEQ };
+enum listen_lie { LLIE_NONE, LLIE_RELEASED_OOB, LLIE_BAD_MSEQ, LLIE_WITHHOLD_LACK };
 
 static const char *listen_lie_name(enum listen_lie lie)
 {
 	switch (lie) {
 	case LLIE_RELEASED_OOB: return "released-oob";
 	case LLIE_BAD_MSEQ:     return "bad-mseq";
+	case LLIE_WITHHOLD_LACK: return "withhold-lack";
 	default:                return "none";
 	}
 }
@@ -610,6 +615,8 @@ static uint32_t link_credits(const struct rconn *c)
 {
 	uint32_t out = c->l_tx - c->l_peer_lack;
 
+	if (opt.lie == LLIE_WITHHOLD_LACK)
+		return 1u << 20; /* the liar sends whatever the peer's credits say */
 	return out >= c->l_peer_bufs ? 0 : c->l_peer_bufs - out;
 }
 
@@ -620,7 +627,8 @@ static int link_post(struct rconn *c, const struct lmsg *m)
 	unsigned slot = c->tx_next++ % c->tx_slots;
 	uint8_t *buf = c->tx_mem + (size_t)slot * CTRL_SLOT_SIZE;
 	uint32_t len = (uint32_t)SDP_LH_SIZE + m->len;
-	struct sdp_lh h = { .kind = m->kind, .stream = m->stream, .len = len, .lack = c->l_rx };
+	struct sdp_lh h = { .kind = m->kind, .stream = m->stream, .len = len,
+			    .lack = opt.lie == LLIE_WITHHOLD_LACK ? 0 : c->l_rx };
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = c->tx_mr->lkey };
 	struct ibv_send_wr wr = {
 		.wr_id = SEND_TAG | ((uint64_t)m->stream << 16) | ((uint64_t)m->mid << 8) | slot,
@@ -677,7 +685,8 @@ static void maybe_link_credit(struct rconn *c)
 	uint32_t unadvertised = c->l_rx - c->l_lack_sent;
 	struct lmsg m = { .kind = SDP_LINK_CREDIT, .mid = 0xe0 | SDP_LINK_CREDIT };
 
-	if (!c->link || !c->established || c->destroy || !unadvertised)
+	if (!c->link || !c->established || c->destroy || !unadvertised ||
+	    opt.lie == LLIE_WITHHOLD_LACK)
 		return;
 	if (!c->l_starving && unadvertised < (c->rx_count + 1) / 2 && c->rx_count - unadvertised > 2)
 		return;
@@ -1622,7 +1631,7 @@ static void usage(void)
 		"       rogue hello --to ADDR:PORT --src-port N [--src-addr A] [--count K]\n"
 		"                   [--link [--streams S] [--stream-index I]]\n"
 		"                   [--buf-count C] [--buf-size S] [--no-commit] [--hold SECONDS]\n"
-		"                   [--lie bad-mseq] [--v1] [--log FILE]\n"
+		"                   [--lie bad-mseq|withhold-lack] [--v1] [--log FILE]\n"
 		"       rogue peer --to ADDR:PORT --lie none|never-answer-cancel|false-wrcompl|\n"
 		"                  wrong-offset|stacked-srcavail|abort-disconnect|\n"
 		"                  (with --link:) open-dup-index|open-index-oob|bad-lseq|bad-lack|\n"
@@ -1769,6 +1778,8 @@ static bool peer_option(int o, const char *arg)
 			opt.lie = listen_lie_from_name(arg);
 		else if (strcmp(mode, "hello") == 0 && strcmp(arg, "bad-mseq") == 0)
 			opt.lie = LLIE_BAD_MSEQ;
+		else if (strcmp(mode, "hello") == 0 && strcmp(arg, "withhold-lack") == 0)
+			opt.lie = LLIE_WITHHOLD_LACK;
 		else if (strcmp(mode, "peer") == 0)
 			popt.lie = lie_from_name(arg);
 		else
@@ -1842,7 +1853,8 @@ static void check_mode_options(void)
 		usage();
 	if (strcmp(mode, "hello") == 0 && !opt.src_port)
 		usage();
-	if (!opt.link && (opt.lie == LLIE_RELEASED_OOB || opt.streams != 1 || index_given ||
+	if (!opt.link && (opt.lie == LLIE_RELEASED_OOB || opt.lie == LLIE_WITHHOLD_LACK ||
+			  opt.streams != 1 || index_given ||
 			  popt.second_pending || peer_lie_needs_link(popt.lie))) {
 		fprintf(stderr, "rogue %s: --streams, --stream-index, --second-pending and link lies "
 			"need --link\n", mode);

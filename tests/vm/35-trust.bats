@@ -792,6 +792,38 @@ honest_connects() {
   [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
 }
 
+# A peer that acknowledges nothing (its link headers' lack stays 0, no
+# CREDIT) while it keeps asking: every answer the server owes it can only
+# queue behind link credits that never come back.  The queue is bounded
+# (a small SDPSHIM_DEBUG_LINK_JOBS_MAX stands for the default, its streams'
+# credits' worth): the link fails, once, and the server lives on.
+@test "[link] a linked peer that returns no link credits and sends 64 OPENs: the server's queue of answers stays bounded, the link fails with one diagnostic, and an honest client then gets RDMA" {
+  local port src=0 hrc=0
+  link_mode link
+  port=$(free_port)
+  start_bg server env SDPSHIM_DEBUG_LINK_JOBS_MAX=32 timeout -k 5 120 \
+    "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
+  wait_port "$RXE_IP" "$port"
+  rogue_start rogue hello --to "$RXE_IP:$port" --src-port 2000 --link --streams 64 --no-commit \
+    --hold 120 --lie withhold-lack
+  wait_for_line "$T/server.log" 'takes no more messages' 60 || true
+  rogue_stop rogue || true
+  honest_connects "$port" honest || hrc=$?
+  wait_bg server || src=$?
+  show "rogue (64 OPENs, no credits back):" "$(grep -vE '^(open_sent|open_ack|open_nak) ' "$T/rogue.log" | head -12)" \
+       "open answers the rogue got: $(grep -cE '^open_(ack|nak) ' "$T/rogue.log")" "$(rogue_summary rogue)" \
+       "honest client (rc=$hrc): $(tr '\n' ' ' <"$T/honest.out")" \
+       "server (rc=$src):" "$(bg_log server | tail -6)" "$(stats_lines "$STATS")"
+  grep -q 'uid=65534' "$T/rogue.log"
+  grep -q '^established conn=0 link=1 ' "$T/rogue.log"
+  [ "$(grep -c 'a linked peer takes no more messages' "$T/server.log")" -eq 1 ]
+  [ "$(grep -cE '^open_(ack|nak) ' "$T/rogue.log")" -lt 64 ]
+  [ "$hrc" -eq 0 ]
+  grep -qE '^conn 1 connect_ms=.* ok$' "$T/honest.out"
+  [ "$src" -eq 0 ]
+  [ "$(stats_lines "$STATS" role=client comm=connects path=rdma reason=none | wc -l)" -eq 1 ]
+}
+
 @test "[link] a local user opens a stream on a process's rendezvous port (docs/upgrade.md, \"Fork\"): OPEN_NAK tuple, no stream; the process's own stream stays on RDMA, echo checked" {
   local port sport rdv src=0 crc=0
   link_mode link
