@@ -214,17 +214,35 @@ SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 /* Gate open: libc's wait.  No shadow set existed when it began; one made
  * while it slept closes the gate first, and may have woken it: then its
  * events are looked at again (rdy_epoll_after_plain), so the app never
- * sees the library's own. */
-static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
-			    const sigset_t *sigmask)
+ * sees the library's own, and it waits on for what is left of its timeout
+ * (start_ns: when it began; 0, not read: the whole timeout again). */
+static inline int epoll_pwait_plain(int epfd, struct epoll_event *events, int maxevents,
+				    int timeout, const sigset_t *sigmask, long long start_ns)
 {
-	long long start_ns = timeout > 0 ? mono_ns() : 0; /* for what is left after a wake-up */
 	int n = real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 
 	if (likely(n <= 0 || gate_open(GATE_EPOLL_WAIT)))
 		return n;
 	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ms_ns(timeout), start_ns,
 				     sigmask);
+}
+
+static __attribute__((noinline)) int epoll_pwait_timed(int epfd, struct epoll_event *events,
+							int maxevents, int timeout,
+							const sigset_t *sigmask)
+{
+	return epoll_pwait_plain(epfd, events, maxevents, timeout, sigmask, mono_ns());
+}
+
+/* The clock is read only once the process has made a shadow set: one that
+ * stays on TCP pays nothing for it, and a wake-up by its first shadow
+ * waits the whole timeout again. */
+static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
+			    const sigset_t *sigmask)
+{
+	if (atomic_load_explicit(&rdy_shadow_births, memory_order_relaxed) && timeout > 0)
+		return epoll_pwait_timed(epfd, events, maxevents, timeout, sigmask);
+	return epoll_pwait_plain(epfd, events, maxevents, timeout, sigmask, 0);
 }
 
 /* epoll_wait is epoll_pwait with no signal mask. */

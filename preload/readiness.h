@@ -60,11 +60,14 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
  * in the links whose CQ arm is put off. */
 int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			 const sigset_t *sigmask);
+/* Shadow sets made so far in this process (readiness_epoll.c). */
+extern _Atomic unsigned rdy_shadow_births;
+
 /* The n > 0 events of a kernel wait on epfd that began before epfd had a
  * shadow set and may have been woken by it: the library's events are
  * taken out and translated; if none is left, the wait goes on for what is
  * left of its timeout (start_ns: CLOCK_MONOTONIC when it began, read only
- * for a timeout above 0). */
+ * for a timeout above 0; 0 if not read: the whole timeout again). */
 int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxevents,
 			  long long timeout_ns, long long start_ns, const sigset_t *sigmask);
 

@@ -141,15 +141,15 @@ void rdy_epoll_forget(int epfd)
 
 /* Shadows made so far: a plain wait that saw this move while it slept may
  * have been woken by one (rdy_epoll_after_plain). */
-static _Atomic unsigned shadow_births;
+_Atomic unsigned rdy_shadow_births;
 
-/* The n events of a plain wait on epfd that began when shadow_births was
+/* The n events of a plain wait on epfd that began when rdy_shadow_births was
  * births: looked at again if a shadow was made meanwhile. */
 static int after_plain_if_born(unsigned births, int epfd, struct epoll_event *events, int n,
 			       int maxevents, long long timeout_ns, long long start_ns,
 			       const sigset_t *sigmask)
 {
-	if (atomic_load(&shadow_births) == births)
+	if (atomic_load(&rdy_shadow_births) == births)
 		return n;
 	return rdy_epoll_after_plain(epfd, events, n, maxevents, timeout_ns, start_ns, sigmask);
 }
@@ -201,7 +201,7 @@ static int ensure_shadow(struct sdp_epoll *ep)
 	if (ep->shadow_fd < 0)
 		return -errno;
 	gate_hold(GATE_EPOLL_WAIT); /* before the shadow can wake an epoll_wait */
-	atomic_fetch_add(&shadow_births, 1);
+	atomic_fetch_add(&rdy_shadow_births, 1);
 	if (real.epoll_ctl(ep->epfd, EPOLL_CTL_ADD, ep->shadow_fd, &ev) != 0) {
 		int err = -errno;
 		progress_close_hidden(ep->shadow_fd);
@@ -1034,7 +1034,7 @@ static void sleep_over(void *sleeps)
 int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			 const sigset_t *sigmask)
 {
-	unsigned births = atomic_load(&shadow_births);
+	unsigned births = atomic_load(&rdy_shadow_births);
 	bool sleeps = timeout_ns != 0;
 	long long start_ns = timeout_ns > 0 ? rdy_mono_ns() : 0;
 	int n, saved;
@@ -1084,7 +1084,7 @@ int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxev
 	errno = saved;
 	if (n != 0 || timeout_ns == 0)
 		return n;
-	if (timeout_ns > 0) {
+	if (timeout_ns > 0 && start_ns) { /* 0: not read (hooks_poll.c, epoll_pwait_open) */
 		timeout_ns -= rdy_mono_ns() - start_ns;
 		if (timeout_ns <= 0)
 			return 0; /* its timeout is over */
@@ -1095,7 +1095,7 @@ int rdy_epoll_after_plain(int epfd, struct epoll_event *events, int n, int maxev
 int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		   const sigset_t *sigmask)
 {
-	unsigned births = atomic_load(&shadow_births);
+	unsigned births = atomic_load(&rdy_shadow_births);
 	struct sdp_epoll *ep = NULL;
 	int n, saved;
 
