@@ -42,6 +42,7 @@ struct sdp_epoll {
 	bool shared;           /* a forked child holds epfd too: never defer */
 	bool born_here;        /* recorded at epoll_create: every nesting and fork of it seen */
 	unsigned kernel_skips; /* answers from user space since the kernel was last asked */
+	_Atomic unsigned list_turns; /* waits of room 1 with a ready list (kernel_room) */
 	bool kick_spent;       /* the shadow's kick was reported (shadow_kick) */
 };
 
@@ -836,11 +837,26 @@ static int kernel_wait(struct sdp_epoll *counted_in, int epfd, struct epoll_even
 	return n;
 }
 
+/* The part of maxevents a wait that does not sleep (a ready list to
+ * report) gives the kernel: never all of it, or fds the kernel keeps ready
+ * would fill it every time and starve the listed channels.  Half at most;
+ * with a room of one, every other wait is the list's alone (0). */
+static int kernel_room(struct sdp_epoll *ep, int maxevents)
+{
+	int listed = atomic_load(&ep->ready_count);
+
+	if (listed <= 0)
+		return maxevents;
+	if (maxevents == 1)
+		return atomic_fetch_add(&ep->list_turns, 1) % 2 ? 0 : 1;
+	return maxevents - (listed < maxevents / 2 ? listed : maxevents / 2);
+}
+
 static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events, int maxevents,
 		     int timeout_ms, const sigset_t *sigmask, bool *timed_out)
 {
 	bool counted = timeout_ms != 0, look;
-	int n, total;
+	int n, total, room = maxevents;
 
 	if (counted)
 		conn_sleep_begin_any(); /* its take-in is listed just below */
@@ -855,7 +871,11 @@ static int wait_once(struct sdp_epoll *ep, int epfd, struct epoll_event *events,
 		if (atomic_load(&ep->ready_count) > 0)
 			timeout_ms = 0;
 	}
-	n = kernel_wait(counted ? ep : NULL, epfd, events, maxevents, timeout_ms, sigmask);
+	if (timeout_ms == 0 && (room = kernel_room(ep, maxevents)) == 0)
+		n = 0; /* the ready list's turn */
+	else
+		n = kernel_wait(counted ? ep : NULL, epfd, events, timeout_ms ? maxevents : room,
+				timeout_ms, sigmask);
 	if (counted)
 		sleeper_gone(ep);
 	*timed_out = n == 0 && (timeout_ms != 0 || !counted);

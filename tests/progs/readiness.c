@@ -761,6 +761,63 @@ static void case_poll_unwanted(struct pair *p)
 	CHECK(flow_read_once(p->server, &up, 64) == 0, "EOF expected after the 64 bytes");
 }
 
+/* A set where a pipe is always readable, asked with maxevents 1: the
+ * socket's data must still be reported in turn (the kernel puts a reported
+ * level-triggered fd at the back of its list), never starved.  The data
+ * comes while the thread loops in epoll_wait (so that the thread itself
+ * may take it in), or while no one waits. */
+#define STARVE_ROUNDS 40
+
+static int starve_count(int ep, struct pair *p, struct flow *up, bool while_waiting)
+{
+	struct send_job job = { p->client, up, 100 };
+	struct later later;
+	struct epoll_event out;
+	int seen = 0, after = -1;
+	long long t0 = now_ms();
+
+	if (while_waiting)
+		later_start(&later, send_job_run, &job);
+	else
+		send_job_run(&job);
+	for (int i = 0; after >= 0 ? i - after < STARVE_ROUNDS : now_ms() - t0 < READY_MS; i++) {
+		int n = epoll_wait(ep, &out, 1, READY_MS);
+
+		CHECK(n == 1, "wait %d: epoll_wait returned %d", i, n);
+		if (out.data.u64 == 2 && after < 0)
+			after = i;
+		seen += out.data.u64 == 2;
+	}
+	if (while_waiting)
+		later_join(&later);
+	flow_recv_exact(p->server, up, 100);
+	return after < 0 ? -1 : seen;
+}
+
+static void case_epoll_starve(struct pair *p)
+{
+	struct flow up = { .seed = 13 };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
+	int ep = epoll_create1(EPOLL_CLOEXEC), pfd[2];
+
+	CHECK(ep >= 0 && pipe(pfd) == 0, "epoll_create1 or pipe: %s", ERR);
+	CHECK(write(pfd[1], "x", 1) == 1, "write to the pipe: %s", ERR);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &ev) == 0, "adding the pipe: %s", ERR);
+	ev.data.u64 = 2;
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p->server, &ev) == 0, "adding the socket: %s", ERR);
+	for (int round = 0; round < 4; round++) {
+		int seen = starve_count(ep, p, &up, round % 2 == 0);
+
+		CHECK(seen >= STARVE_ROUNDS / 4,
+		      "round %d: the readable socket was reported %d times in the %d waits of "
+		      "maxevents 1 after its first report, beside an always readable pipe",
+		      round, seen, STARVE_ROUNDS);
+	}
+	close(pfd[0]);
+	close(pfd[1]);
+	close(ep);
+}
+
 /* --- poll, ppoll, select, pselect through one interface ------------------ */
 
 enum wait_api { API_POLL, API_PPOLL, API_SELECT, API_PSELECT };
@@ -1350,6 +1407,7 @@ static const struct pair_case pair_cases[] = {
 	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
 	{ "epoll_mod_toggle", case_epoll_mod_toggle }, { "epoll_joined_asleep", case_epoll_joined_asleep },
 	{ "epoll_unwanted", case_epoll_unwanted }, { "poll_unwanted", case_poll_unwanted },
+	{ "epoll_starve", case_epoll_starve },
 };
 
 static int usage(void)

@@ -202,6 +202,7 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_watchers over RDMA: poll on the set, on the socket, a second set, beside an epoll_wait thread" { readiness_rdma epoll_watchers; }
 @test "readiness epoll_unwanted over RDMA: unread bytes on a socket watched without EPOLLIN (events 0, EPOLLRDHUP alone) wake no one, and the half-close is still reported" { readiness_rdma epoll_unwanted; }
 @test "readiness poll_unwanted over RDMA: the same with poll() (events 0, POLLRDHUP alone) and select() (exceptfds alone)" { readiness_rdma poll_unwanted; }
+@test "readiness epoll_starve over RDMA: a readable socket listed by the library is reported in turn beside an always readable pipe, with maxevents 1" { readiness_rdma epoll_starve; }
 @test "readiness poll over RDMA" { readiness_rdma poll; }
 @test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
 @test "readiness select over RDMA" { readiness_rdma select; }
