@@ -73,6 +73,18 @@ void gate_route(enum sdp_gate g, bool open)
 	}
 }
 
+/* A timeout the kernel refuses (EINVAL): negative, or nanoseconds past a
+ * second.  The library's own waits would take it for "forever". */
+static bool timespec_bad(const struct timespec *ts)
+{
+	return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000L);
+}
+
+static bool timeval_bad(const struct timeval *tv)
+{
+	return tv && (tv->tv_sec < 0 || tv->tv_usec < 0); /* microseconds past 1e6 carry over */
+}
+
 static long long timespec_ns(const struct timespec *ts)
 {
 	return ts ? (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec : -1;
@@ -102,6 +114,10 @@ static SLOW int poll_slow(struct pollfd *fds, nfds_t nfds, const struct timespec
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.ppoll(fds, nfds, ts, sigmask);
+	if (timespec_bad(ts)) {
+		errno = EINVAL;
+		return -1;
+	}
 	return rdy_poll(fds, nfds, timespec_ns(ts), sigmask);
 }
 
@@ -146,6 +162,10 @@ static SLOW int select_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.select(nfds, rd, wr, ex, tv);
+	if (timeval_bad(tv)) {
+		errno = EINVAL;
+		return -1;
+	}
 	ns = tv ? (long long)tv->tv_sec * 1000000000LL + (long long)tv->tv_usec * 1000 : -1;
 	return rdy_select(nfds, rd, wr, ex, ns, NULL, tv);
 }
@@ -161,6 +181,10 @@ static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.pselect(nfds, rd, wr, ex, ts, sigmask);
+	if (timespec_bad(ts)) {
+		errno = EINVAL;
+		return -1;
+	}
 	return rdy_select(nfds, rd, wr, ex, timespec_ns(ts), sigmask, NULL);
 }
 

@@ -146,6 +146,7 @@ readiness_case() {   # readiness_case CASE
 @test "readiness epoll_unwanted under the shim: unread bytes on a socket watched without EPOLLIN wake no one" { readiness_case epoll_unwanted; }
 @test "readiness poll_unwanted under the shim: the same with poll() and select()" { readiness_case poll_unwanted; }
 @test "readiness epoll_starve under the shim: a readable socket is reported in turn beside an always readable pipe, with maxevents 1" { readiness_case epoll_starve; }
+@test "readiness bad_timeout under the shim: ppoll, pselect and select refuse a timeout the kernel refuses" { readiness_case bad_timeout; }
 @test "readiness poll under the shim" { readiness_case poll; }
 @test "readiness ppoll under the shim" { readiness_case ppoll; }
 @test "readiness select under the shim" { readiness_case select; }

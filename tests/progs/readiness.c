@@ -818,6 +818,38 @@ static void case_epoll_starve(struct pair *p)
 	close(ep);
 }
 
+/* Timeouts the kernel refuses are refused (EINVAL) at once, never taken
+ * for "wait forever": ppoll and pselect with a negative time or
+ * nanoseconds past a second, select with a negative time. */
+static void expect_einval(int rc, long long t0, const char *what)
+{
+	CHECK(rc == -1 && errno == EINVAL, "%s: returned %d (%s), expected EINVAL", what, rc,
+	      rc < 0 ? ERR : "no error");
+	CHECK(now_ms() - t0 < PROMPT_MS, "%s: took %lld ms", what, now_ms() - t0);
+}
+
+static void case_bad_timeout(struct pair *p)
+{
+	static const struct timespec bad_ts[] = { { -1, 0 }, { 0, -1 }, { 0, 1000000000L } };
+	struct pollfd pfd = { p->server, POLLIN, 0 };
+	struct timeval tv = { -1, 0 };
+	fd_set r;
+	long long t0;
+
+	for (size_t i = 0; i < sizeof(bad_ts) / sizeof(bad_ts[0]); i++) {
+		t0 = now_ms();
+		expect_einval(ppoll(&pfd, 1, &bad_ts[i], NULL), t0, "ppoll");
+		FD_ZERO(&r);
+		FD_SET(p->server, &r);
+		t0 = now_ms();
+		expect_einval(pselect(p->server + 1, &r, NULL, NULL, &bad_ts[i], NULL), t0, "pselect");
+	}
+	FD_ZERO(&r);
+	FD_SET(p->server, &r);
+	t0 = now_ms();
+	expect_einval(select(p->server + 1, &r, NULL, NULL, &tv), t0, "select");
+}
+
 /* --- poll, ppoll, select, pselect through one interface ------------------ */
 
 enum wait_api { API_POLL, API_PPOLL, API_SELECT, API_PSELECT };
@@ -1407,7 +1439,7 @@ static const struct pair_case pair_cases[] = {
 	{ "mixed", case_mixed },		   { "epoll_watchers", case_epoll_watchers },
 	{ "epoll_mod_toggle", case_epoll_mod_toggle }, { "epoll_joined_asleep", case_epoll_joined_asleep },
 	{ "epoll_unwanted", case_epoll_unwanted }, { "poll_unwanted", case_poll_unwanted },
-	{ "epoll_starve", case_epoll_starve },
+	{ "epoll_starve", case_epoll_starve }, { "bad_timeout", case_bad_timeout },
 };
 
 static int usage(void)

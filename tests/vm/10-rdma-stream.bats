@@ -203,6 +203,7 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness epoll_unwanted over RDMA: unread bytes on a socket watched without EPOLLIN (events 0, EPOLLRDHUP alone) wake no one, and the half-close is still reported" { readiness_rdma epoll_unwanted; }
 @test "readiness poll_unwanted over RDMA: the same with poll() (events 0, POLLRDHUP alone) and select() (exceptfds alone)" { readiness_rdma poll_unwanted; }
 @test "readiness epoll_starve over RDMA: a readable socket listed by the library is reported in turn beside an always readable pipe, with maxevents 1" { readiness_rdma epoll_starve; }
+@test "readiness bad_timeout over RDMA: ppoll, pselect and select refuse a timeout the kernel refuses (EINVAL), never wait forever" { readiness_rdma bad_timeout; }
 @test "readiness poll over RDMA" { readiness_rdma poll; }
 @test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
 @test "readiness select over RDMA" { readiness_rdma select; }
