@@ -22,7 +22,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "base/thread.h"
-#include "core/progress.h" /* progress_hide_fd(), progress_close_hidden() */
+#include "core/progress.h" /* progress_hide_fd(), progress_close_hidden(), progress_now_ms() */
 #include "preload/exit_flush.h"
 #include "preload/fork_handoff.h"
 #include "preload/fork_handoff_wire.h"
@@ -215,12 +215,38 @@ void handoff_note_on_tcp(struct sdp_sock *s)
 
 /* Moves s's stream to TCP for its sharers (the move writes ON_TCP); one
  * that cannot move is lost to them.  True if it moved. */
-static bool move_for_sharers(struct sdp_sock *s)
+static uint64_t switch_deadline(void)
 {
-	if (sock_switch_one_to_tcp(s))
+	return progress_now_ms() + sdp_tun.switch_timeout_ms;
+}
+
+static bool move_for_sharers_by(struct sdp_sock *s, uint64_t deadline_ms)
+{
+	if (sock_switch_one_to_tcp(s, deadline_ms))
 		return true;
 	set_state(s, HANDOFF_LOST);
 	return false;
+}
+
+/* Bounded by SDPSHIM_SWITCH_TIMEOUT_MS. */
+static bool move_for_sharers(struct sdp_sock *s)
+{
+	return move_for_sharers_by(s, switch_deadline());
+}
+
+/* The exit's moves share one bound: each waiting a whole
+ * SDPSHIM_SWITCH_TIMEOUT_MS, K streams whose peers do not answer kept
+ * exit() for K times that.  Set by the first. */
+static uint64_t exit_moves_deadline;
+static pid_t exit_moves_pid; /* whose exit set it (a child forked meanwhile has its own) */
+
+static bool move_for_sharers_at_exit(struct sdp_sock *s)
+{
+	if (exit_moves_pid != getpid()) {
+		exit_moves_pid = getpid();
+		exit_moves_deadline = switch_deadline();
+	}
+	return move_for_sharers_by(s, exit_moves_deadline);
 }
 
 /* ---- orphans: closed here while a sharer may still use them ---- */
@@ -819,7 +845,7 @@ static void stamp_for_fork(int fd, void *obj, void *ctx)
 		return;
 	}
 	if (!ensure_server() || slots_used == HANDOFF_SLOTS) {
-		sock_switch_one_to_tcp(s); /* as SDPSHIM_FORK=switch */
+		sock_switch_one_to_tcp(s, switch_deadline()); /* as SDPSHIM_FORK=switch */
 		return;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -958,7 +984,7 @@ bool handoff_at_exit(struct sdp_sock *s)
 	pthread_mutex_unlock(&share_lock);
 	if (!shared)
 		return false;
-	if (!move_for_sharers(s))
+	if (!move_for_sharers_at_exit(s))
 		sdp_warn("fd %d: a stream shared with a child could not move to TCP within %u ms at "
 			 "exit; the child's socket fails", s->primary_fd, sdp_tun.switch_timeout_ms);
 	return true;
@@ -972,7 +998,7 @@ void handoff_orphans_at_exit(void)
 		struct sdp_sock *s = orphans[i];
 
 		if (sharer_in_forks(s->handoff_seq, s->handoff_last))
-			move_for_sharers(s);
+			move_for_sharers_at_exit(s);
 		exit_flush_note_progress();
 	}
 	pthread_mutex_unlock(&share_lock);

@@ -233,7 +233,7 @@ static bool wait_moved(struct sdp_sock *s, struct sdp_conn *c, uint64_t deadline
 	return true;
 }
 
-bool sock_switch_one_to_tcp(struct sdp_sock *s)
+bool sock_switch_one_to_tcp(struct sdp_sock *s, uint64_t deadline_ms)
 {
 	struct sdp_conn *c = sock_conn_get(s);
 	bool moved;
@@ -241,7 +241,7 @@ bool sock_switch_one_to_tcp(struct sdp_sock *s)
 	if (!c)
 		return true;
 	conn_switch_begin(c, SDP_REASON_FORKED);
-	moved = wait_moved(s, c, progress_now_ms() + sdp_tun.switch_timeout_ms);
+	moved = wait_moved(s, c, deadline_ms);
 	conn_put(c);
 	return moved;
 }

@@ -26,9 +26,9 @@ struct sdp_conn *sock_conn_get(struct sdp_sock *s);
  * FD_CLOEXEC): move each stream to plain TCP, so the other process image
  * inherits kernel sockets.  Bounded by SDPSHIM_SWITCH_TIMEOUT_MS. */
 void sock_switch_all_to_tcp(bool only_inheritable);
-/* The owner moves one stream to TCP (reason forked), bounded by
- * SDPSHIM_SWITCH_TIMEOUT_MS; true if it is on kernel TCP now. */
-bool sock_switch_one_to_tcp(struct sdp_sock *s);
+/* The owner moves one stream to TCP (reason forked), waiting until
+ * deadline_ms (progress_now_ms()); true if it is on kernel TCP now. */
+bool sock_switch_one_to_tcp(struct sdp_sock *s, uint64_t deadline_ms);
 /* s->lock held, s inherited on RDMA: its owner moved the stream to TCP,
  * and this process now uses the kernel socket (path tcp, reason forked),
  * never touching the owner's channel. */

@@ -302,3 +302,33 @@ assert_stayed_on_rdma() {
   [ -z "$bad" ]
 }
 
+@test "a server that exits while its forked child holds 3 streams whose peers do not answer: the exit's moves to TCP share one SDPSHIM_SWITCH_TIMEOUT_MS, not one each" {
+  local port i ms t0 pids src=0
+  port=$(free_port)
+  start_bg server timeout -k 5 120 env SDPSHIM_SWITCH_TIMEOUT_MS=2000 "${PRE[@]}" "$PY" -S \
+    "$BATS_TEST_DIRNAME/forkexit.py" server "$RXE_IP" "$port" "$T" 3
+  wait_for_line "$T/server.log" '^forkexit: listening$' 30
+  for i in 1 2 3; do
+    start_bg "client$i" timeout -k 5 120 "${PRE[@]}" "$PROGS/connects" -c "$RXE_IP" -p "$port" \
+      -n 1 -b 16384 -w "$T/release"
+    wait_for_line "$T/client$i.log" '^holding' 60
+  done
+  wait_for_line "$T/server.log" '^forkexit: echoed 3$' 30
+  pids=$(pgrep -x connects | tr '\n' ' ')
+  kill -STOP $pids   # the peers answer no SWITCH now
+  t0=$(now_ms)
+  touch "$T/go"
+  wait_bg server || src=$?
+  ms=$(( $(now_ms) - t0 ))
+  kill -CONT $pids
+  touch "$T/release" "$T/done"
+  for i in 1 2 3; do wait_bg "client$i" || true; done
+  show "the server's exit took $ms ms (rc=$src)" "$(bg_log server)" "$(stats_lines "$STATS")"
+  [ "$src" -eq 0 ]
+  grep -q '^forkexit: exiting$' "$T/server.log"
+  # Each client's stream was on RDMA, and followed the move once it ran again.
+  [ "$(stats_lines "$STATS" role=client comm=connects reason=forked | wc -l)" -eq 3 ]
+  # One 2 s bound for the three moves, and a margin; a bound each is 6 s and more.
+  [ "$ms" -lt 4500 ]
+}
+
