@@ -4,7 +4,9 @@ pattern(tag, seed, size): SIZE bytes of a SHA-256 chain that starts at
 "TAG SEED", so each connection's bytes are its own and any loss, duplicate,
 reorder or stranger's byte shows in a comparison.
 
-accept_one(tag, host, port, rcvbuf=0): a plain TCP listener (with that
+listen_on(tag, host, port, backlog=1, rcvbuf=0): a listening socket on
+HOST:PORT (SO_REUSEADDR, that receive buffer if given); prints "TAG:
+listening".  accept_one(tag, host, port, rcvbuf=0): a plain TCP listener (with that
 receive buffer, if given); prints "TAG: listening", accepts one
 connection, prints "TAG: accepted" and returns it.  small_window_accept
 is the same with a 4 KiB receive buffer (so a writer that is not read
@@ -38,14 +40,19 @@ def pattern(tag, seed, size):
     return bytes(out[:size])
 
 
-def accept_one(tag, host, port, rcvbuf=0):
+def listen_on(tag, host, port, backlog=1, rcvbuf=0):
     lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if rcvbuf:
         lsn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # inherited by the accepted socket
-    lsn.bind((host, port))
-    lsn.listen(1)
+    lsn.bind((host, int(port)))
+    lsn.listen(backlog)
     print("%s: listening" % tag, flush=True)
+    return lsn
+
+
+def accept_one(tag, host, port, rcvbuf=0):
+    lsn = listen_on(tag, host, port, 1, rcvbuf)
     conn, _ = lsn.accept()
     lsn.close()
     print("%s: accepted" % tag, flush=True)

@@ -15,6 +15,8 @@ import socket
 import sys
 import time
 
+import checked
+
 
 def stream(nbytes):
     """The seeded stream: SHA-256 counter blocks, cut to nbytes."""
@@ -26,11 +28,7 @@ def stream(nbytes):
 
 
 def server(host, port, nbytes, how):
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind((host, port))
-    ls.listen(1)
-    print("exitwrite: listening", flush=True)
+    ls = checked.listen_on("exitwrite", host, port)
     conn, _ = ls.accept()
     conn.sendall(stream(nbytes))
     if how == "shutdown":

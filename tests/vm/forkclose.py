@@ -12,10 +12,9 @@ the connection and waits for the child before the next accept, so that each
 client finds the parent's listener after a child has closed its copy.
 Prints "forkclose: served N" and exits 0 when every child exited 0."""
 import os
-import socket
 import sys
 
-import checked  # run_role
+import checked
 
 FIRST = 65536
 
@@ -36,11 +35,7 @@ def child(conn, listener):
 
 
 def server(host, port, count):
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, int(port)))
-    listener.listen(16)
-    print("forkclose: listening", flush=True)
+    listener = checked.listen_on("forkclose", host, port, 16)
     for n in range(int(count)):
         conn, _ = listener.accept()
         pid = os.fork()

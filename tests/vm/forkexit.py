@@ -11,29 +11,15 @@ library's exit handlers move each stream the child shares to TCP, each
 bounded by SDPSHIM_SWITCH_TIMEOUT_MS, all of them together by one such
 bound.  The test times the exit from DIR/go."""
 import os
-import socket
 import sys
-import time
 
 import checked
 
 ECHO = 16384  # one lock-step chunk of tests/progs/connects
 
 
-def wait_file(path, secs=120):
-    until = time.time() + secs
-    while not os.path.exists(path):
-        if time.time() > until:
-            sys.exit("forkexit: no %s after %d s" % (path, secs))
-        time.sleep(0.02)
-
-
 def server(host, port, d, count):
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))
-    listener.listen(16)
-    print("forkexit: listening", flush=True)
+    listener = checked.listen_on("forkexit", host, port, 16)
     conns = []
     for _ in range(int(count)):
         conn, _ = listener.accept()
@@ -41,9 +27,9 @@ def server(host, port, d, count):
         conns.append(conn)
     print("forkexit: echoed %d" % len(conns), flush=True)
     if os.fork() == 0:
-        wait_file(os.path.join(d, "done"), 300)
+        checked.need_file("forkexit child", os.path.join(d, "done"), 300)
         os._exit(0)
-    wait_file(os.path.join(d, "go"))
+    checked.need_file("forkexit", os.path.join(d, "go"), 120)
     print("forkexit: exiting", flush=True)
     sys.exit(0)
 
