@@ -191,12 +191,23 @@ static inline void conn_wake_waiters(struct sdp_conn *c)
  * while it waits for the link's messages.  Returns at once if c was woken
  * or handed completions while its lock was down. */
 void conn_cond_wait_counted(struct sdp_conn *c, const struct timespec *until);
+/* c->cond, whose timed waits read CLOCK_MONOTONIC: a step of the wall
+ * clock neither stretches a wait's slice nor cuts it short. */
+static inline void conn_cond_init(pthread_cond_t *cond)
+{
+	pthread_condattr_t attr;
+
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &attr);
+	pthread_condattr_destroy(&attr);
+}
 /* The same, for at most ms from now. */
 static inline void conn_cond_wait_ms(struct sdp_conn *c, uint64_t ms)
 {
 	struct timespec until;
 
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += (time_t)(ms / 1000);
 	until.tv_nsec += (long)(ms % 1000) * 1000000L;
 	if (until.tv_nsec >= 1000000000L) {

@@ -32,7 +32,7 @@ struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 		return NULL;
 	c->cm_kind = CM_KIND_CONN;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	conn_cond_init(&c->cond);
 	atomic_init(&c->refs, 1);
 	c->is_server = is_server;
 	c->policy = *policy;

@@ -95,7 +95,8 @@ int __wrap_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 	if (!zcm_on_app_thread)
 		return __real_pthread_cond_timedwait(c, m, abs);
 	pthread_mutex_unlock(m);
-	w = zcm_park(PARK_COND, at > REALTIME_BASE_US ? at - REALTIME_BASE_US : 0, -1);
+	/* c->cond's waits read CLOCK_MONOTONIC (conn_cond_init). */
+	w = zcm_park(PARK_COND, at > MONO_BASE_US ? at - MONO_BASE_US : 0, -1);
 	pthread_mutex_lock(m);
 	return w == WAKE_TIMEOUT ? ETIMEDOUT : 0;
 }

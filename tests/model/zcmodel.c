@@ -281,7 +281,7 @@ static struct sdp_conn *make_conn(void)
 		abort();
 	c->cm_kind = CM_KIND_CONN;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	conn_cond_init(&c->cond);
 	atomic_init(&c->refs, 1);
 	conn_phase_start(c, CONN_OPEN);
 	c->close_state = CLOSE_ACTIVE;
