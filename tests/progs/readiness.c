@@ -833,9 +833,12 @@ static void case_bad_timeout(struct pair *p)
 	static const struct timespec bad_ts[] = { { -1, 0 }, { 0, -1 }, { 0, 1000000000L } };
 	struct pollfd pfd = { p->server, POLLIN, 0 };
 	struct timeval tv = { -1, 0 };
+	struct flow up = { .seed = 14 };
 	fd_set r;
 	long long t0;
 
+	flow_send(p->client, &up, 1); /* the stream is bound (on its path) before it closes */
+	flow_recv_exact(p->server, &up, 1);
 	for (size_t i = 0; i < sizeof(bad_ts) / sizeof(bad_ts[0]); i++) {
 		t0 = now_ms();
 		expect_einval(ppoll(&pfd, 1, &bad_ts[i], NULL), t0, "ppoll");
