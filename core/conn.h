@@ -199,6 +199,11 @@ void conn_defer_close(conn_told_fn told, void *arg);
 unsigned conn_indicators_deferred_by_thread(void); /* a running count */
 bool conn_defer_pending(void); /* anything to hand back at the next flush? */
 void conn_pay_deferred(struct sdp_conn *c);
+/* The same, and a new write of the readable indicator if c is readable
+ * (a hang-up, an error): for a watcher whose entry for it is
+ * edge-triggered, and whose report, handed to other threads, must come
+ * again as level-triggering does. */
+void conn_renew_readable(struct sdp_conn *c);
 /* The set that alone watches c (NULL: more than one, or a watcher this
  * process cannot count; CONN_UNWATCHED: none, and no other process holds
  * the socket), and the watcher's record of it, which conn_watch_cookie

@@ -263,6 +263,18 @@ void conn_pay_deferred(struct sdp_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void conn_renew_readable(struct sdp_conn *c)
+{
+	bool readable, writable;
+
+	pthread_mutex_lock(&c->lock);
+	pay_owed(c);
+	readiness(c, &readable, &writable);
+	if (readable)
+		indicator_write(c->rd_fd, &c->rd_set);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void conn_set_watch(struct sdp_conn *c, const void *set, void *cookie)
 {
 	pthread_mutex_lock(&c->lock);

@@ -238,14 +238,18 @@ static bool move_for_sharers(struct sdp_sock *s)
  * SDPSHIM_SWITCH_TIMEOUT_MS, K streams whose peers do not answer kept
  * exit() for K times that.  Set by the first. */
 static uint64_t exit_moves_deadline;
-static pid_t exit_moves_pid; /* whose exit set it (a child forked meanwhile has its own) */
+static pid_t exit_moves_pid; /* whose batch set it (a child forked meanwhile has its own) */
+
+void handoff_exit_moves_begin(void)
+{
+	exit_moves_pid = getpid();
+	exit_moves_deadline = switch_deadline();
+}
 
 static bool move_for_sharers_at_exit(struct sdp_sock *s)
 {
-	if (exit_moves_pid != getpid()) {
-		exit_moves_pid = getpid();
-		exit_moves_deadline = switch_deadline();
-	}
+	if (exit_moves_pid != getpid())
+		handoff_exit_moves_begin();
 	return move_for_sharers_by(s, exit_moves_deadline);
 }
 

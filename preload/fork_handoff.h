@@ -53,6 +53,10 @@ bool handoff_keep_orphan(struct sdp_sock *s);
 void handoff_debug_pause(unsigned ms);
 /* At exit: the owner's request server ends (bounded) before the moves. */
 void handoff_stop_server(void);
+/* Starts a batch of moves at exit or exec: they share one
+ * SDPSHIM_SWITCH_TIMEOUT_MS from now (handoff_at_exit,
+ * handoff_orphans_at_exit). */
+void handoff_exit_moves_begin(void);
 /* Owner, at exit: true if s is shared with a live sharer (and has been
  * moved to TCP for it, or could not be); then it is not closed here. */
 bool handoff_at_exit(struct sdp_sock *s);

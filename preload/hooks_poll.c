@@ -322,6 +322,10 @@ SDP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 	}
 	if (sdp_in_lib)
 		return real.epoll_pwait2(epfd, events, maxevents, ts, sigmask);
+	if (timespec_bad(ts)) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (likely(!rdy_epoll_shadowed(epfd)))
 		return rdy_epoll_wait_plain(epfd, events, maxevents, timespec_ns(ts), sigmask);
 	return rdy_epoll_wait(epfd, events, maxevents, timespec_ns(ts), sigmask);

@@ -107,6 +107,7 @@ static void prepare_exec(void)
 {
 	sdp_ensure_init();
 	sock_switch_all_to_tcp(true); /* the new image inherits kernel sockets */
+	handoff_exit_moves_begin();   /* an exec that fails leaves no old bound behind */
 	handoff_orphans_at_exit();    /* a forked process may still use these */
 	sock_prepare_exec();
 }

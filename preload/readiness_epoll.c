@@ -336,6 +336,8 @@ static void ready_remove(struct sdp_epoll *ep, struct ep_reg *reg)
 
 /* Hands every deferred readiness of the list to the kernel (ep locked):
  * the eventfds are written, and the shadow reports them from now on. */
+static uint32_t reg_events_now(struct ep_reg *reg);
+
 static void ready_pay_all(struct sdp_epoll *ep)
 {
 	if (ep->pid != self_pid())
@@ -344,7 +346,9 @@ static void ready_pay_all(struct sdp_epoll *ep)
 		struct ep_reg *reg = ep->ready_head;
 
 		ready_remove(ep, reg);
-		if (reg->conn)
+		if (reg->conn && rd_for_hangups_only(reg->events) && reg_events_now(reg))
+			conn_renew_readable(reg->conn); /* its entry is edge-triggered */
+		else if (reg->conn)
 			conn_pay_deferred(reg->conn);
 	}
 }

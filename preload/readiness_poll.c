@@ -38,14 +38,19 @@ static struct sdp_conn *rdma_conn_of(int fd)
 #define HANGUP_LOOK_NS (50 * 1000000LL)
 
 /* The app asks c only for its errors and hang-ups (no POLLIN: events 0,
- * POLLRDHUP alone) and c holds unread bytes: its readable indicator is set
- * and would end every kernel wait at once, for nothing.  It is left out,
- * and the wait looks again every HANGUP_LOOK_NS for a hang-up or an error
- * (an indicator cannot tell those from bytes). */
+ * POLLRDHUP or POLLPRI alone) and c is readable for something it did not
+ * ask (unread bytes, the peer's FIN without POLLRDHUP asked): the readable
+ * indicator is set and would end every kernel wait at once, for nothing.
+ * It is left out, and the wait looks again every HANGUP_LOOK_NS for what
+ * the app asked (an indicator cannot tell a hang-up from bytes). */
 static bool rd_for_hangups_only(struct sdp_conn *c, short events)
 {
-	return !(events & (POLLIN | POLLRDNORM)) &&
-	       (conn_poll_mask(c) & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) == POLLIN;
+	unsigned mask;
+
+	if (events & (POLLIN | POLLRDNORM))
+		return false;
+	mask = conn_poll_mask(c);
+	return (mask & POLLIN) && !(mask & ((unsigned short)events | POLLERR | POLLHUP));
 }
 
 /* Builds the kernel's array; returns its length.  *looks: a channel's

@@ -512,6 +512,7 @@ static void close_rdma_at_exit(int fd, void *obj, void *ctx)
 
 void sock_close_all_rdma(void)
 {
+	handoff_exit_moves_begin();
 	handoff_stop_server();
 	exit_flush_note_progress();
 	fdt_for_each(FDT_SOCK, close_rdma_at_exit, NULL);

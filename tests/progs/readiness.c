@@ -690,6 +690,39 @@ static void expect_epoll_idle(int ep, const char *when)
 	      cpu);
 }
 
+/* Two threads wait on a set whose only registration reports a hang-up,
+ * level-triggered: every wait of each returns it at once (the library
+ * hands its listed readiness to the other thread's sleep). */
+#define RDHUP_WAITS 10
+
+static void *rdhup_waits(void *arg)
+{
+	int ep = *(int *)arg;
+	struct epoll_event ev[4];
+	intptr_t got = 0;
+
+	for (int i = 0; i < RDHUP_WAITS; i++)
+		got += epoll_wait(ep, ev, 4, READY_MS) == 1 && ev[0].events == EPOLLRDHUP;
+	return (void *)got;
+}
+
+static void rdhup_in_two_threads(int ep)
+{
+	pthread_t t[2];
+	long long t0 = now_ms();
+	void *got[2];
+
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&t[i], NULL, rdhup_waits, &ep) == 0, "pthread_create failed");
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], &got[i]);
+	CHECK((intptr_t)got[0] == RDHUP_WAITS && (intptr_t)got[1] == RDHUP_WAITS &&
+		      now_ms() - t0 < PROMPT_MS,
+	      "two threads' %d waits each: RDHUP %ld and %ld times, in %lld ms (level-triggered: every "
+	      "wait, at once)", RDHUP_WAITS, (long)(intptr_t)got[0], (long)(intptr_t)got[1],
+	      now_ms() - t0);
+}
+
 /* Unread bytes on a socket watched without EPOLLIN (a paused connection:
  * events 0, or EPOLLRDHUP alone) wake no one: the waits sleep.  The peer's
  * half-close is still reported, level-triggered. */
@@ -709,6 +742,7 @@ static void case_epoll_unwanted(struct pair *p)
 	n = epoll_wait(ep, ev, 4, 0);
 	CHECK(n == 1 && ev[0].events == EPOLLRDHUP, "level-triggered: RDHUP again, got %d events 0x%x",
 	      n, n > 0 ? ev[0].events : 0);
+	rdhup_in_two_threads(ep);
 	flow_recv_exact(p->server, &up, 64);
 	CHECK(flow_read_once(p->server, &up, 64) == 0, "EOF expected after the 64 bytes");
 	close(ep);
@@ -757,6 +791,15 @@ static void case_poll_unwanted(struct pair *p)
 	CHECK(n == 1 && pfd.revents == POLLRDHUP, "the peer half-closed: poll returned %d, revents 0x%x",
 	      n, pfd.revents);
 	CHECK(now_ms() - t0 < PROMPT_MS, "the half-close took %lld ms to show", now_ms() - t0);
+	expect_poll_idle(p->server, 0, "the peer half-closed, 64 unread bytes, events 0");
+	FD_ZERO(&ex);
+	FD_SET(p->server, &ex);
+	tv = (struct timeval){ 0, SHORT_MS * 1000 };
+	cpu = thread_cpu_ms();
+	n = select(p->server + 1, NULL, NULL, &ex, &tv);
+	cpu = thread_cpu_ms() - cpu;
+	CHECK(n == 0 && cpu <= SHORT_MS / 2, "after the half-close, select on exceptfds alone: %d, "
+	      "%lld ms of CPU", n, cpu);
 	flow_recv_exact(p->server, &up, 64);
 	CHECK(flow_read_once(p->server, &up, 64) == 0, "EOF expected after the 64 bytes");
 }
