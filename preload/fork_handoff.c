@@ -234,24 +234,17 @@ static bool move_for_sharers(struct sdp_sock *s)
 	return move_for_sharers_by(s, switch_deadline());
 }
 
-/* The exit's moves share one bound: each waiting a whole
+/* The exit's (or exec's) moves share one bound: each waiting a whole
  * SDPSHIM_SWITCH_TIMEOUT_MS, K streams whose peers do not answer kept
- * exit() for K times that.  Set by the first. */
+ * exit() for K times that.  Set by handoff_exit_moves_begin, which each
+ * batch calls first (sock_close_all_rdma, prepare_exec). */
 static uint64_t exit_moves_deadline;
-static pid_t exit_moves_pid; /* whose batch set it (a child forked meanwhile has its own) */
 
 void handoff_exit_moves_begin(void)
 {
-	exit_moves_pid = getpid();
 	exit_moves_deadline = switch_deadline();
 }
 
-static bool move_for_sharers_at_exit(struct sdp_sock *s)
-{
-	if (exit_moves_pid != getpid())
-		handoff_exit_moves_begin();
-	return move_for_sharers_by(s, exit_moves_deadline);
-}
 
 /* ---- orphans: closed here while a sharer may still use them ---- */
 
@@ -988,7 +981,7 @@ bool handoff_at_exit(struct sdp_sock *s)
 	pthread_mutex_unlock(&share_lock);
 	if (!shared)
 		return false;
-	if (!move_for_sharers_at_exit(s))
+	if (!move_for_sharers_by(s, exit_moves_deadline))
 		sdp_warn("fd %d: a stream shared with a child could not move to TCP within %u ms at "
 			 "exit; the child's socket fails", s->primary_fd, sdp_tun.switch_timeout_ms);
 	return true;
@@ -1002,7 +995,7 @@ void handoff_orphans_at_exit(void)
 		struct sdp_sock *s = orphans[i];
 
 		if (sharer_in_forks(s->handoff_seq, s->handoff_last))
-			move_for_sharers_at_exit(s);
+			move_for_sharers_by(s, exit_moves_deadline);
 		exit_flush_note_progress();
 	}
 	pthread_mutex_unlock(&share_lock);

@@ -85,17 +85,15 @@ static bool timeval_bad(const struct timeval *tv)
 	return tv && (tv->tv_sec < 0 || tv->tv_usec < 0); /* microseconds past 1e6 carry over */
 }
 
+static int refuse_timeout(void)
+{
+	errno = EINVAL;
+	return -1;
+}
+
 static long long timespec_ns(const struct timespec *ts)
 {
 	return ts ? (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec : -1;
-}
-
-static long long mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static long long timeout_ms_ns(int timeout)
@@ -114,10 +112,8 @@ static SLOW int poll_slow(struct pollfd *fds, nfds_t nfds, const struct timespec
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.ppoll(fds, nfds, ts, sigmask);
-	if (timespec_bad(ts)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (timespec_bad(ts))
+		return refuse_timeout();
 	return rdy_poll(fds, nfds, timespec_ns(ts), sigmask);
 }
 
@@ -162,10 +158,8 @@ static SLOW int select_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.select(nfds, rd, wr, ex, tv);
-	if (timeval_bad(tv)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (timeval_bad(tv))
+		return refuse_timeout();
 	ns = tv ? (long long)tv->tv_sec * 1000000000LL + (long long)tv->tv_usec * 1000 : -1;
 	return rdy_select(nfds, rd, wr, ex, ns, NULL, tv);
 }
@@ -181,10 +175,8 @@ static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 	sdp_ensure_init();
 	if (!rdy_any_rdma() || sdp_in_lib)
 		return real.pselect(nfds, rd, wr, ex, ts, sigmask);
-	if (timespec_bad(ts)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (timespec_bad(ts))
+		return refuse_timeout();
 	return rdy_select(nfds, rd, wr, ex, timespec_ns(ts), sigmask, NULL);
 }
 
@@ -255,7 +247,7 @@ static __attribute__((noinline)) int epoll_pwait_timed(int epfd, struct epoll_ev
 							int maxevents, int timeout,
 							const sigset_t *sigmask)
 {
-	return epoll_pwait_plain(epfd, events, maxevents, timeout, sigmask, mono_ns());
+	return epoll_pwait_plain(epfd, events, maxevents, timeout, sigmask, rdy_mono_ns());
 }
 
 /* The clock is read only once the process has made a shadow set: one that
@@ -322,10 +314,8 @@ SDP_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 	}
 	if (sdp_in_lib)
 		return real.epoll_pwait2(epfd, events, maxevents, ts, sigmask);
-	if (timespec_bad(ts)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (timespec_bad(ts))
+		return refuse_timeout();
 	if (likely(!rdy_epoll_shadowed(epfd)))
 		return rdy_epoll_wait_plain(epfd, events, maxevents, timespec_ns(ts), sigmask);
 	return rdy_epoll_wait(epfd, events, maxevents, timespec_ns(ts), sigmask);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <time.h>
 
 #include "base/fdtable.h"
 
@@ -60,6 +61,15 @@ int rdy_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lon
  * in the links whose CQ arm is put off. */
 int rdy_epoll_wait_plain(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			 const sigset_t *sigmask);
+/* CLOCK_MONOTONIC in nanoseconds, for the waits' deadlines. */
+static inline long long rdy_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /* Shadow sets made so far in this process (readiness_epoll.c). */
 extern _Atomic unsigned rdy_shadow_births;
 

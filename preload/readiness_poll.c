@@ -71,11 +71,13 @@ static nfds_t build_poll_set(const struct pollfd *fds, nfds_t nfds, struct pollf
 			map[i].rd = (int)n++;
 			continue;
 		}
-		if (rdy_wants_rd((uint32_t)fds[i].events) && rd_for_hangups_only(c, fds[i].events)) {
-			*looks = true;
-		} else if (rdy_wants_rd((uint32_t)fds[i].events)) {
-			k[n] = (struct pollfd){ .fd = conn_readable_eventfd(c), .events = POLLIN };
-			map[i].rd = (int)n++;
+		if (rdy_wants_rd((uint32_t)fds[i].events)) {
+			if (rd_for_hangups_only(c, fds[i].events)) {
+				*looks = true;
+			} else {
+				k[n] = (struct pollfd){ .fd = conn_readable_eventfd(c), .events = POLLIN };
+				map[i].rd = (int)n++;
+			}
 		}
 		if (fds[i].events & POLLOUT) {
 			k[n] = (struct pollfd){ .fd = conn_writable_eventfd(c), .events = POLLIN };
