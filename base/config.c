@@ -55,6 +55,7 @@ STORE_FN(link_bufs, unsigned)
 STORE_FN(link_streams, unsigned)
 STORE_FN(link_max, unsigned)
 STORE_FN(link_idle_ms, unsigned)
+STORE_FN(link_probe_ms, unsigned)
 STORE_FN(link_slots, unsigned)
 STORE_FN(pin_budget, uint64_t)
 STORE_FN(child_device_watch, unsigned)
@@ -89,6 +90,7 @@ static const struct tunable_spec tunable_specs[] = {
 	{ "SDPSHIM_LINK_STREAMS", 1, 4096, 1024, store_link_streams },
 	{ "SDPSHIM_LINK_MAX", 1, 4096, 64, store_link_max },
 	{ "SDPSHIM_LINK_IDLE_MS", 0, 86400000, 20000, store_link_idle_ms },
+	{ "SDPSHIM_LINK_PROBE_MS", 0, 3600000, 10000, store_link_probe_ms },
 	{ "SDPSHIM_LINK_SLOTS", 1, 65536, 256, store_link_slots },
 	{ "SDPSHIM_CHILD_DEVICE_WATCH", 0, 1, 1, store_child_device_watch },
 	{ "SDPSHIM_CLIMB", 0, 1, 1, store_climb },

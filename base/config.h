@@ -37,6 +37,8 @@ struct sdp_tunables {
 	unsigned link_streams;       /* SDPSHIM_LINK_STREAMS: streams per link */
 	unsigned link_max;           /* SDPSHIM_LINK_MAX: links (QPs) per process */
 	unsigned link_idle_ms;       /* SDPSHIM_LINK_IDLE_MS: an unused client link closes after */
+	unsigned link_probe_ms;      /* SDPSHIM_LINK_PROBE_MS: a link silent this long asks the
+				      * peer's adapter whether it is there (0: never) */
 	unsigned link_slots;         /* SDPSHIM_LINK_SLOTS: link records in the stats segment */
 	unsigned debug_climb_lie;    /* SDPSHIM_DEBUG_CLIMB_LIE: tests only, this end lies in the
 				      * climb (core/climb.c): 1 its MAC, 2 its cut, 3 a server

@@ -35,7 +35,7 @@ uint64_t stats_now_ms(void)
 
 _Static_assert(sizeof(struct sdp_proc_stats) == 440, "header layout (tests/fuzz/fuzz_stats.c)");
 _Static_assert(sizeof(struct sdp_conn_stats) == 208, "slot layout");
-_Static_assert(sizeof(struct sdp_link_stats) == 136, "link record layout");
+_Static_assert(sizeof(struct sdp_link_stats) == 144, "link record layout");
 _Static_assert(sizeof(struct sdp_link_stats) % 8 == 0 && sizeof(struct sdp_conn_stats) % 8 == 0,
 	       "records stay 8-byte aligned");
 
@@ -506,10 +506,10 @@ int stats_link_json(const struct sdp_link_stats *l, char *buf, size_t len)
 		     "\"streams\":%u,\"streams_max\":%u,\"streams_opened\":%llu,"
 		     "\"pinned_bytes\":%llu,\"credits_total\":%u,\"credits_in_use\":%u,"
 		     "\"msgs_sent\":%llu,\"msgs_received\":%llu,\"msgs_received_by_app\":%llu,"
-		     "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"opened_ms\":%llu}",
+		     "\"probes_sent\":%llu,\"bytes_sent\":%llu,\"bytes_received\":%llu,\"opened_ms\":%llu}",
 		     stats_link_role_name(l->role), stats_link_state_name(l->state), local, peer,
 		     L32(streams), L32(streams_max), L64(streams_opened), L64(pinned_bytes),
 		     L32(credits_total), L32(credits_in_use), L64(msgs_sent), L64(msgs_received),
-		     L64(msgs_received_by_app), L64(bytes_sent), L64(bytes_received), (unsigned long long)l->opened_ms);
+		     L64(msgs_received_by_app), L64(probes_sent), L64(bytes_sent), L64(bytes_received), (unsigned long long)l->opened_ms);
 	return (n < 0 || (size_t)n >= len) ? -1 : n;
 }

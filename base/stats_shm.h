@@ -48,8 +48,9 @@
 #include "base/reason.h"
 
 #define STATS_MAGIC   0x3154415453504453ULL /* "SDPSTAT1" */
-#define STATS_VERSION 5 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app,
-                          * progress_wakeups; 4: climbs, tcp_bytes_sent/received; 5: moved_ms */
+#define STATS_VERSION 6 /* 2: link records, the pinned-memory budget; 3: msgs_received_by_app,
+                          * progress_wakeups; 4: climbs, tcp_bytes_sent/received; 5: moved_ms;
+                          * 6: a link's probes_sent */
 #define STATS_REASON_SLOTS 32
 #define STATS_SLOTS_MAX (1u << 20) /* the largest SDPSHIM_STATS_SLOTS (base/config.c) */
 #define STATS_LINKS_MAX (1u << 16) /* the largest SDPSHIM_LINK_SLOTS (base/config.c) */
@@ -157,6 +158,7 @@ struct sdp_link_stats {
 	_Atomic uint64_t bytes_sent, bytes_received;
 	_Atomic uint64_t streams_opened;               /* since the link came up */
 	_Atomic uint64_t msgs_received_by_app;         /* of msgs_received: taken in by an app thread */
+	_Atomic uint64_t probes_sent;                  /* liveness probes: the peer was silent */
 };
 
 /* The writer's segment.  hdr is the shared mapping: written, never read back

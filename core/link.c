@@ -99,6 +99,11 @@ struct sdp_link {
 	/* Sends posted and completed (link lock): an RC queue completes them
 	 * in order, so a send is delivered once sends_done reaches its number. */
 	uint64_t sends_posted, sends_done;
+	/* Liveness (probe_check): what had been heard from the peer at the
+	 * last look (receives plus completed sends) and since when nothing
+	 * more; a probe waits for sends_done to reach probe_until. */
+	uint64_t heard_mark, quiet_since_ms;
+	uint64_t probe_until, probe_started_ms;
 	_Atomic bool arm_owed; /* an event left the CQ unarmed for a spinner (set: poll lock) */
 	/* Non-blocking calls that took the CQ in (a recv(MSG_DONTWAIT) loop):
 	 * how many, and the sleep epoch of the last (app_wake.c).  The mark is
@@ -2414,20 +2419,91 @@ void link_reap_listener(struct sdp_listener *l)
 		link_reap_held(held[i]);
 }
 
+/* ------------------------------------------------------------ liveness */
+
+/* A zero-byte RDMA WRITE: the peer's adapter acknowledges it with no
+ * receive buffer, no credit, no key and no CPU of the peer's (a zero-length
+ * operation checks no address or key, IBTA C9-88), and it exposes nothing. */
+static int post_probe(struct sdp_link *link)
+{
+	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+
+	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, NULL, 0, -1));
+	return post_send_wr(link, &wr);
+}
+
+/* Is the peer's host still there?  A sender that waits for credits has
+ * nothing outstanding that could fail, so a host that died would leave it
+ * waiting forever, where TCP's window probes give up.  A link that heard
+ * nothing (no receive, no completed send) for SDPSHIM_LINK_PROBE_MS while it
+ * carries streams sends a probe, or waits for what is outstanding; the
+ * transport's retry error, or no completion within SDPSHIM_STALL_MS, fails
+ * the link, and its streams move to TCP, whose own timers judge the peer
+ * from there.  The sweep's only (link lock held): no clock on the message
+ * path. */
+static void probe_check(struct sdp_link *link, uint64_t now)
+{
+	uint64_t heard = link->rx_lseq + link->sends_done;
+
+	if (heard != link->heard_mark || !link->quiet_since_ms) {
+		link->heard_mark = heard;
+		link->quiet_since_ms = now;
+	}
+	if (link->probe_until && link->sends_done >= link->probe_until)
+		link->probe_until = 0; /* answered */
+	if (link->probe_until) {
+		if (sdp_tun.stall_ms && now - link->probe_started_ms >= sdp_tun.stall_ms) {
+			sdp_warn("link: the peer acknowledged nothing for %llu ms; its streams move to TCP",
+				 (unsigned long long)(now - link->probe_started_ms));
+			link_fail_locked(link, "the peer stopped answering");
+		}
+		return;
+	}
+	if (!sdp_tun.link_probe_ms || !link->nstreams ||
+	    now - link->quiet_since_ms < sdp_tun.link_probe_ms)
+		return;
+	if (link->sends_posted == link->sends_done) {
+		if (!link->wrs_free || post_probe(link) != 0)
+			return; /* no room now (or a post error, reported): the next sweep */
+		LINK_COUNT(link, probes_sent, 1);
+		sdp_debug("link: the peer was silent for %llu ms; probing",
+			  (unsigned long long)(now - link->quiet_since_ms));
+	}
+	link->probe_until = link->sends_posted;
+	link->probe_started_ms = now;
+}
+
 /* The sweep (core/app_wake.c, once a second): each link as if its CQ had
  * raised an event (take in, arm, take in), so a CQ whose event was read
  * and never handled, or a completion no event announced (a peer's message
  * without the solicited bit it promised; an error completion, which rxe
- * does not raise under a solicited-only arm), waits a second at most. */
+ * does not raise under a solicited-only arm), waits a second at most.
+ * Then each link's liveness. */
 void link_sweep_all(void)
 {
-	struct sdp_link *held[64];
-	unsigned n = links_up_held(held, 64);
+	/* Every link: a server has one per client process, past LINK_MAX. */
+	unsigned max = __atomic_load_n(&links_count, __ATOMIC_RELAXED) + 8, n;
+	struct sdp_link *stack[64], **held = stack;
+	uint64_t now;
 
+	if (max > 64)
+		held = calloc(max, sizeof(*held));
+	if (!held) /* without memory, the first 64 this time */
+		held = stack;
+	if (held == stack)
+		max = 64;
+	n = links_up_held(held, max);
+	now = n ? progress_now_ms() : 0;
 	for (unsigned i = 0; i < n; i++) {
 		take_in_and_arm(held[i], NULL, ARM_ON_EVENT);
+		pthread_mutex_lock(&held[i]->lock);
+		if (held[i]->state == LINK_UP)
+			probe_check(held[i], now);
+		pthread_mutex_unlock(&held[i]->lock);
 		link_put(held[i]);
 	}
+	if (held != stack)
+		free(held);
 }
 
 bool link_any(void)

@@ -38,7 +38,7 @@
 #define LINK_SIZE sizeof(struct sdp_link_stats)
 
 /* The layout the model reads: pinned here as the writer lays it out. */
-_Static_assert(HDR_SIZE == 440 && SLOT_SIZE == 208 && LINK_SIZE == 136, "layout");
+_Static_assert(HDR_SIZE == 440 && SLOT_SIZE == 208 && LINK_SIZE == 144, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, version) == 8, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, slot_count) == 12, "layout");
 _Static_assert(offsetof(struct sdp_proc_stats, pid) == 16, "layout");

@@ -392,9 +392,9 @@ def tcp_diag_seeds():
 
 # The stats segment (base/stats_shm.h), little-endian as the writer lays it out
 # on the hosts sdpshim runs on: a 440-byte header, then 208-byte slots, then
-# 136-byte link records.
+# 144-byte link records.
 STATS_MAGIC = 0x3154415453504453  # "SDPSTAT1"
-STATS_VERSION = 5
+STATS_VERSION = 6
 AF_INET, AF_INET6 = 2, 10
 ROLE = dict(NONE=0, CLIENT=1, SERVER=2, LISTENER=3)
 PATH = dict(UNDECIDED=0, TCP=1, RDMA=2)
@@ -434,8 +434,8 @@ def stats_link(in_use=1, seq=2, role=LINK_ROLE["CLIENT"], state=LINK_STATE["UP"]
     local = local if local is not None else stats_addr(AF_INET, 40001, bytes((10, 0, 0, 1)))
     peer = peer if peer is not None else stats_addr(AF_INET, 6379, bytes((10, 0, 0, 2)))
     head = struct.pack("<IIBBH", in_use, seq, role, state, pad)
-    tail = struct.pack("<IQIIQIIQQQQQQ", pad2, 1700000000002, streams, 255, 1 << 20, 64, 5,
-                       1000, 999, 123456, 654321, 9, 500)
+    tail = struct.pack("<IQIIQIIQQQQQQQ", pad2, 1700000000002, streams, 255, 1 << 20, 64, 5,
+                       1000, 999, 123456, 654321, 9, 500, 2)
     return head + local + peer + tail
 
 
@@ -445,8 +445,8 @@ def stats_seeds():
                       local=v6, remote=v6)
     listener = stats_slot(fd=3, role=ROLE["LISTENER"], remote=stats_addr())
     free_slot = bytes(208)
-    free_link = bytes(136)
-    assert len(stats_header(1)) == 440 and len(stats_slot()) == 208 and len(stats_link()) == 136
+    free_link = bytes(144)
+    assert len(stats_header(1)) == 440 and len(stats_slot()) == 208 and len(stats_link()) == 144
     return {
         "one-free-slot": stats_header(1) + free_slot + free_link,
         "client-rdma-listener-free": stats_header(4) + stats_slot() + rdma + listener + free_slot +

@@ -175,7 +175,7 @@ EOF
   [[ "$output" == *", pinned 0 of 8.0M, budget refusals 0"* ]]
 }
 
-# seg.py PATH PID UID: a segment image (base/stats_shm.h, version 5) for a
+# seg.py PATH PID UID: a segment image (base/stats_shm.h, version 6) for a
 # live process that is not preloaded: one live connection, a budget of
 # 8 MiB with 4268032 bytes pinned and 3 refusals, a live client link to
 # 10.0.0.2:6379, and a link record with a role no writer uses.
@@ -184,7 +184,7 @@ write_seg_py() {
 import struct, sys
 path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 by_reason = [0] * 32
-hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 5, 2, pid, uid, 1700000000000,
+hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 6, 2, pid, uid, 1700000000000,
                   b"linked", 0, 0, 1, *by_reason, 0, 0, 0, 3, 0, 8388608, 4268032, 3, 77)
 def addr(a, port):
     return struct.pack("<HH16s", 2, port, bytes(a))
@@ -193,10 +193,10 @@ conn = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 2, 0, 0, 0, 0) + addr((10, 0, 0, 1
 def link(role, state=1):
     return (struct.pack("<IIBBH", 1, 2, role, state, 0) + addr((10, 0, 0, 1), 40001) +
             addr((10, 0, 0, 2), 6379) +
-            struct.pack("<IQIIQIIQQQQQQ", 0, 1700000000002, 3, 255, 1 << 20, 64, 5, 1000, 999,
-                        123456, 654321, 9, 400))
-img = hdr + conn + bytes(208) + link(1) + link(9) + bytes(136)
-assert len(hdr) == 440 and len(conn) == 208 and len(link(1)) == 136
+            struct.pack("<IQIIQIIQQQQQQQ", 0, 1700000000002, 3, 255, 1 << 20, 64, 5, 1000, 999,
+                        123456, 654321, 9, 400, 2))
+img = hdr + conn + bytes(208) + link(1) + link(9) + bytes(144)
+assert len(hdr) == 440 and len(conn) == 208 and len(link(1)) == 144
 with open(path, "wb") as f:
     f.write(img)
 PY
@@ -232,6 +232,7 @@ l = p["links"][0]
 want = dict(role="client", state="up", local="10.0.0.1:40001", peer="10.0.0.2:6379", streams=3,
             streams_max=255, streams_opened=9, pinned_bytes=1048576, credits_total=64,
             credits_in_use=5, msgs_sent=1000, msgs_received=999, msgs_received_by_app=400,
+            probes_sent=2,
             bytes_sent=123456,
             bytes_received=654321, opened_ms=1700000000002)
 assert l == want, l' "$output"

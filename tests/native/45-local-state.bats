@@ -135,21 +135,21 @@ for path in sys.argv[2:]:
         print("%s: %s refused: %s" % (path, mode, e.strerror))
 EOF
   # mkseg.py PATH PID UID [SLOT_COUNT [TRUNCATE_TO]]: a segment image (layout
-  # of base/stats_shm.h, version 5) with 8 slots, one live connection to
+  # of base/stats_shm.h, version 6) with 8 slots, one live connection to
   # 6.6.6.6:666, and one free link record.
   cat >"$d/mkseg.py" <<'EOF'
 import struct, sys
 
 def image(pid, uid, slot_count=8, slots=8, links=1):
     by_reason = [0] * 32
-    hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 5, slot_count, pid, uid,
+    hdr = struct.pack("<QIIiIQ64s3Q32QQQQIIQQQQ", 0x3154415453504453, 6, slot_count, pid, uid,
                       1700000000000, b"forged", 0, 1, 0, *by_reason, 1, 1, 0, links, 0,
                       268435456, 0, 0, 0)
     addr = struct.pack("<HH16s", 2, 666, bytes((6, 6, 6, 6)))
     live = (struct.pack("<IIiBBHBBH", 1, 2, 7, 1, 1, 0, 0, 0, 0) + addr + addr + bytes(4) +
             struct.pack("<13Q", 1, 666, 666, *([0] * 10)) + bytes(40))
     assert len(hdr) == 440 and len(live) == 208
-    return hdr + live + bytes(208 * (slots - 1)) + bytes(136 * links)
+    return hdr + live + bytes(208 * (slots - 1)) + bytes(144 * links)
 
 if __name__ == "__main__":
     path, pid, uid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

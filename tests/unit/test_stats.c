@@ -497,6 +497,7 @@ static void fill_link(struct sdp_link_stats *l, uint8_t role, uint16_t peer_port
 	atomic_store(&l->msgs_sent, 1000);
 	atomic_store(&l->msgs_received, 999);
 	atomic_store(&l->msgs_received_by_app, 400);
+	atomic_store(&l->probes_sent, 7);
 	atomic_store(&l->bytes_sent, 123456);
 	atomic_store(&l->bytes_received, 654321);
 	atomic_store(&l->streams_opened, 9);
@@ -584,6 +585,7 @@ static int test_link_json(void)
 			    "\"peer\":\"[::1]:7001\",\"streams\":3,\"streams_max\":255,"
 			    "\"streams_opened\":9,\"pinned_bytes\":1048576,\"credits_total\":64,"
 			    "\"credits_in_use\":5,\"msgs_sent\":1000,\"msgs_received\":999,\"msgs_received_by_app\":400,"
+			    "\"probes_sent\":7,"
 			    "\"bytes_sent\":123456,\"bytes_received\":654321,"
 			    "\"opened_ms\":1700000000000}") == 0, "%s", buf) &&
 	       check(stats_link_json(&l, buf, 40) == -1, "a short buffer was not refused");

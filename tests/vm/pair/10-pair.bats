@@ -9,6 +9,10 @@
 #  - RoCE packets dropped on the veth mid-stream (tc netem, UDP port 4791 only):
 #    the end whose work requests stop completing notices within SDPSHIM_STALL_MS
 #    and the stream finishes on TCP, byte-exact;
+#  - a sender waiting for credits while the server's host stops answering RoCE
+#    (its app stopped, then the client's RoCE packets dropped): the link's
+#    probes, answered while the host was there, go unanswered, and the
+#    stream moves to TCP within SDPSHIM_STALL_MS, before the server reads on;
 #  - a peer host without RDMA (network namespace "norxe" behind its own veth, rxe
 #    only on our end) gets plain TCP within one second of connect, every time,
 #    with the default connect timeout;
@@ -317,6 +321,81 @@ drop_roce() {
   [ "$(tc -s qdisc show dev rxenet0 | grep -A1 'netem 30:' | sed -nE 's/.*dropped ([0-9]+).*/\1/p')" -gt 0 ]
   cat "$T/client.log" "$T/server.log" |
     grep -q "RDMA carrier failed (send queue stalled: no completion within SDPSHIM_STALL_MS)"
+  assert_switched failover 2
+  assert_exact_bytes "$STATS"
+}
+
+# link_probes PORT: the probes_sent of the client link to PORT, or "none".
+link_probes() {
+  "$SDPSHIM_BIN" stat --json 2>/dev/null | "$PY" -S -c '
+import json, sys
+n = "none"
+for p in json.load(sys.stdin).get("processes", []):
+    for l in p.get("links", []):
+        if l.get("role") == "client" and l.get("peer", "").rsplit(":", 1)[-1] == sys.argv[1]:
+            n = l.get("probes_sent", "none")
+print(n)' "$1"
+}
+
+@test "pair: a sender waiting for credits learns within a bound that the peer's host stopped answering RoCE, and finishes on TCP" {
+  local port crc=0 src=0 until live spid sent_a sent_b probes t_drop ms got want bytes=$((256 << 20))
+  # The server stops (SIGSTOP): its app reads nothing, the client's writes
+  # fill the stream's credits and wait, and nothing of the client's is
+  # outstanding.  Its host still answers: probes (a link silent for 1 s) are
+  # acknowledged and the stream stays on RDMA.  Then the client's RoCE
+  # packets are dropped, as if the server's host had died: the next probe
+  # goes unanswered, and after SDPSHIM_STALL_MS (4 s, under the transport's
+  # retry time of ack timeout 19: 2.1 s x 8) the link fails and the stream
+  # moves to TCP while the server is still stopped.  Buffer copy only.
+  export SDPSHIM_LINK_PROBE_MS=1000 SDPSHIM_STALL_MS=4000 SDPSHIM_ZCOPY_THRESH=0
+  port=$(free_port)
+  start_bg server timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
+  wait_port "$RXE_IP2" "$port"
+  start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 256M -d up -m 1M
+  spid=$(pgrep -P "$(cat "$T/server.pid")" | head -n 1)
+  [ -n "$spid" ]
+  until=$(( $(date +%s) + 90 ))
+  while :; do
+    live=$(live_server "$port")
+    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((1 << 20)) ] && break
+    [ "$(date +%s)" -lt "$until" ] || break
+    sleep 0.2
+  done
+  show "before the stop: server path and bytes received: $live"
+  [ "${live% *}" = rdma ]
+  kill -STOP "$spid"
+  # The client's writes stop once its credits are spent; then probes.
+  sent_a=$(live_end client "$port" bytes_sent)
+  sleep 4
+  sent_b=$(live_end client "$port" bytes_sent)
+  probes=$(link_probes "$port")
+  show "client while the server is stopped: $sent_a, 4 s later $sent_b; link probes $probes"
+  [ "${sent_b% *}" = rdma ]
+  [ "$probes" != none ] && [ "$probes" -ge 1 ]
+  # Answered probes leave the link up.
+  ! grep -q "acknowledged nothing" "$T/client.log"
+  t_drop=$(now_ms)
+  drop_roce rxenet0
+  until=$(( $(date +%s) + 40 ))
+  until grep -q "the peer acknowledged nothing" "$T/client.log" || [ "$(date +%s)" -ge "$until" ]; do
+    sleep 0.2
+  done
+  ms=$(( $(now_ms) - t_drop ))
+  live=$(live_end client "$port" bytes_sent)
+  show "after the drop: $ms ms; client path now $live" "client: $(bg_log client)"
+  kill -CONT "$spid"
+  grep -q "the peer acknowledged nothing" "$T/client.log"
+  [ "$ms" -lt 20000 ]
+  wait_bg client || crc=$?
+  wait_bg server || src=$?
+  got=$(sed -nE "s/^stream: server received $bytes bytes sha256=([0-9a-f]{64}) OK$/\\1/p" "$T/server.log")
+  want=$(ref_digest 1 256M)
+  show "client (rc=$crc): $(bg_log client)" "server (rc=$src): $(bg_log server)" \
+       "server received sha256 $got, reference $want" "$(stats_lines "$STATS")"
+  [ "$crc" -eq 0 ]
+  [ "$src" -eq 0 ]
+  [ -n "$got" ]
+  [ "$got" = "$want" ]
   assert_switched failover 2
   assert_exact_bytes "$STATS"
 }
