@@ -2427,20 +2427,44 @@ void link_reap_listener(struct sdp_listener *l)
 static int post_probe(struct sdp_link *link)
 {
 	struct ibv_send_wr wr = { .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	int32_t idx = wr_take(link, NULL, 0, -1);
+	int rc;
 
-	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, wr_take(link, NULL, 0, -1));
-	return post_send_wr(link, &wr);
+	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, idx);
+	rc = post_send_wr(link, &wr);
+	if (rc) { /* the entry goes back: nothing will complete it */
+		link->wrs[idx].next_free = link->wr_free;
+		link->wr_free = idx;
+		link->wrs_free++;
+	}
+	return rc;
+}
+
+/* A probe, or the sends it waits for: still unanswered?  After
+ * SDPSHIM_STALL_MS it fails the link. */
+static bool probe_pending(struct sdp_link *link, uint64_t now)
+{
+	if (link->probe_until && link->sends_done >= link->probe_until)
+		link->probe_until = 0; /* answered */
+	if (!link->probe_until)
+		return false;
+	if (sdp_tun.stall_ms && now - link->probe_started_ms >= sdp_tun.stall_ms) {
+		sdp_warn("link: the peer acknowledged nothing for %llu ms; its streams move to TCP",
+			 (unsigned long long)(now - link->probe_started_ms));
+		link_fail_locked(link, "the peer stopped answering");
+	}
+	return true;
 }
 
 /* Is the peer's host still there?  A sender that waits for credits has
  * nothing outstanding that could fail, so a host that died would leave it
  * waiting forever, where TCP's window probes give up.  A link that heard
- * nothing (no receive, no completed send) for SDPSHIM_LINK_PROBE_MS while it
- * carries streams sends a probe, or waits for what is outstanding; the
- * transport's retry error, or no completion within SDPSHIM_STALL_MS, fails
- * the link, and its streams move to TCP, whose own timers judge the peer
- * from there.  The sweep's only (link lock held): no clock on the message
- * path. */
+ * nothing (no receive, no completed send) for SDPSHIM_LINK_PROBE_MS, while
+ * it carries streams or queues sends of streams that went (the idle timer
+ * keeps such a link), sends a probe, or waits for what is outstanding.  The
+ * transport's retry error, or no answer within SDPSHIM_STALL_MS, fails the
+ * link, and its streams move to TCP, whose own timers judge the peer from
+ * there.  Run by the sweep alone (link lock held): no clock per message. */
 static void probe_check(struct sdp_link *link, uint64_t now)
 {
 	uint64_t heard = link->rx_lseq + link->sends_done;
@@ -2449,22 +2473,14 @@ static void probe_check(struct sdp_link *link, uint64_t now)
 		link->heard_mark = heard;
 		link->quiet_since_ms = now;
 	}
-	if (link->probe_until && link->sends_done >= link->probe_until)
-		link->probe_until = 0; /* answered */
-	if (link->probe_until) {
-		if (sdp_tun.stall_ms && now - link->probe_started_ms >= sdp_tun.stall_ms) {
-			sdp_warn("link: the peer acknowledged nothing for %llu ms; its streams move to TCP",
-				 (unsigned long long)(now - link->probe_started_ms));
-			link_fail_locked(link, "the peer stopped answering");
-		}
-		return;
-	}
-	if (!sdp_tun.link_probe_ms || !link->nstreams ||
+	if (probe_pending(link, now) || !sdp_tun.link_probe_ms || (!link->nstreams && !link->jobs) ||
 	    now - link->quiet_since_ms < sdp_tun.link_probe_ms)
 		return;
-	if (link->sends_posted == link->sends_done) {
-		if (!link->wrs_free || post_probe(link) != 0)
-			return; /* no room now (or a post error, reported): the next sweep */
+	if (link->sends_posted == link->sends_done) { /* nothing outstanding: a probe */
+		if (post_probe(link) != 0) {
+			link_fail_locked(link, "posting a probe failed");
+			return;
+		}
 		LINK_COUNT(link, probes_sent, 1);
 		sdp_debug("link: the peer was silent for %llu ms; probing",
 			  (unsigned long long)(now - link->quiet_since_ms));

@@ -51,6 +51,7 @@ setup() {
 }
 
 teardown() {
+  [ -z "${STOPPED_PID:-}" ] || kill -CONT "$STOPPED_PID" 2>/dev/null || true
   vm_teardown
   [ -z "${RESTORE_LINK:-}" ] || restore_link
   [ -z "${RXE1_GONE:-}" ] || rdma link add rxe1 type rxe netdev rxenet1 || true
@@ -364,16 +365,21 @@ print(n)' "$1"
   show "before the stop: server path and bytes received: $live"
   [ "${live% *}" = rdma ]
   kill -STOP "$spid"
+  STOPPED_PID=$spid
   # The client's writes stop once its credits are spent; then probes.
+  sleep 2
   sent_a=$(live_end client "$port" bytes_sent)
   sleep 4
   sent_b=$(live_end client "$port" bytes_sent)
   probes=$(link_probes "$port")
   show "client while the server is stopped: $sent_a, 4 s later $sent_b; link probes $probes"
   [ "${sent_b% *}" = rdma ]
-  [ "$probes" != none ] && [ "$probes" -ge 1 ]
+  [ "$sent_a" = "$sent_b" ]   # the writer waits for credits
+  [ "$probes" != none ]
+  [ "$probes" -ge 1 ]
   # Answered probes leave the link up.
-  ! grep -q "acknowledged nothing" "$T/client.log"
+  run grep -q "acknowledged nothing" "$T/client.log"
+  [ "$status" -ne 0 ]
   t_drop=$(now_ms)
   drop_roce rxenet0
   until=$(( $(date +%s) + 40 ))
@@ -384,6 +390,7 @@ print(n)' "$1"
   live=$(live_end client "$port" bytes_sent)
   show "after the drop: $ms ms; client path now $live" "client: $(bg_log client)"
   kill -CONT "$spid"
+  STOPPED_PID=
   grep -q "the peer acknowledged nothing" "$T/client.log"
   [ "$ms" -lt 20000 ]
   wait_bg client || crc=$?
