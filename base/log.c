@@ -1,5 +1,6 @@
 /* stderr logging for the library and the launcher: level filter and a
  * "sdpshim[pid]: level: message" line format. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,4 +66,47 @@ void sdp_logf(int level, const char *fmt, ...)
 		len = (int)sizeof(line) - 2;
 	line[len++] = '\n';
 	syscall(SYS_write, 2, line, (size_t)len);
+}
+
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sdp_log_atfork_child(void)
+{
+	pthread_mutex_init(&limit_lock, NULL);
+}
+
+bool sdp_log_admit(struct sdp_log_limit *lim, uint64_t now_ms, unsigned *left_out)
+{
+	bool admit;
+
+	*left_out = 0;
+	pthread_mutex_lock(&limit_lock);
+	if (!lim->started || now_ms - lim->window_start_ms >= SDP_LOG_WINDOW_MS) {
+		*left_out = lim->left_out;
+		lim->started = true;
+		lim->window_start_ms = now_ms;
+		lim->in_window = 0;
+		lim->left_out = 0;
+	}
+	admit = lim->in_window < SDP_LOG_BURST;
+	if (admit)
+		lim->in_window++;
+	else
+		lim->left_out++;
+	pthread_mutex_unlock(&limit_lock);
+	return admit;
+}
+
+bool sdp_log_limited_ok(struct sdp_log_limit *lim, int level)
+{
+	struct timespec ts;
+	unsigned left_out;
+	bool admit;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	admit = sdp_log_admit(lim, (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000, &left_out);
+	if (left_out)
+		sdp_logf(level, "%u more lines like the next were left out in %u s", left_out,
+			 SDP_LOG_WINDOW_MS / 1000);
+	return admit;
 }

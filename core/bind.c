@@ -265,7 +265,7 @@ static void server_nak(struct sdp_conn *c, enum sdp_reason reason)
 static void server_on_proof(struct sdp_conn *c, const struct sdp_bind *proof)
 {
 	if (memcmp(proof->nonce, c->nonce_local, SDP_NONCE_SIZE) != 0) {
-		sdp_warn("the TCP client's bind proof does not match the RDMA channel that claimed its "
+		sdp_warn_limited("the TCP client's bind proof does not match the RDMA channel that claimed its "
 			 "connection (a forged Hello?); refusing the channel, using TCP");
 		server_nak(c, SDP_REASON_UNPROVEN);
 		return;
@@ -509,7 +509,7 @@ static void client_read_tcp(struct sdp_conn *c)
 void bind_client_on_attach(struct sdp_conn *c)
 {
 	if (c->bind != BIND_SIGNALLED) {
-		sdp_warn("the RDMA peer sent ATTACH before the TCP connection's server asked for a "
+		sdp_warn_limited("the RDMA peer sent ATTACH before the TCP connection's server asked for a "
 			 "proof (a rogue rdma_cm listener?); not using the channel");
 		bind_fallback(c, SDP_REASON_UNPROVEN);
 		return;
@@ -612,7 +612,7 @@ void bind_on_carrier_failed(struct sdp_conn *c)
  * protocol); after, it ends as if the carrier had failed. */
 void bind_on_violation(struct sdp_conn *c, const char *what)
 {
-	sdp_warn("the RDMA peer broke the protocol before the channel was bound (%s); not using the channel",
+	sdp_warn_limited("the RDMA peer broke the protocol before the channel was bound (%s); not using the channel",
 		 what);
 	qp_force_error(c);
 	c->carrier_dead = true;

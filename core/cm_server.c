@@ -302,11 +302,11 @@ static uint8_t check_hello(struct sdp_listener *l, struct rdma_cm_event *ev, str
 						       ev->param.conn.private_data_len, h);
 
 	if (werr != SDP_WIRE_OK) {
-		sdp_warn("rejecting an RDMA connect: Hello %s", sdp_wire_error_text(werr));
+		sdp_warn_limited("rejecting an RDMA connect: Hello %s", sdp_wire_error_text(werr));
 		return werr == SDP_WIRE_BAD_VERSION ? SDP_REJECT_VERSION : SDP_REJECT_MALFORMED;
 	}
 	if (h->tuple.dst_port != l->port || !same_addr(h->tuple.src_addr, rdma_get_peer_addr(ev->id))) {
-		sdp_warn("rejecting an RDMA connect: Hello names a TCP tuple this listener "
+		sdp_warn_limited("rejecting an RDMA connect: Hello names a TCP tuple this listener "
 			 "does not serve");
 		return SDP_REJECT_TUPLE;
 	}
@@ -469,7 +469,7 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 		return;
 	}
 	if (o->tuple.dst_port != l->port || !same_addr(o->tuple.src_addr, peer)) {
-		sdp_warn("refusing a stream: its OPEN names a TCP tuple this listener does not serve");
+		sdp_warn_limited("refusing a stream: its OPEN names a TCP tuple this listener does not serve");
 		link_answer_open(link, idx, NULL, SDP_REJECT_TUPLE);
 		return;
 	}
@@ -489,7 +489,7 @@ void cm_server_open_stream(struct sdp_listener *l, struct sdp_link *link, uint16
 	err = link_stream_setup(c, link, idx);
 	if (err) {
 		if (err == -EBUSY)
-			sdp_warn("refusing a stream: its index is still in use on the link");
+			sdp_warn_limited("refusing a stream: its index is still in use on the link");
 		pending_budget_give(c);
 		conn_lock(c);
 		conn_set_phase(c, CONN_DEAD);

@@ -797,7 +797,7 @@ void link_force_fail(struct sdp_conn *c, const char *why)
 
 static void protocol_violation(struct sdp_link *link, const char *what)
 {
-	sdp_warn("link peer violated the sdpshim protocol (%s); its streams move to TCP", what);
+	sdp_warn_limited("link peer violated the sdpshim protocol (%s); its streams move to TCP", what);
 	link_fail(link, "link protocol violation");
 }
 
@@ -1666,7 +1666,7 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 			err = setup_send(link, h->buf_size, h->buf_count);
 	}
 	if (err) {
-		sdp_warn("refusing an RDMA link on port %u: %s", l->port, strerror(-err));
+		sdp_warn_limited("refusing an RDMA link on port %u: %s", l->port, strerror(-err));
 		if (link && link->qp) {
 			SDP_GUARD_ENTER();
 			qp_destroy(link->dev, ev->id, link->qp);

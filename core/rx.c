@@ -33,7 +33,7 @@ static void unbound_violation(struct sdp_conn *c, const char *what)
 {
 	c->unbound_violated = true;
 	if (c->phase == CONN_PENDING) {
-		sdp_warn("an unattached RDMA channel's peer broke the protocol (%s); dropping the channel",
+		sdp_warn_limited("an unattached RDMA channel's peer broke the protocol (%s); dropping the channel",
 			 what);
 		pending_drop(c);
 		return;
@@ -49,7 +49,7 @@ static void protocol_violation(struct sdp_conn *c, const char *what)
 		unbound_violation(c, what);
 		return;
 	}
-	sdp_warn("peer violated the sdpshim protocol (%s); aborting the connection", what);
+	sdp_warn_limited("peer violated the sdpshim protocol (%s); aborting the connection", what);
 	c->fail_reason = SDP_REASON_PROTOCOL;
 	close_ev_abort(c, ECONNRESET, true);
 }

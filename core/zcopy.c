@@ -23,7 +23,7 @@ void zc_count_cache(struct sdp_conn *c, bool hit)
 
 void zc_violation(struct sdp_conn *c, const char *what)
 {
-	sdp_warn("peer violated the zero-copy protocol (%s); aborting the connection", what);
+	sdp_warn_limited("peer violated the zero-copy protocol (%s); aborting the connection", what);
 	c->fail_reason = SDP_REASON_PROTOCOL;
 	close_ev_abort(c, ECONNRESET, true);
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/log.h" /* sdp_log_atfork_child() */
 #include "base/pin_budget.h" /* pin_budget_atfork_child() */
 #include "base/real.h"
 #include "core/conn.h"
@@ -54,6 +55,7 @@ void proc_atfork_parent(void)
 
 void proc_atfork_child(void)
 {
+	sdp_log_atfork_child();
 	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
 	sock_atfork_child();

@@ -22,7 +22,9 @@
 # connection per server listener and the rogue speaks the link framing
 # (--link): a link Hello, then an OPEN per stream naming its 4-tuple, whose
 # OPEN_ACK carries the nonce.  Then the lies only a link can tell:
-#   7    an OPEN naming another host's address (a tuple the link does not own);
+#   7    20 OPENs naming another host's address (tuples the link does not own):
+#        each refused, and the server logs a burst of 5 (a peer may repeat a
+#        refusal at will, so its diagnostics are limited);
 #   8    a rogue listener's RELEASED for an index past the client's stream table
 #        (the client runs the ASan build: it must not write past it);
 #   9    links held without a stream: the server must not keep them (and their
@@ -706,16 +708,17 @@ honest_connects() {
   run_timeout 60 "${PRE[@]}" "$CONNECTS" -c "$RXE_IP" -p "$1" -n 1 -b 65536 >"$T/$2.out" 2>&1
 }
 
-@test "[link] OPEN naming another host's address (a tuple its link does not own): OPEN_NAK, one diagnostic, no stream; the server lives, an honest client stays on RDMA" {
+@test "[link] 20 OPENs naming another host's address (tuples its link does not own): 20 OPEN_NAKs, 5 diagnostics (the rest left out), no stream; the server lives, an honest client stays on RDMA" {
   local port sport src=0 hrc=0
   link_mode link
   port=$(free_port); sport=$(free_port)
   start_bg server timeout -k 5 120 "${PRE[@]}" "$CONNECTS" -s "$port" -a "$RXE_IP" -n 1
   wait_port "$RXE_IP" "$port"
-  # The link's own Hello is honest; its OPEN names 10.77.0.99:SPORT.
+  # The link's own Hello is honest; its 20 OPENs name 10.77.0.99:SPORT..SPORT+19.
+  # A peer may repeat a refusal at will: the server logs a burst of 5 of them.
   rogue_start rogue hello --to "$RXE_IP:$port" --src-port "$sport" --src-addr 10.77.0.99 \
-    --hold 120 --link
-  wait_for_line "$T/rogue.log" '^(open_ack|open_nak|rejected|error) conn=0' 60 || true
+    --hold 120 --link --streams 20
+  wait_for_line "$T/rogue.log" '^(open_ack|open_nak|rejected|error) conn=0 stream=19' 60 || true
   honest_connects "$port" honest || hrc=$?
   rogue_stop rogue || true
   wait_bg server || src=$?
@@ -724,11 +727,11 @@ honest_connects() {
        "server (rc=$src):" "$(bg_log server | tail -6)" "$(stats_lines "$STATS")"
   grep -q 'uid=65534' "$T/rogue.log"
   grep -q '^established conn=0 link=1 ' "$T/rogue.log"
-  grep -q '^open_nak conn=0 stream=0 code=5 ' "$T/rogue.log"   # SDP_REJECT_TUPLE
+  [ "$(grep -c '^open_nak conn=0 stream=[0-9]* code=5 ' "$T/rogue.log")" -eq 20 ]   # SDP_REJECT_TUPLE
   [ "$(rogue_field rogue opened)" = 0 ]
   [ "$(rogue_field rogue attach)" = 0 ]
   [ "$(rogue_field rogue data_bytes)" = 0 ]
-  [ "$(link_diags "$T/server.log" 'OPEN names a TCP tuple this listener does not serve')" -eq 1 ]
+  [ "$(link_diags "$T/server.log" 'OPEN names a TCP tuple this listener does not serve')" -eq 5 ]
   [ "$hrc" -eq 0 ]
   grep -qE '^conn 1 connect_ms=.* ok$' "$T/honest.out"
   [ "$src" -eq 0 ]
