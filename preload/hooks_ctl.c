@@ -103,8 +103,10 @@ static int fcntl_common(int (*real_fcntl)(int, int, ...), int fd, int cmd, void 
 		return rc;
 	saved = errno;
 	s = sock_of(fd);
-	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		rdy_epoll_watched(fd); /* a set under two numbers (readiness_epoll.c) */
+		rdy_epoll_dup(fd, rc);
+	}
 	if (s && cmd == F_SETFL)
 		s->nonblock = (arg & O_NONBLOCK) != 0;
 	else if (s && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))

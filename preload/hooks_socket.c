@@ -138,7 +138,8 @@ static void track_dup(int old_fd, int new_fd)
 	struct sdp_sock *s = sock_of(old_fd);
 	int saved = errno;
 
-	rdy_epoll_watched(old_fd); /* a set under two numbers: the copy's waiters are not counted */
+	rdy_epoll_watched(old_fd); /* a set under two numbers: never deferred to */
+	rdy_epoll_dup(old_fd, new_fd);
 	if (s)
 		sock_add_fd(s, new_fd);
 	errno = saved;

@@ -40,6 +40,7 @@ void rdy_sock_closed(struct sdp_sock *s);
  * for a forked process, preload/fork_handoff.c). */
 void rdy_sock_regs_drop(struct sdp_sock *s);
 /* An epoll fd is closing (or being replaced by dup2). */
+void rdy_epoll_dup(int old_fd, int new_fd);
 void rdy_epoll_forget(int epfd);
 /* fd, if an epoll set, is watched by poll, select or another set: its
  * channels' readiness is always written to their eventfds from now on. */

@@ -23,7 +23,9 @@
 #include "preload/sock.h"
 
 struct sdp_epoll {
-	int epfd;             /* the app's epoll fd */
+	int epfd;             /* the app's epoll fd: one of the numbers naming it */
+	int fd_names;         /* the fd numbers naming it (dup, dup2, F_DUPFD; table lock):
+			       * closed with the last, epfd moves on to another */
 	int shadow_fd;        /* our epoll set of indicators, registered in epfd; -1 until needed */
 	pthread_mutex_t lock; /* shadow membership and the regs' shadow fields */
 	_Atomic int refs;     /* fd numbers naming it + registrations */
@@ -94,6 +96,7 @@ static struct sdp_epoll *ep_for(int epfd)
 		ep = calloc(1, sizeof(*ep));
 		if (ep) {
 			ep->epfd = epfd;
+			ep->fd_names = 1;
 			ep->shadow_fd = -1;
 			ep->pid = self_pid();
 			pthread_mutex_init(&ep->lock, NULL);
@@ -124,20 +127,69 @@ void rdy_epoll_born(int epfd)
 	ep_put(ep);
 }
 
+struct name_search {
+	struct sdp_epoll *ep;
+	int found;
+};
+
+static void find_other_name(int fd, void *obj, void *ctx)
+{
+	struct name_search *ns = ctx;
+
+	if (obj == ns->ep && ns->found < 0)
+		ns->found = fd;
+}
+
+/* A number of epfd's goes (table lock held).  True if it was the last. */
+static bool drop_name_locked(struct sdp_epoll *ep, int fd)
+{
+	struct name_search ns = { ep, -1 };
+
+	if (--ep->fd_names <= 0)
+		return true;
+	if (ep->epfd == fd) { /* the library's own calls use another number now */
+		fdt_for_each(FDT_EPOLL, find_other_name, &ns);
+		if (ns.found >= 0)
+			ep->epfd = ns.found;
+	}
+	return false;
+}
+
 void rdy_epoll_forget(int epfd)
 {
 	struct sdp_epoll *ep;
+	bool last = false;
 
 	sock_table_lock();
 	ep = fdt_get(epfd, FDT_EPOLL);
 	fdt_clear(epfd);
+	if (ep)
+		last = drop_name_locked(ep, epfd);
 	sock_table_unlock();
 	if (!ep)
 		return;
-	pthread_mutex_lock(&ep->lock);
-	ep->closed = true;
-	pthread_mutex_unlock(&ep->lock);
+	if (last) {
+		pthread_mutex_lock(&ep->lock);
+		ep->closed = true;
+		pthread_mutex_unlock(&ep->lock);
+	}
 	ep_put(ep);
+}
+
+/* new_fd names old_fd's set too (a dup): a wait or a registration through
+ * it goes through the set's record, never straight to the kernel, which
+ * would hand the app the library's own data of a shadowed registration. */
+void rdy_epoll_dup(int old_fd, int new_fd)
+{
+	struct sdp_epoll *ep;
+
+	sock_table_lock();
+	ep = fdt_get(old_fd, FDT_EPOLL);
+	if (ep && fdt_set(new_fd, FDT_EPOLL, ep) == 0) {
+		atomic_fetch_add(&ep->refs, 1); /* the new number's */
+		ep->fd_names++;
+	}
+	sock_table_unlock();
 }
 
 /* Shadows made so far: a plain wait that saw this move while it slept may

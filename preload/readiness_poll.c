@@ -5,7 +5,11 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include "base/log.h"
 #include "base/real.h"
 #include "core/conn.h"
 #include "preload/gate.h"
@@ -278,73 +282,162 @@ int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset
 #define POLLOUT_SET (POLLOUT | POLLWRNORM | POLLWRBAND | POLLERR)
 #define POLLEX_SET  (POLLPRI)
 
-int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
-	       const sigset_t *sigmask, struct timeval *tv_out)
-{
-	struct pollfd *pfds;
-	int n = 0, rc, bits = 0;
-	long long start = rdy_mono_ns();
+/* The kernel's fd_set: longs of bits, as many as nfds needs (an app may
+ * pass a set larger than FD_SETSIZE, sized by its own fd limit); glibc's
+ * FD_ISSET refuses bits past FD_SETSIZE under FORTIFY. */
+#define SET_BITS (8 * sizeof(unsigned long))
 
-	if (nfds < 0 || nfds > FD_SETSIZE) {
-		errno = EINVAL;
+static size_t set_bytes(int nfds)
+{
+	return ((size_t)nfds + SET_BITS - 1) / SET_BITS * sizeof(unsigned long);
+}
+
+static bool set_has(const fd_set *set, int fd)
+{
+	return set && ((const unsigned long *)(const void *)set)[fd / SET_BITS] >> (fd % SET_BITS) & 1;
+}
+
+static void set_add(fd_set *set, int fd)
+{
+	((unsigned long *)(void *)set)[fd / SET_BITS] |= 1UL << (fd % SET_BITS);
+}
+
+/* The kernel's fd table size (FDSize in /proc/self/status): every open fd
+ * is below it; -1 if it cannot be read. */
+static int fd_table_size(void)
+{
+	char buf[4096];
+	const char *at;
+	long n;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+	syscall(SYS_close, fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	at = strstr(buf, "\nFDSize:");
+	return at ? atoi(at + 8) : -1;
+}
+
+/* As the kernel: an nfds past the fd table is cut to it, never refused,
+ * and no bit past it is read: an app may pass its fd limit as nfds with
+ * an fd_set of FD_SETSIZE bits.  Up to FD_SETSIZE no cut is needed (the
+ * set holds them all); past it, the table's size is read, and if it
+ * cannot be, nfds is refused (EINVAL) rather than read past the set. */
+static int select_nfds(int nfds)
+{
+	int table;
+
+	if (nfds <= FD_SETSIZE)
+		return nfds;
+	table = fd_table_size();
+	if (table <= 0) {
+		sdp_info_limited("select: nfds %d past FD_SETSIZE and the fd table's size unknown "
+				 "(/proc/self/status): EINVAL", nfds);
 		return -1;
 	}
-	pfds = calloc(nfds ? (size_t)nfds : 1, sizeof(*pfds));
+	return nfds < table ? nfds : table;
+}
+
+static short select_events(int fd, const fd_set *rd, const fd_set *wr, const fd_set *ex)
+{
+	return (short)((set_has(rd, fd) ? POLLIN : 0) | (set_has(wr, fd) ? POLLOUT : 0) |
+		       (set_has(ex, fd) ? POLLPRI : 0));
+}
+
+/* The sets rewritten from the answers: the bits of what is ready. */
+static int select_answer(const struct pollfd *pfds, int n, int nfds, fd_set *rd, fd_set *wr,
+			 fd_set *ex)
+{
+	int bits = 0;
+
+	if (rd)
+		memset(rd, 0, set_bytes(nfds));
+	if (wr)
+		memset(wr, 0, set_bytes(nfds));
+	if (ex)
+		memset(ex, 0, set_bytes(nfds));
+	for (int i = 0; i < n; i++) {
+		short re = pfds[i].revents, ev = pfds[i].events;
+
+		if ((ev & POLLIN) && (re & POLLIN_SET)) {
+			set_add(rd, pfds[i].fd);
+			bits++;
+		}
+		if ((ev & POLLOUT) && (re & POLLOUT_SET)) {
+			set_add(wr, pfds[i].fd);
+			bits++;
+		}
+		if ((ev & POLLPRI) && (re & POLLEX_SET)) {
+			set_add(ex, pfds[i].fd);
+			bits++;
+		}
+	}
+	return bits;
+}
+
+static int select_wait(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
+		       const sigset_t *sigmask)
+{
+	struct pollfd *pfds;
+	int n = 0, rc;
+
+	for (int fd = 0; fd < nfds; fd++)
+		n += select_events(fd, rd, wr, ex) != 0;
+	pfds = calloc(n ? (size_t)n : 1, sizeof(*pfds));
 	if (!pfds) {
 		errno = ENOMEM;
 		return -1;
 	}
-	for (int fd = 0; fd < nfds; fd++) {
-		short ev = 0;
-		if (rd && FD_ISSET(fd, rd))
-			ev |= POLLIN;
-		if (wr && FD_ISSET(fd, wr))
-			ev |= POLLOUT;
-		if (ex && FD_ISSET(fd, ex))
-			ev |= POLLPRI;
+	for (int fd = 0, i = 0; fd < nfds && i < n; fd++) {
+		short ev = select_events(fd, rd, wr, ex);
+
 		if (ev)
-			pfds[n++] = (struct pollfd){ .fd = fd, .events = ev };
+			pfds[i++] = (struct pollfd){ .fd = fd, .events = ev };
 	}
 	rc = rdy_poll(pfds, (nfds_t)n, timeout_ns, sigmask);
-	if (rc < 0) {
-		free(pfds);
+	for (int i = 0; rc >= 0 && i < n; i++) {
+		if (pfds[i].revents & POLLNVAL) {
+			errno = EBADF;
+			rc = -1;
+		}
+	}
+	if (rc >= 0)
+		rc = select_answer(pfds, n, nfds, rd, wr, ex);
+	free(pfds);
+	return rc;
+}
+
+int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
+	       const sigset_t *sigmask, struct timeval *tv_out)
+{
+	long long start = rdy_mono_ns();
+	int rc, err;
+
+	if (nfds < 0) {
+		errno = EINVAL;
 		return -1;
 	}
-	for (int i = 0; i < n; i++) {
-		if (pfds[i].revents & POLLNVAL) {
-			free(pfds);
-			errno = EBADF;
-			return -1;
-		}
+	nfds = select_nfds(nfds);
+	if (nfds < 0) {
+		errno = EINVAL;
+		return -1;
 	}
-	if (rd)
-		FD_ZERO(rd);
-	if (wr)
-		FD_ZERO(wr);
-	if (ex)
-		FD_ZERO(ex);
-	for (int i = 0; i < n; i++) {
-		short re = pfds[i].revents, ev = pfds[i].events;
-		if ((ev & POLLIN) && (re & POLLIN_SET)) {
-			FD_SET(pfds[i].fd, rd);
-			bits++;
-		}
-		if ((ev & POLLOUT) && (re & POLLOUT_SET)) {
-			FD_SET(pfds[i].fd, wr);
-			bits++;
-		}
-		if ((ev & POLLPRI) && (re & POLLEX_SET)) {
-			FD_SET(pfds[i].fd, ex);
-			bits++;
-		}
-	}
-	free(pfds);
-	if (tv_out) { /* Linux reports the time left */
+	rc = select_wait(nfds, rd, wr, ex, timeout_ns, sigmask);
+	err = errno;
+	/* Linux reports the time left, after an error (EINTR) too; a zero
+	 * timeout is left as it is. */
+	if (tv_out && timeout_ns > 0) {
 		long long left = timeout_ns - (rdy_mono_ns() - start);
+
 		if (left < 0)
 			left = 0;
 		tv_out->tv_sec = (time_t)(left / 1000000000LL);
 		tv_out->tv_usec = (suseconds_t)(left % 1000000000LL / 1000);
 	}
-	return bits;
+	errno = err;
+	return rc;
 }

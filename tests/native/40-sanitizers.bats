@@ -21,7 +21,7 @@ setup() {
 
 @test "ASan+UBSan library: every readiness case, no report" {
   local c
-  for c in epoll_lt epoll_et epoll_oneshot epoll_rdhup epoll_mod_toggle epoll_joined_asleep epoll_unwanted poll_unwanted epoll_starve bad_timeout poll ppoll select pselect mixed nbconnect refused \
+  for c in epoll_lt epoll_et epoll_oneshot epoll_rdhup epoll_mod_toggle epoll_joined_asleep epoll_unwanted poll_unwanted epoll_starve bad_timeout select_big epoll_dup poll ppoll select pselect mixed nbconnect refused \
            lifecycle; do
     run run_timeout 60 env "${SAN_ENV[@]}" "$PROGS/readiness" 127.0.0.1 "$(free_port)" "$c"
     show "$c: $(tail -1 <<<"$output")"

@@ -896,6 +896,171 @@ static void case_bad_timeout(struct pair *p)
 	expect_einval(select(p->server + 1, &r, NULL, NULL, &tv), t0, "select");
 }
 
+/* --- a set under several fd numbers (dup, dup2, F_DUPFD) --------------- */
+
+/* Each copy of the set reports the app's own data for the socket; after
+ * the first number is closed, the copies still wait, change and report. */
+static void case_epoll_dup(struct pair *p)
+{
+	struct flow up = { .seed = 17 };
+	int ep = epoll_with(p->server, EPOLLIN), copy, high, dupfd;
+
+	copy = dup(ep);
+	high = dup2(ep, 900);
+	dupfd = fcntl(ep, F_DUPFD_CLOEXEC, 700);
+	CHECK(copy >= 0 && high == 900 && dupfd >= 700, "dup %d, dup2 %d, F_DUPFD %d: %s", copy,
+	      high, dupfd, ERR);
+	expect_epoll_none(copy, "a copy, before any data");
+	flow_send(p->client, &up, 40);
+	expect_epoll_exact(copy, p->server, EPOLLIN, "dup's copy, after 40 bytes");
+	expect_epoll_exact(high, p->server, EPOLLIN, "dup2's copy, after 40 bytes");
+	expect_epoll_exact(dupfd, p->server, EPOLLIN, "F_DUPFD's copy, after 40 bytes");
+	flow_drain(p->server, &up);
+	close(ep); /* the number the set was made under goes; the set stays */
+	expect_epoll_none(high, "after draining and closing the first number");
+	expect_epoll_wakeup(high, p, &up, EPOLLIN);
+	flow_drain(p->server, &up);
+	epoll_rearm(dupfd, p->server, EPOLLIN | EPOLLOUT);
+	expect_epoll_exact(copy, p->server, EPOLLOUT, "after EPOLL_CTL_MOD through a copy");
+	CHECK(epoll_ctl(copy, EPOLL_CTL_DEL, p->server, NULL) == 0, "EPOLL_CTL_DEL: %s", ERR);
+	flow_send(p->client, &up, 10);
+	expect_epoll_none(dupfd, "after EPOLL_CTL_DEL through another copy");
+	CHECK(epoll_ctl(high, EPOLL_CTL_ADD, p->server,
+			&(struct epoll_event){ .events = EPOLLIN, .data.fd = p->server }) == 0,
+	      "EPOLL_CTL_ADD again: %s", ERR);
+	close(copy);
+	close(high);
+	expect_epoll_exact(dupfd, p->server, EPOLLIN, "the last copy, after 10 bytes");
+	flow_drain(p->server, &up);
+	close(dupfd);
+}
+
+/* --- select past FD_SETSIZE, and the time left after a signal ----------- */
+
+#define BIG_FDS 2048 /* a set of this many bits, as an app sized by its fd limit makes */
+#define LONG_BITS (8 * sizeof(unsigned long))
+
+struct big_set {
+	unsigned long w[BIG_FDS / LONG_BITS];
+};
+
+static void big_add(struct big_set *b, int fd)
+{
+	b->w[fd / LONG_BITS] |= 1UL << (fd % LONG_BITS);
+}
+
+static bool big_has(const struct big_set *b, int fd)
+{
+	return b->w[fd / LONG_BITS] >> (fd % LONG_BITS) & 1;
+}
+
+/* select(getdtablesize(), ...) with an fd_set of FD_SETSIZE bits, the fd
+ * limit at 4096: the kernel reads no bit past its fd table (still small
+ * here), and neither may the shim (ASan sees a read or write past r). */
+static void select_nfds_past_set(struct pair *p)
+{
+	struct flow up = { .seed = 18 };
+	fd_set r;
+	int n;
+
+	flow_send(p->client, &up, 9);
+	wait_fd(p->server, POLLIN);
+	FD_ZERO(&r);
+	FD_SET(p->server, &r);
+	n = select(getdtablesize(), &r, NULL, NULL, &(struct timeval){ 5, 0 });
+	CHECK(n == 1 && FD_ISSET(p->server, &r), "select of nfds %d (the fd limit) with an fd_set "
+	      "of %d bits: %d (%s)", getdtablesize(), FD_SETSIZE, n, n < 0 ? ERR : "-");
+	flow_drain(p->server, &up);
+}
+
+/* A socket at fd 2000 (past FD_SETSIZE) and a pipe at 1500 in one
+ * read set of nfds 2001: the kernel takes it (nfds is cut to the fd table,
+ * never refused), and so must the shim. */
+static void select_past_setsize(struct pair *p)
+{
+	struct flow up = { .seed = 16 };
+	struct big_set r;
+	int pipefd[2], sock_hi = 2000, pipe_hi = 1500, n;
+
+	CHECK(pipe(pipefd) == 0, "pipe: %s", ERR);
+	CHECK(dup2(p->server, sock_hi) == sock_hi && dup2(pipefd[0], pipe_hi) == pipe_hi,
+	      "dup2: %s", ERR);
+	CHECK(write(pipefd[1], "x", 1) == 1, "write: %s", ERR);
+	memset(&r, 0, sizeof(r));
+	big_add(&r, sock_hi);
+	big_add(&r, pipe_hi);
+	n = select(sock_hi + 1, (fd_set *)(void *)&r, NULL, NULL, &(struct timeval){ 5, 0 });
+	CHECK(n == 1, "select of nfds %d: %d (%s), expected 1", sock_hi + 1, n, n < 0 ? ERR : "-");
+	CHECK(big_has(&r, pipe_hi) && !big_has(&r, sock_hi), "the pipe only: pipe %d, socket %d",
+	      big_has(&r, pipe_hi), big_has(&r, sock_hi));
+	flow_send(p->client, &up, 21);
+	wait_fd(p->server, POLLIN);
+	memset(&r, 0, sizeof(r));
+	big_add(&r, sock_hi);
+	n = select(sock_hi + 1, (fd_set *)(void *)&r, NULL, NULL, &(struct timeval){ 5, 0 });
+	CHECK(n == 1 && big_has(&r, sock_hi), "the socket at fd %d with data: %d (%s), bit %d",
+	      sock_hi, n, n < 0 ? ERR : "-", big_has(&r, sock_hi));
+	flow_drain(sock_hi, &up);
+	close(sock_hi);
+	close(pipe_hi);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+}
+
+static void *signal_later(void *arg)
+{
+	usleep(LATER_MS * 1000);
+	pthread_kill(*(pthread_t *)arg, SIGUSR2);
+	return NULL;
+}
+
+/* A select cut short by a signal (EINTR) writes the time left, as Linux
+ * does: about 2.8 of its 3 s, not the 3 s it was given. */
+static void select_time_left(struct pair *p)
+{
+	struct sigaction sa = { .sa_handler = on_usr2 }, old; /* no SA_RESTART: EINTR */
+	struct timeval tv = { 3, 0 };
+	pthread_t self = pthread_self(), t;
+	long long left_ms;
+	fd_set r;
+	int n, err;
+
+	sigaction(SIGUSR2, &sa, &old);
+	FD_ZERO(&r);
+	FD_SET(p->server, &r);
+	CHECK(pthread_create(&t, NULL, signal_later, &self) == 0, "pthread_create failed");
+	n = select(p->server + 1, &r, NULL, NULL, &tv);
+	err = errno;
+	pthread_join(t, NULL);
+	sigaction(SIGUSR2, &old, NULL);
+	errno = err;
+	left_ms = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+	CHECK(n == -1 && errno == EINTR, "select interrupted: %d (%s), expected EINTR", n,
+	      n < 0 ? ERR : "no error");
+	CHECK(left_ms < 2990 && left_ms > 0, "time left after EINTR: %lld ms of 3000", left_ms);
+}
+
+static void case_select_big(struct pair *p)
+{
+	struct rlimit lim;
+
+	CHECK(getrlimit(RLIMIT_NOFILE, &lim) == 0, "getrlimit: %s", ERR);
+	if (lim.rlim_cur < 2 * BIG_FDS) {
+		lim.rlim_cur = lim.rlim_max < 2 * BIG_FDS ? lim.rlim_max : 2 * BIG_FDS;
+		CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit: %s", ERR);
+	}
+	CHECK(lim.rlim_cur >= BIG_FDS, "the fd limit (%llu) is below %d",
+	      (unsigned long long)lim.rlim_cur, BIG_FDS);
+	select_nfds_past_set(p); /* first: the fd table is still small */
+	select_past_setsize(p);
+	select_time_left(p);
+}
+
 /* --- poll, ppoll, select, pselect through one interface ------------------ */
 
 enum wait_api { API_POLL, API_PPOLL, API_SELECT, API_PSELECT };
@@ -1486,6 +1651,7 @@ static const struct pair_case pair_cases[] = {
 	{ "epoll_mod_toggle", case_epoll_mod_toggle }, { "epoll_joined_asleep", case_epoll_joined_asleep },
 	{ "epoll_unwanted", case_epoll_unwanted }, { "poll_unwanted", case_poll_unwanted },
 	{ "epoll_starve", case_epoll_starve }, { "bad_timeout", case_bad_timeout },
+	{ "select_big", case_select_big }, { "epoll_dup", case_epoll_dup },
 };
 
 static int usage(void)

@@ -204,6 +204,8 @@ readiness_rdma() {   # readiness_rdma CASE
 @test "readiness poll_unwanted over RDMA: the same with poll() (events 0, POLLRDHUP alone) and select() (exceptfds alone)" { readiness_rdma poll_unwanted; }
 @test "readiness epoll_starve over RDMA: a readable socket listed by the library is reported in turn beside an always readable pipe, with maxevents 1" { readiness_rdma epoll_starve; }
 @test "readiness bad_timeout over RDMA: ppoll, pselect and select refuse a timeout the kernel refuses (EINVAL), never wait forever" { readiness_rdma bad_timeout; }
+@test "readiness select_big over RDMA: select past FD_SETSIZE (a socket at fd 2000) is taken as the kernel takes it, and EINTR leaves the time left in the timeval" { readiness_rdma select_big; }
+@test "readiness epoll_dup over RDMA: a set under dup, dup2 and F_DUPFD numbers reports the app's data, not the library's, and lives on after its first number closes" { readiness_rdma epoll_dup; }
 @test "readiness poll over RDMA" { readiness_rdma poll; }
 @test "readiness ppoll over RDMA" { readiness_rdma ppoll; }
 @test "readiness select over RDMA" { readiness_rdma select; }

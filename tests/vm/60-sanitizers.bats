@@ -37,7 +37,7 @@ san_stats_rdma() {
 
 @test "ASan+UBSan library over RDMA: readiness cases, no report" {
   local c
-  for c in epoll_lt epoll_et epoll_oneshot epoll_joined_asleep epoll_unwanted poll_unwanted epoll_starve bad_timeout poll select mixed nbconnect; do
+  for c in epoll_lt epoll_et epoll_oneshot epoll_joined_asleep epoll_unwanted poll_unwanted epoll_starve bad_timeout select_big epoll_dup poll select mixed nbconnect; do
     : >"$STATS"
     run run_timeout 90 env "${SAN_ENV[@]}" "$PROGS/readiness" "$RXE_IP" "$(free_port)" "$c"
     show "$c: rc=$status $(tail -1 <<<"$output")"
