@@ -18,6 +18,7 @@ enum wr_kind {
 	WR_WRITE = 5,  /* sender: RDMA WRITE into the peer's SinkAvail */
 	WR_BIND = 6,   /* memory window bind */
 	WR_INV = 7,    /* memory window invalidate */
+	WR_PROBE = 8,  /* a zero-byte RDMA WRITE: is the peer's host there? (timers.c) */
 };
 #define WR_ID(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
 #define WR_KIND(id)      ((enum wr_kind)((id) >> 32))
@@ -128,6 +129,10 @@ void tx_note_awaited_sends(struct sdp_conn *c);
 void tx_kick(struct sdp_conn *c);
 void tx_queue_ctrl(struct sdp_conn *c, uint8_t mid);
 bool tx_has_unposted(const struct sdp_conn *c);
+/* Bytes wait for a credit of the peer's. */
+bool tx_waits_for_credits(const struct sdp_conn *c);
+/* A zero-byte RDMA WRITE on a channel of its own (timers.c's probe). */
+int tx_post_probe(struct sdp_conn *c);
 void tx_free_acked(struct sdp_conn *c, uint32_t ack);
 uint32_t tx_free_space(const struct sdp_conn *c);
 size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
@@ -328,6 +333,9 @@ void conn_on_timer(struct sdp_conn *c);
  * first on an empty queue. */
 void conn_note_post(struct sdp_conn *c);
 void conn_stall_timer_fired(void *arg);
+void conn_probe_timer_fired(void *arg);
+/* A channel of its own whose sender waits for credits: watch the peer. */
+void conn_probe_arm(struct sdp_conn *c);
 void conn_arm_timer(struct sdp_conn *c, unsigned ms_from_now);
 /* The same at an absolute deadline (progress_deadline_ms()'s clock). */
 void conn_arm_timer_at(struct sdp_conn *c, uint64_t at_ms);

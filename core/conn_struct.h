@@ -390,6 +390,11 @@ struct sdp_conn {
 	 * the queue empty. */
 	struct progress_timer stall_timer;
 	bool stall_armed;
+	/* A channel of its own whose sender waits for credits: the liveness
+	 * probe's timer, and the completions seen when it was armed. */
+	struct progress_timer probe_timer;
+	bool probe_armed;
+	unsigned probe_mark;
 	uint64_t sq_progress_ms;
 };
 

@@ -18,7 +18,7 @@ static void on_completion_switched(struct sdp_conn *c, enum wr_kind kind, uint32
 {
 	if (kind != WR_RECV && c->sq_outstanding)
 		c->sq_outstanding--;
-	if (kind >= WR_READ)
+	if (kind >= WR_READ && kind <= WR_INV)
 		zc_on_completion(c, kind, index, false);
 }
 
@@ -32,15 +32,16 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		static const char *const kinds[] = { "?", "recv", "send", "control send", "RDMA READ",
-						     "RDMA WRITE", "window bind", "window invalidate" };
+						     "RDMA WRITE", "window bind", "window invalidate",
+						     "liveness probe" };
 		if (!c->carrier_dead && wc->status != IBV_WC_WR_FLUSH_ERR)
 			sdp_warn("RDMA completion error on %s: %s",
-				 kind <= WR_INV ? kinds[kind] : "?", ibv_wc_status_str(wc->status));
+				 kind <= WR_PROBE ? kinds[kind] : "?", ibv_wc_status_str(wc->status));
 		if (kind != WR_RECV && c->sq_outstanding)
 			c->sq_outstanding--;
 		if (!c->carrier_why)
 			c->carrier_why = ibv_wc_status_str(wc->status);
-		if (kind >= WR_READ)
+		if (kind >= WR_READ && kind <= WR_INV)
 			zc_on_completion(c, kind, WR_INDEX(wc->wr_id), false);
 		close_ev_carrier_failed(c, ECONNRESET, NULL);
 		return;
@@ -54,6 +55,7 @@ static void on_completion(struct sdp_conn *c, const struct ibv_wc *wc)
 			rx_on_recv(c, WR_INDEX(wc->wr_id), wc->byte_len);
 		break;
 	case WR_SEND_DATA:
+	case WR_PROBE:
 		c->sq_outstanding--;
 		break;
 	case WR_SEND_CTRL:

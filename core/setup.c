@@ -45,6 +45,8 @@ struct sdp_conn *conn_alloc(bool is_server, const struct sdp_policy *policy)
 	c->timer.arg = c;
 	c->stall_timer.fn = conn_stall_timer_fired;
 	c->stall_timer.arg = c;
+	c->probe_timer.fn = conn_probe_timer_fired;
+	c->probe_timer.arg = c;
 	c->rd_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	c->wr_fd = progress_hide_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	c->serial = atomic_fetch_add(&conn_serials, 1) + 1;
@@ -82,6 +84,7 @@ void conn_put(struct sdp_conn *c)
 		return;
 	progress_timer_cancel(&c->timer);
 	progress_timer_cancel(&c->stall_timer);
+	progress_timer_cancel(&c->probe_timer);
 	conn_free(c);
 }
 
@@ -352,6 +355,7 @@ static void destroy_on_progress(void *arg)
 
 	progress_timer_cancel(&c->timer);
 	progress_timer_cancel(&c->stall_timer);
+	progress_timer_cancel(&c->probe_timer);
 	conn_destroy_resources(c);
 	conn_lock(c);
 	climb_closed(c);

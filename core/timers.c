@@ -190,3 +190,45 @@ void conn_stall_timer_fired(void *arg)
 	}
 	conn_unlock(c);
 }
+
+/* --------------------------------------------- liveness of a channel */
+
+/* A channel of its own (SDPSHIM_LINKS=0) whose sender waits for credits has
+ * nothing outstanding that could fail if the peer's host died, as a link's
+ * (core/link.c, probe_check).  Armed when the sender starts to wait: after
+ * SDPSHIM_LINK_PROBE_MS with no completion at all and still waiting, a
+ * zero-byte RDMA WRITE goes (no receive, credit or key of the peer's: IBTA
+ * C9-88); the transport's retry error, or the send-queue watchdog, fails
+ * the carrier and the stream moves to TCP. */
+void conn_probe_arm(struct sdp_conn *c)
+{
+	if (!sdp_tun.link_probe_ms || c->probe_armed || c->link)
+		return;
+	c->probe_armed = true;
+	c->probe_mark = c->completions_seen;
+	progress_timer_arm(&c->probe_timer, progress_deadline_ms(sdp_tun.link_probe_ms));
+}
+
+static bool waits_for_credits(const struct sdp_conn *c)
+{
+	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw.started && c->qp &&
+	       tx_waits_for_credits(c);
+}
+
+void conn_probe_timer_fired(void *arg)
+{
+	struct sdp_conn *c = arg;
+
+	conn_lock(c);
+	c->probe_armed = false;
+	if (waits_for_credits(c)) {
+		if (c->completions_seen == c->probe_mark && !c->sq_outstanding) {
+			sdp_debug("the peer was silent for %u ms while we wait for credits; probing",
+				  sdp_tun.link_probe_ms);
+			if (tx_post_probe(c) != 0)
+				close_ev_carrier_failed(c, EIO, "posting a probe failed");
+		}
+		conn_probe_arm(c); /* again, while the sender waits */
+	}
+	conn_unlock(c);
+}

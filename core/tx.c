@@ -253,6 +253,31 @@ static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len
 	return 0;
 }
 
+bool tx_waits_for_credits(const struct sdp_conn *c)
+{
+	return tx_has_unposted(c) && !credits_allow_data(tx_credits(c));
+}
+
+int tx_post_probe(struct sdp_conn *c)
+{
+	struct ibv_send_wr wr = { .wr_id = WR_ID(WR_PROBE, 0), .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad;
+	int rc;
+
+	if (c->link || !c->qp)
+		return -EINVAL;
+	SDP_GUARD_ENTER();
+	rc = ibv_post_send(c->qp, &wr, &bad);
+	SDP_GUARD_LEAVE();
+	if (rc) {
+		sdp_warn("ibv_post_send of a probe failed: %s", strerror(rc));
+		return -rc;
+	}
+	conn_note_post(c); /* the send-queue watchdog bounds its answer */
+	return 0;
+}
+
 static bool post_data_slot(struct sdp_conn *c)
 {
 	struct tx_slot *slot = slot_at(c, c->tx_posted);
@@ -438,6 +463,8 @@ static void tx_kick_posts(struct sdp_conn *c)
 	}
 	if (starving && c->st)
 		atomic_fetch_add_explicit(&c->st->credit_stalls, 1, memory_order_relaxed);
+	if (starving && !c->link)
+		conn_probe_arm(c); /* a link watches its peer itself (core/link.c) */
 	if (!tx_has_unposted(c))
 		send_ctrls(c, ~0u);
 	else

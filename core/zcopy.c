@@ -222,6 +222,7 @@ void zc_on_completion(struct sdp_conn *c, int kind, uint32_t index, bool ok)
 	case WR_RECV:
 	case WR_SEND_DATA:
 	case WR_SEND_CTRL:
+	case WR_PROBE:
 		break;
 	}
 	if (!ok)

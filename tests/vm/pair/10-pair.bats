@@ -12,7 +12,8 @@
 #  - a sender waiting for credits while the server's host stops answering RoCE
 #    (its app stopped, then the client's RoCE packets dropped): the link's
 #    probes, answered while the host was there, go unanswered, and the
-#    stream moves to TCP within SDPSHIM_STALL_MS, before the server reads on;
+#    stream moves to TCP within SDPSHIM_STALL_MS, before the server reads on
+#    (on a link, and on a channel of its own);
 #  - a peer host without RDMA (network namespace "norxe" behind its own veth, rxe
 #    only on our end) gets plain TCP within one second of connect, every time,
 #    with the default connect timeout;
@@ -338,16 +339,24 @@ for p in json.load(sys.stdin).get("processes", []):
 print(n)' "$1"
 }
 
-@test "pair: a sender waiting for credits learns within a bound that the peer's host stopped answering RoCE, and finishes on TCP" {
+# silent_host MODE (link: streams on a link; conn: a channel of its own).
+# The server stops (SIGSTOP): its app reads nothing, the client's writes fill
+# the stream's credits and wait, and nothing of the client's is outstanding.
+# Its host still answers: probes (the peer silent for 1 s) are acknowledged
+# and the stream stays on RDMA.  Then the client's RoCE packets are dropped,
+# as if the server's host had died: the next probe goes unanswered, and after
+# SDPSHIM_STALL_MS (4 s, under the transport's retry time of ack timeout 19:
+# 2.1 s x 8) the carrier fails and the stream moves to TCP while the server
+# is still stopped.  Buffer copy only.
+silent_host() {
   local port crc=0 src=0 until live spid sent_a sent_b probes t_drop ms got want bytes=$((256 << 20))
-  # The server stops (SIGSTOP): its app reads nothing, the client's writes
-  # fill the stream's credits and wait, and nothing of the client's is
-  # outstanding.  Its host still answers: probes (a link silent for 1 s) are
-  # acknowledged and the stream stays on RDMA.  Then the client's RoCE
-  # packets are dropped, as if the server's host had died: the next probe
-  # goes unanswered, and after SDPSHIM_STALL_MS (4 s, under the transport's
-  # retry time of ack timeout 19: 2.1 s x 8) the link fails and the stream
-  # moves to TCP while the server is still stopped.  Buffer copy only.
+  local gone_diag
+  link_mode "$1"
+  if [ "$1" = link ]; then
+    gone_diag="the peer acknowledged nothing"
+  else
+    gone_diag="RDMA carrier failed (send queue stalled"
+  fi
   export SDPSHIM_LINK_PROBE_MS=1000 SDPSHIM_STALL_MS=4000 SDPSHIM_ZCOPY_THRESH=0
   port=$(free_port)
   start_bg server timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
@@ -375,15 +384,17 @@ print(n)' "$1"
   show "client while the server is stopped: $sent_a, 4 s later $sent_b; link probes $probes"
   [ "${sent_b% *}" = rdma ]
   [ "$sent_a" = "$sent_b" ]   # the writer waits for credits
-  [ "$probes" != none ]
-  [ "$probes" -ge 1 ]
-  # Answered probes leave the link up.
-  run grep -q "acknowledged nothing" "$T/client.log"
+  if [ "$1" = link ]; then
+    [ "$probes" != none ]
+    [ "$probes" -ge 1 ]
+  fi
+  # Answered probes leave the carrier up.
+  run grep -qF "$gone_diag" "$T/client.log"
   [ "$status" -ne 0 ]
   t_drop=$(now_ms)
   drop_roce rxenet0
   until=$(( $(date +%s) + 40 ))
-  until grep -q "the peer acknowledged nothing" "$T/client.log" || [ "$(date +%s)" -ge "$until" ]; do
+  until grep -qF "$gone_diag" "$T/client.log" || [ "$(date +%s)" -ge "$until" ]; do
     sleep 0.2
   done
   ms=$(( $(now_ms) - t_drop ))
@@ -391,7 +402,7 @@ print(n)' "$1"
   show "after the drop: $ms ms; client path now $live" "client: $(bg_log client)"
   kill -CONT "$spid"
   STOPPED_PID=
-  grep -q "the peer acknowledged nothing" "$T/client.log"
+  grep -qF "$gone_diag" "$T/client.log"
   [ "$ms" -lt 20000 ]
   wait_bg client || crc=$?
   wait_bg server || src=$?
@@ -405,6 +416,14 @@ print(n)' "$1"
   [ "$got" = "$want" ]
   assert_switched failover 2
   assert_exact_bytes "$STATS"
+}
+
+@test "pair: a sender waiting for credits learns within a bound that the peer's host stopped answering RoCE, and finishes on TCP" {
+  silent_host link
+}
+
+@test "pair: [conn] a sender waiting for credits on a channel of its own learns within a bound that the peer's host stopped answering RoCE, and finishes on TCP" {
+  silent_host conn
 }
 
 @test "pair: rdma link delete of the client's device under a $(size_name "$BIG_STREAM") stream: byte-exact on TCP, the delete returns while both run" {
