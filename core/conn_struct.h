@@ -395,6 +395,7 @@ struct sdp_conn {
 	struct progress_timer probe_timer;
 	bool probe_armed;
 	unsigned probe_mark;
+	unsigned wcs_seen; /* work completions taken in (after_completions): what the probe watches */
 	uint64_t sq_progress_ms;
 };
 

@@ -84,6 +84,7 @@ static void after_completions(struct sdp_conn *c, int total, int sends, bool rea
 	bool fresh;
 
 	c->completions_seen++;
+	c->wcs_seen += (unsigned)total;
 	if (sends)
 		c->sq_progress_ms = progress_coarse_ms(); /* the watchdog's clock (timers.c) */
 	if (total && c->app_closed)

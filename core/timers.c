@@ -205,13 +205,13 @@ void conn_probe_arm(struct sdp_conn *c)
 	if (!sdp_tun.link_probe_ms || c->probe_armed || c->link)
 		return;
 	c->probe_armed = true;
-	c->probe_mark = c->completions_seen;
+	c->probe_mark = c->wcs_seen;
 	progress_timer_arm(&c->probe_timer, progress_deadline_ms(sdp_tun.link_probe_ms));
 }
 
 static bool waits_for_credits(const struct sdp_conn *c)
 {
-	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw.started && c->qp &&
+	return c->phase == CONN_OPEN && !c->carrier_dead && !c->sw.started && c->qp && !c->link &&
 	       tx_waits_for_credits(c);
 }
 
@@ -222,7 +222,7 @@ void conn_probe_timer_fired(void *arg)
 	conn_lock(c);
 	c->probe_armed = false;
 	if (waits_for_credits(c)) {
-		if (c->completions_seen == c->probe_mark && !c->sq_outstanding) {
+		if (c->wcs_seen == c->probe_mark && !c->sq_outstanding) {
 			sdp_debug("the peer was silent for %u ms while we wait for credits; probing",
 				  sdp_tun.link_probe_ms);
 			if (tx_post_probe(c) != 0)

@@ -23,9 +23,11 @@
 #include "preload/sock.h"
 
 struct sdp_epoll {
-	int epfd;             /* the app's epoll fd: one of the numbers naming it */
-	int fd_names;         /* the fd numbers naming it (dup, dup2, F_DUPFD; table lock):
-			       * closed with the last, epfd moves on to another */
+	int epfd;             /* the app's epoll fd; once the app made a copy of it, a
+			       * hidden number of our own (epfd_hidden), which never moves */
+	bool epfd_hidden;
+	int fd_names;         /* the app's fd numbers naming it (dup, dup2, F_DUPFD; table
+			       * lock): closed with the last */
 	int shadow_fd;        /* our epoll set of indicators, registered in epfd; -1 until needed */
 	pthread_mutex_t lock; /* shadow membership and the regs' shadow fields */
 	_Atomic int refs;     /* fd numbers naming it + registrations */
@@ -81,6 +83,8 @@ static void ep_put(struct sdp_epoll *ep)
 	if (ep->chan_counted && ep->pid == self_pid())
 		conn_channels_unwatched();
 	progress_close_hidden(ep->shadow_fd);
+	if (ep->epfd_hidden)
+		progress_close_hidden(ep->epfd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }
@@ -127,32 +131,11 @@ void rdy_epoll_born(int epfd)
 	ep_put(ep);
 }
 
-struct name_search {
-	struct sdp_epoll *ep;
-	int found;
-};
-
-static void find_other_name(int fd, void *obj, void *ctx)
+/* A number of the app's for the set goes (table lock held).  True if it
+ * was the last. */
+static bool drop_name_locked(struct sdp_epoll *ep)
 {
-	struct name_search *ns = ctx;
-
-	if (obj == ns->ep && ns->found < 0)
-		ns->found = fd;
-}
-
-/* A number of epfd's goes (table lock held).  True if it was the last. */
-static bool drop_name_locked(struct sdp_epoll *ep, int fd)
-{
-	struct name_search ns = { ep, -1 };
-
-	if (--ep->fd_names <= 0)
-		return true;
-	if (ep->epfd == fd) { /* the library's own calls use another number now */
-		fdt_for_each(FDT_EPOLL, find_other_name, &ns);
-		if (ns.found >= 0)
-			ep->epfd = ns.found;
-	}
-	return false;
+	return --ep->fd_names <= 0;
 }
 
 void rdy_epoll_forget(int epfd)
@@ -164,7 +147,7 @@ void rdy_epoll_forget(int epfd)
 	ep = fdt_get(epfd, FDT_EPOLL);
 	fdt_clear(epfd);
 	if (ep)
-		last = drop_name_locked(ep, epfd);
+		last = drop_name_locked(ep);
 	sock_table_unlock();
 	if (!ep)
 		return;
@@ -176,16 +159,36 @@ void rdy_epoll_forget(int epfd)
 	ep_put(ep);
 }
 
+/* The set's own number, once the app has two: the library's calls on the
+ * kernel set (the shadow's entry, the channels, a registration moved back)
+ * then never use a number the app may close under them (table lock). */
+static bool hide_own_number_locked(struct sdp_epoll *ep, int app_fd)
+{
+	int own;
+
+	if (ep->epfd_hidden)
+		return true;
+	own = progress_hide_fd(real.fcntl(app_fd, F_DUPFD_CLOEXEC, 0));
+	if (own < 0)
+		return false;
+	ep->epfd = own;
+	ep->epfd_hidden = true;
+	return true;
+}
+
 /* new_fd names old_fd's set too (a dup): a wait or a registration through
  * it goes through the set's record, never straight to the kernel, which
- * would hand the app the library's own data of a shadowed registration. */
+ * would hand the app the library's own data of a shadowed registration.
+ * Without a number of the set's own (no fd left), new_fd stays unknown. */
 void rdy_epoll_dup(int old_fd, int new_fd)
 {
 	struct sdp_epoll *ep;
 
+	if (fdt_kind_of(new_fd) == FDT_EPOLL)
+		rdy_epoll_forget(new_fd); /* a number closed behind the hooks left it */
 	sock_table_lock();
 	ep = fdt_get(old_fd, FDT_EPOLL);
-	if (ep && fdt_set(new_fd, FDT_EPOLL, ep) == 0) {
+	if (ep && hide_own_number_locked(ep, old_fd) && fdt_set(new_fd, FDT_EPOLL, ep) == 0) {
 		atomic_fetch_add(&ep->refs, 1); /* the new number's */
 		ep->fd_names++;
 	}
