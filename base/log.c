@@ -1,5 +1,6 @@
-/* stderr logging for the library and the launcher: level filter and a
- * "sdpshim[pid]: level: message" line format. */
+/* stderr logging for the library and the launcher: level filter, a
+ * "sdpshim[pid]: level: message" line format, and the limit on lines a
+ * peer can repeat at will (sdp_log_admit). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

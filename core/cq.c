@@ -1,6 +1,6 @@
-/* Work completions: dispatch receive, data-send and control-send
- * completions (any error status means the carrier failed), and the events
- * of the devices' completion channels. */
+/* Work completions: dispatch receive, data-send, control-send, zero-copy
+ * and liveness-probe completions (any error status means the carrier
+ * failed), and the events of the devices' completion channels. */
 #include <errno.h>
 #include <stddef.h>
 

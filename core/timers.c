@@ -1,7 +1,7 @@
 /* The timers of each channel: the main one and what it means in each
  * phase (the bound on the RDMA connect, the TTL of an unmatched server
- * channel, the linger bound after close, keepalive probes), and the
- * send-queue watchdog. */
+ * channel, the linger bound after close, keepalive probes), the
+ * send-queue watchdog, and the liveness probe of a channel of its own. */
 #include <errno.h>
 
 #include "base/config.h"
@@ -223,8 +223,8 @@ void conn_probe_timer_fired(void *arg)
 	c->probe_armed = false;
 	if (waits_for_credits(c)) {
 		if (c->wcs_seen == c->probe_mark && !c->sq_outstanding) {
-			sdp_debug("the peer was silent for %u ms while we wait for credits; probing",
-				  sdp_tun.link_probe_ms);
+			sdp_info("the peer was silent for %u ms while we wait for credits; probing",
+				 sdp_tun.link_probe_ms);
 			if (tx_post_probe(c) != 0)
 				close_ev_carrier_failed(c, EIO, "posting a probe failed");
 		}

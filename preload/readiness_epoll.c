@@ -23,9 +23,9 @@
 #include "preload/sock.h"
 
 struct sdp_epoll {
-	int epfd;             /* the app's epoll fd; once the app made a copy of it, a
-			       * hidden number of our own (epfd_hidden), which never moves */
-	bool epfd_hidden;
+	int epfd;             /* one of the app's numbers for it: the library's own calls on
+			       * the kernel set use it (ep->lock), and it moves on to another
+			       * when the app closes it (rdy_epoll_forget) */
 	int fd_names;         /* the app's fd numbers naming it (dup, dup2, F_DUPFD; table
 			       * lock): closed with the last */
 	int shadow_fd;        /* our epoll set of indicators, registered in epfd; -1 until needed */
@@ -83,8 +83,6 @@ static void ep_put(struct sdp_epoll *ep)
 	if (ep->chan_counted && ep->pid == self_pid())
 		conn_channels_unwatched();
 	progress_close_hidden(ep->shadow_fd);
-	if (ep->epfd_hidden)
-		progress_close_hidden(ep->epfd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }
@@ -138,6 +136,35 @@ static bool drop_name_locked(struct sdp_epoll *ep)
 	return --ep->fd_names <= 0;
 }
 
+struct name_search {
+	struct sdp_epoll *ep;
+	int gone, found;
+};
+
+static void find_other_name(int fd, void *obj, void *ctx)
+{
+	struct name_search *ns = ctx;
+
+	if (obj == ns->ep && fd != ns->gone && ns->found < 0)
+		ns->found = fd;
+}
+
+/* The app closes epfd, a name of ep's, not the last: the library's calls
+ * move on to another name.  Under ep->lock, as every use of ep->epfd, so
+ * none is in flight on the number when the hook's real close comes. */
+static void move_off_name(struct sdp_epoll *ep, int gone)
+{
+	struct name_search ns = { ep, gone, -1 };
+
+	pthread_mutex_lock(&ep->lock);
+	if (ep->epfd == gone) {
+		fdt_for_each(FDT_EPOLL, find_other_name, &ns);
+		if (ns.found >= 0)
+			ep->epfd = ns.found;
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
 void rdy_epoll_forget(int epfd)
 {
 	struct sdp_epoll *ep;
@@ -155,31 +182,15 @@ void rdy_epoll_forget(int epfd)
 		pthread_mutex_lock(&ep->lock);
 		ep->closed = true;
 		pthread_mutex_unlock(&ep->lock);
+	} else {
+		move_off_name(ep, epfd);
 	}
 	ep_put(ep);
 }
 
-/* The set's own number, once the app has two: the library's calls on the
- * kernel set (the shadow's entry, the channels, a registration moved back)
- * then never use a number the app may close under them (table lock). */
-static bool hide_own_number_locked(struct sdp_epoll *ep, int app_fd)
-{
-	int own;
-
-	if (ep->epfd_hidden)
-		return true;
-	own = progress_hide_fd(real.fcntl(app_fd, F_DUPFD_CLOEXEC, 0));
-	if (own < 0)
-		return false;
-	ep->epfd = own;
-	ep->epfd_hidden = true;
-	return true;
-}
-
 /* new_fd names old_fd's set too (a dup): a wait or a registration through
  * it goes through the set's record, never straight to the kernel, which
- * would hand the app the library's own data of a shadowed registration.
- * Without a number of the set's own (no fd left), new_fd stays unknown. */
+ * would hand the app the library's own data of a shadowed registration. */
 void rdy_epoll_dup(int old_fd, int new_fd)
 {
 	struct sdp_epoll *ep;
@@ -188,7 +199,7 @@ void rdy_epoll_dup(int old_fd, int new_fd)
 		rdy_epoll_forget(new_fd); /* a number closed behind the hooks left it */
 	sock_table_lock();
 	ep = fdt_get(old_fd, FDT_EPOLL);
-	if (ep && hide_own_number_locked(ep, old_fd) && fdt_set(new_fd, FDT_EPOLL, ep) == 0) {
+	if (ep && fdt_set(new_fd, FDT_EPOLL, ep) == 0) {
 		atomic_fetch_add(&ep->refs, 1); /* the new number's */
 		ep->fd_names++;
 	}
@@ -541,12 +552,21 @@ static struct ep_reg *reg_new(struct sdp_sock *s, struct sdp_epoll *ep, int fd,
 	return reg;
 }
 
+/* A call on the app's kernel set, unless the set is closed (the set's
+ * number is closed with its last name, under ep->lock). */
+static void kernel_set_ctl(struct sdp_epoll *ep, int op, int fd, struct epoll_event *ev)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->closed)
+		real.epoll_ctl(ep->epfd, op, fd, ev);
+	pthread_mutex_unlock(&ep->lock);
+}
+
 void rdy_sock_to_rdma(struct sdp_sock *s)
 {
 	gate_hold(GATE_POLL);
 	for (struct ep_reg *reg = s->regs; reg; reg = reg->next) {
-		if (!reg->ep->closed)
-			real.epoll_ctl(reg->ep->epfd, EPOLL_CTL_DEL, reg->fd, NULL);
+		kernel_set_ctl(reg->ep, EPOLL_CTL_DEL, reg->fd, NULL);
 		shadow_add(reg, s->conn);
 	}
 	watch_sync(s);
@@ -563,8 +583,7 @@ void rdy_sock_to_kernel(struct sdp_sock *s)
 		if (reg->disarmed) /* keep it disarmed: only EPOLL_CTL_MOD re-arms */
 			ev.events = EPOLLONESHOT;
 		shadow_del(reg);
-		if (!reg->ep->closed)
-			real.epoll_ctl(reg->ep->epfd, EPOLL_CTL_ADD, reg->fd, &ev);
+		kernel_set_ctl(reg->ep, EPOLL_CTL_ADD, reg->fd, &ev);
 		reg_unlink_free(s, reg);
 	}
 	gate_release(GATE_POLL); /* the stream is the kernel socket's again */

@@ -2,13 +2,15 @@
  * sets mixed with ordinary fds: the kernel still does the waiting, on each
  * channel's indicator eventfds instead of the idle TCP socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/fdtable.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "core/conn.h"
@@ -302,44 +304,60 @@ static void set_add(fd_set *set, int fd)
 	((unsigned long *)(void *)set)[fd / SET_BITS] |= 1UL << (fd % SET_BITS);
 }
 
-/* The kernel's fd table size (FDSize in /proc/self/status): every open fd
- * is below it; -1 if it cannot be read. */
-static int fd_table_size(void)
+struct dirent64_raw { /* getdents64's record (linux_dirent64) */
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* One past the highest fd open for the app (the library's hidden ones left
+ * out: they sit high and would make the kernel's table, and so the bits
+ * read, larger than the app's set), from /proc/thread-self/fd; -1 if it
+ * cannot be read. */
+static int app_fd_end(void)
 {
 	char buf[4096];
-	const char *at;
+	int end = 0, dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/fd",
+					O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n;
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (dir < 0)
 		return -1;
-	n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-	syscall(SYS_close, fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	at = strstr(buf, "\nFDSize:");
-	return at ? atoi(at + 8) : -1;
+	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < n;) {
+			const struct dirent64_raw *d = (const void *)(buf + off);
+			int fd = d->d_name[0] >= '0' && d->d_name[0] <= '9' ? atoi(d->d_name) : -1;
+
+			if (fd >= 0 && fd != dir && fdt_kind_of(fd) != FDT_HIDDEN && fd >= end)
+				end = fd + 1;
+			off += d->d_reclen;
+		}
+	}
+	syscall(SYS_close, dir);
+	return n < 0 ? -1 : end;
 }
 
-/* As the kernel: an nfds past the fd table is cut to it, never refused,
- * and no bit past it is read: an app may pass its fd limit as nfds with
- * an fd_set of FD_SETSIZE bits.  Up to FD_SETSIZE no cut is needed (the
- * set holds them all); past it, the table's size is read, and if it
- * cannot be, nfds is refused (EINVAL) rather than read past the set. */
+/* As the kernel: an nfds past the open fds is cut, never refused, and no
+ * bit past them is read (an app may pass its fd limit as nfds with an
+ * fd_set of FD_SETSIZE bits, which the kernel reads only as far as its fd
+ * table).  Up to FD_SETSIZE no cut is needed (the set holds them all);
+ * past it the open fds are listed, and if they cannot be, nfds is refused
+ * (EINVAL) rather than read past the set. */
 static int select_nfds(int nfds)
 {
-	int table;
+	int end;
 
 	if (nfds <= FD_SETSIZE)
 		return nfds;
-	table = fd_table_size();
-	if (table <= 0) {
-		sdp_info_limited("select: nfds %d past FD_SETSIZE and the fd table's size unknown "
-				 "(/proc/self/status): EINVAL", nfds);
+	end = app_fd_end();
+	if (end < 0) {
+		sdp_info_limited("select: nfds %d past FD_SETSIZE and the open fds unknown "
+				 "(/proc/thread-self/fd): EINVAL", nfds);
 		return -1;
 	}
-	return nfds < table ? nfds : table;
+	return nfds < end ? nfds : end;
 }
 
 static short select_events(int fd, const fd_set *rd, const fd_set *wr, const fd_set *ex)

@@ -955,7 +955,7 @@ static bool big_has(const struct big_set *b, int fd)
 }
 
 /* select(getdtablesize(), ...) with an fd_set of FD_SETSIZE bits, the fd
- * limit at 4096: the kernel reads no bit past its fd table (still small
+ * limit raised: the kernel reads no bit past its fd table (still small
  * here), and neither may the shim (ASan sees a read or write past r). */
 static void select_nfds_past_set(struct pair *p)
 {
@@ -1050,8 +1050,8 @@ static void case_select_big(struct pair *p)
 	struct rlimit lim;
 
 	CHECK(getrlimit(RLIMIT_NOFILE, &lim) == 0, "getrlimit: %s", ERR);
-	if (lim.rlim_cur < 2 * BIG_FDS) {
-		lim.rlim_cur = lim.rlim_max < 2 * BIG_FDS ? lim.rlim_max : 2 * BIG_FDS;
+	if (lim.rlim_cur < 32 * BIG_FDS) {
+		lim.rlim_cur = lim.rlim_max < 32 * BIG_FDS ? lim.rlim_max : 32 * BIG_FDS;
 		CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit: %s", ERR);
 	}
 	CHECK(lim.rlim_cur >= BIG_FDS, "the fd limit (%llu) is below %d",

@@ -356,6 +356,7 @@ silent_host() {
     gone_diag="the peer acknowledged nothing"
   else
     gone_diag="RDMA carrier failed (send queue stalled"
+    export SDPSHIM_LOG=info   # a channel's probes say so at info
   fi
   export SDPSHIM_LINK_PROBE_MS=1000 SDPSHIM_STALL_MS=4000 SDPSHIM_ZCOPY_THRESH=0
   port=$(free_port)
@@ -387,6 +388,8 @@ silent_host() {
   if [ "$1" = link ]; then
     [ "$probes" != none ]
     [ "$probes" -ge 1 ]
+  else
+    grep -q "while we wait for credits; probing" "$T/client.log"
   fi
   # Answered probes leave the carrier up.
   run grep -qF "$gone_diag" "$T/client.log"
