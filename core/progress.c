@@ -123,12 +123,38 @@ static int hidden_fd_floor(void)
 	return atomic_load_explicit(&floor_cached, memory_order_relaxed);
 }
 
+/* Hidden fds being made or closed: between the number's birth and its mark
+ * (or its unmark and its close) it is open and unmarked, and a listing of
+ * the app's fds would count it (progress_hidden_stable). */
+static _Atomic unsigned hidden_begun, hidden_ended;
+
+static void hidden_change_begin(void)
+{
+	atomic_fetch_add(&hidden_begun, 1);
+}
+
+static void hidden_change_end(void)
+{
+	atomic_fetch_add(&hidden_ended, 1);
+}
+
+unsigned progress_hidden_mark(void)
+{
+	return atomic_load(&hidden_begun);
+}
+
+bool progress_hidden_stable(unsigned mark)
+{
+	return atomic_load(&hidden_ended) == mark && atomic_load(&hidden_begun) == mark;
+}
+
 int progress_hide_fd(int fd)
 {
 	int high;
 
 	if (fd < 0)
 		return fd;
+	hidden_change_begin();
 	high = real.fcntl(fd, F_DUPFD_CLOEXEC, hidden_fd_floor());
 	if (high >= 0) {
 		real.close(fd);
@@ -137,6 +163,7 @@ int progress_hide_fd(int fd)
 		real.fcntl(fd, F_SETFD, FD_CLOEXEC);
 	}
 	fdt_set(fd, FDT_HIDDEN, NULL);
+	hidden_change_end();
 	return fd;
 }
 
@@ -150,11 +177,13 @@ int progress_dup_hidden(int fd)
 
 	if (fd < 0)
 		return -1;
+	hidden_change_begin();
 	high = real.fcntl(fd, F_DUPFD_CLOEXEC, hidden_fd_floor());
 	if (high < 0)
 		high = progress_hide_fd(real.dup(fd)); /* no number above the floor: any */
 	if (high >= 0)
 		fdt_set(high, FDT_HIDDEN, &socket_dup_tag);
+	hidden_change_end();
 	return high;
 }
 
@@ -169,8 +198,10 @@ void progress_close_hidden(int fd)
 {
 	if (fd < 0)
 		return;
+	hidden_change_begin();
 	fdt_clear(fd);
 	real.close(fd);
+	hidden_change_end();
 }
 
 static void wake(void)

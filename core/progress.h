@@ -65,5 +65,9 @@ int progress_hide_fd(int fd);
  * move); a forked child closes its copies. */
 int progress_dup_hidden(int fd);
 void progress_close_hidden(int fd);
+/* A listing of open fds that leaves the hidden ones out is right if no
+ * hidden fd was made or closed meanwhile: mark before, stable after. */
+unsigned progress_hidden_mark(void);
+bool progress_hidden_stable(unsigned mark);
 
 #endif

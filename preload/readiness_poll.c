@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "base/fdtable.h"
-#include "base/log.h"
 #include "base/real.h"
 #include "core/conn.h"
+#include "core/progress.h" /* progress_hidden_mark() */
 #include "preload/gate.h"
 #include "preload/readiness.h"
 #include "preload/readiness_internal.h"
@@ -312,13 +312,11 @@ struct dirent64_raw { /* getdents64's record (linux_dirent64) */
 	char d_name[];
 };
 
-/* One past the highest fd open for the app (the library's hidden ones left
- * out: they sit high and would make the kernel's table, and so the bits
- * read, larger than the app's set), from /proc/thread-self/fd; -1 if it
- * cannot be read. */
-static int app_fd_end(void)
+/* One past the highest fd open for the app in /proc/thread-self/fd, the
+ * library's hidden ones left out; -1 if it cannot be listed. */
+static int list_app_fds(void)
 {
-	char buf[4096];
+	_Alignas(8) char buf[4096];
 	int end = 0, dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/fd",
 					O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n;
@@ -339,24 +337,49 @@ static int app_fd_end(void)
 	return n < 0 ? -1 : end;
 }
 
+/* The same by asking each number from below, downward (no /proc, or no
+ * fd free to list it with). */
+static int probe_app_fds(int below)
+{
+	for (int fd = below - 1; fd >= FD_SETSIZE; fd--)
+		if (fdt_kind_of(fd) != FDT_HIDDEN && real.fcntl(fd, F_GETFD) >= 0)
+			return fd + 1;
+	return FD_SETSIZE;
+}
+
+/* One past the highest fd open for the app, the library's hidden ones left
+ * out: they sit high (3/4 of the fd limit) and would make the kernel's
+ * table, and so the bits read, larger than the app's set.  A hidden fd is
+ * open and unmarked for a moment while it is made or closed: a listing
+ * that saw one of those moments is taken again. */
+static int app_fd_end(int nfds)
+{
+	for (int tries = 0; tries < 16; tries++) {
+		unsigned mark = progress_hidden_mark();
+		int end;
+
+		if (!progress_hidden_stable(mark))
+			continue; /* a hidden fd is being made or closed */
+		end = list_app_fds();
+		if (end < 0)
+			break;
+		if (progress_hidden_stable(mark))
+			return end;
+	}
+	return probe_app_fds(nfds);
+}
+
 /* As the kernel: an nfds past the open fds is cut, never refused, and no
  * bit past them is read (an app may pass its fd limit as nfds with an
  * fd_set of FD_SETSIZE bits, which the kernel reads only as far as its fd
- * table).  Up to FD_SETSIZE no cut is needed (the set holds them all);
- * past it the open fds are listed, and if they cannot be, nfds is refused
- * (EINVAL) rather than read past the set. */
+ * table).  Up to FD_SETSIZE no cut is needed (the set holds them all). */
 static int select_nfds(int nfds)
 {
 	int end;
 
 	if (nfds <= FD_SETSIZE)
 		return nfds;
-	end = app_fd_end();
-	if (end < 0) {
-		sdp_info_limited("select: nfds %d past FD_SETSIZE and the open fds unknown "
-				 "(/proc/thread-self/fd): EINVAL", nfds);
-		return -1;
-	}
+	end = app_fd_end(nfds);
 	return nfds < end ? nfds : end;
 }
 
@@ -439,12 +462,7 @@ int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_n
 		errno = EINVAL;
 		return -1;
 	}
-	nfds = select_nfds(nfds);
-	if (nfds < 0) {
-		errno = EINVAL;
-		return -1;
-	}
-	rc = select_wait(nfds, rd, wr, ex, timeout_ns, sigmask);
+	rc = select_wait(select_nfds(nfds), rd, wr, ex, timeout_ns, sigmask);
 	err = errno;
 	/* Linux reports the time left, after an error (EINTR) too; a zero
 	 * timeout is left as it is. */
