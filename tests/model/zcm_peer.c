@@ -229,8 +229,13 @@ static void take_sequence(uint32_t mseq, const char *what)
 void zcm_peer_on_write(uint64_t raddr, uint32_t rkey, const uint8_t *data, uint32_t len, bool imm,
 		       uint32_t imm_be, enum ibv_wc_status *st)
 {
-	struct zcm_pwin *w = P.dead ? NULL : find_window(rkey, raddr, len, IBV_ACCESS_REMOTE_WRITE);
+	struct zcm_pwin *w;
 
+	if (len == 0 && !imm) { /* a probe: no address or key is checked (IBTA C9-88) */
+		*st = P.dead ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS;
+		return;
+	}
+	w = P.dead ? NULL : find_window(rkey, raddr, len, IBV_ACCESS_REMOTE_WRITE);
 	if (!w) {
 		*st = IBV_WC_REM_ACCESS_ERR;
 		return;

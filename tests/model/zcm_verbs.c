@@ -473,8 +473,8 @@ static enum ibv_wc_status exec_write(struct zcm_swr *s)
 {
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 
-	if (!local_ok(s->lkey, s->laddr, s->llen, false))
-		return IBV_WC_LOC_PROT_ERR;
+	if (s->llen && !local_ok(s->lkey, s->laddr, s->llen, false))
+		return IBV_WC_LOC_PROT_ERR; /* a zero-byte WRITE (a probe) reads nothing */
 	zcm_peer_on_write(s->raddr, s->rkey, (const uint8_t *)(uintptr_t)s->laddr, s->llen,
 			  s->opcode == IBV_WR_RDMA_WRITE_WITH_IMM, s->imm_be, &st);
 	return st;

@@ -292,6 +292,8 @@ static struct sdp_conn *make_conn(void)
 	c->timer.arg = c;
 	c->stall_timer.fn = conn_stall_timer_fired;
 	c->stall_timer.arg = c;
+	c->probe_timer.fn = conn_probe_timer_fired;
+	c->probe_timer.arg = c;
 	c->rd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	c->wr_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	c->dev = &zcm.dev;
