@@ -57,9 +57,10 @@ void sdp_log_atfork_child(void);
 		if (sdp_log_level >= (level) && sdp_log_limited_ok((lim), (level)))   \
 			sdp_logf((level), __VA_ARGS__);                               \
 	} while (0)
-#define sdp_warn_limited(...) \
-	do { static struct sdp_log_limit lim_; sdp_log_limited(&lim_, SDP_LOG_WARN, __VA_ARGS__); } while (0)
-#define sdp_info_limited(...) \
-	do { static struct sdp_log_limit lim_; sdp_log_limited(&lim_, SDP_LOG_INFO, __VA_ARGS__); } while (0)
+/* A site's own limit: one static per expansion. */
+#define sdp_log_limited_at(level, ...) \
+	do { static struct sdp_log_limit lim_; sdp_log_limited(&lim_, (level), __VA_ARGS__); } while (0)
+#define sdp_warn_limited(...) sdp_log_limited_at(SDP_LOG_WARN, __VA_ARGS__)
+#define sdp_info_limited(...) sdp_log_limited_at(SDP_LOG_INFO, __VA_ARGS__)
 
 #endif

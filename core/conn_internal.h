@@ -133,6 +133,9 @@ bool tx_has_unposted(const struct sdp_conn *c);
 bool tx_waits_for_credits(const struct sdp_conn *c);
 /* A zero-byte RDMA WRITE on a channel of its own (timers.c's probe). */
 int tx_post_probe(struct sdp_conn *c);
+/* A work request on the channel's own QP (not a link's), counted for the
+ * send-queue watchdog; what names it in the diagnostic if it fails. */
+int tx_post_own(struct sdp_conn *c, struct ibv_send_wr *wr, const char *what);
 void tx_free_acked(struct sdp_conn *c, uint32_t ack);
 uint32_t tx_free_space(const struct sdp_conn *c);
 size_t tx_append(struct sdp_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t len);

@@ -426,6 +426,13 @@ static uint32_t link_credits(const struct sdp_link *link)
 	return used >= link->peer_buf_count ? 0 : link->peer_buf_count - used;
 }
 
+static void wr_give(struct sdp_link *link, uint32_t idx)
+{
+	link->wrs[idx].next_free = link->wr_free;
+	link->wr_free = (int32_t)idx;
+	link->wrs_free++;
+}
+
 static int32_t wr_take(struct sdp_link *link, struct sdp_conn *c, uint64_t wr_id, int32_t slot)
 {
 	int32_t i = link->wr_free;
@@ -2088,9 +2095,7 @@ static void on_send_done(struct sdp_link *link, const struct ibv_wc *wc)
 	link->wrs[idx].c = NULL;
 	if (w.slot >= 0)
 		link->slot_free[link->slots_free++] = w.slot;
-	link->wrs[idx].next_free = link->wr_free;
-	link->wr_free = (int32_t)idx;
-	link->wrs_free++;
+	wr_give(link, idx);
 	link->sends_done++;
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
@@ -2432,11 +2437,8 @@ static int post_probe(struct sdp_link *link)
 
 	wr.wr_id = LINK_WR_ID(LINK_WR_SEND, idx);
 	rc = post_send_wr(link, &wr);
-	if (rc) { /* the entry goes back: nothing will complete it */
-		link->wrs[idx].next_free = link->wr_free;
-		link->wr_free = idx;
-		link->wrs_free++;
-	}
+	if (rc)
+		wr_give(link, (uint32_t)idx); /* nothing will complete it */
 	return rc;
 }
 

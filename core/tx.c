@@ -222,6 +222,22 @@ static void fill_header(struct sdp_conn *c, uint8_t mid, uint32_t len, void *out
 	sdp_bsdh_to_wire(&h, out);
 }
 
+int tx_post_own(struct sdp_conn *c, struct ibv_send_wr *wr, const char *what)
+{
+	struct ibv_send_wr *bad;
+	int rc;
+
+	SDP_GUARD_ENTER();
+	rc = ibv_post_send(c->qp, wr, &bad);
+	SDP_GUARD_LEAVE();
+	if (rc) {
+		sdp_warn("ibv_post_send of %s failed: %s", what, strerror(rc));
+		return -rc;
+	}
+	conn_note_post(c);
+	return 0;
+}
+
 static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len, uint32_t lkey)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
@@ -232,7 +248,6 @@ static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len
 		.opcode = IBV_WR_SEND,
 		.send_flags = IBV_SEND_SIGNALED | (len <= c->max_inline ? IBV_SEND_INLINE : 0),
 	};
-	struct ibv_send_wr *bad;
 	int rc;
 
 	if (c->link) {
@@ -242,15 +257,7 @@ static int post_send(struct sdp_conn *c, uint64_t wr_id, void *buf, uint32_t len
 		conn_note_post(c);
 		return 0;
 	}
-	SDP_GUARD_ENTER();
-	rc = ibv_post_send(c->qp, &wr, &bad);
-	SDP_GUARD_LEAVE();
-	if (rc) {
-		sdp_warn("ibv_post_send failed: %s", strerror(rc));
-		return -rc;
-	}
-	conn_note_post(c);
-	return 0;
+	return tx_post_own(c, &wr, "a send");
 }
 
 bool tx_waits_for_credits(const struct sdp_conn *c)
@@ -262,20 +269,10 @@ int tx_post_probe(struct sdp_conn *c)
 {
 	struct ibv_send_wr wr = { .wr_id = WR_ID(WR_PROBE, 0), .opcode = IBV_WR_RDMA_WRITE,
 				  .send_flags = IBV_SEND_SIGNALED };
-	struct ibv_send_wr *bad;
-	int rc;
 
 	if (c->link || !c->qp)
 		return -EINVAL;
-	SDP_GUARD_ENTER();
-	rc = ibv_post_send(c->qp, &wr, &bad);
-	SDP_GUARD_LEAVE();
-	if (rc) {
-		sdp_warn("ibv_post_send of a probe failed: %s", strerror(rc));
-		return -rc;
-	}
-	conn_note_post(c); /* the send-queue watchdog bounds its answer */
-	return 0;
+	return tx_post_own(c, &wr, "a probe"); /* the send-queue watchdog bounds its answer */
 }
 
 static bool post_data_slot(struct sdp_conn *c)

@@ -30,7 +30,6 @@ void zc_violation(struct sdp_conn *c, const char *what)
 
 int zc_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 {
-	struct ibv_send_wr *bad;
 	int rc;
 
 	if (c->link) {
@@ -40,15 +39,7 @@ int zc_post_wr(struct sdp_conn *c, struct ibv_send_wr *wr)
 		conn_note_post(c);
 		return 0;
 	}
-	SDP_GUARD_ENTER();
-	rc = ibv_post_send(c->qp, wr, &bad);
-	SDP_GUARD_LEAVE();
-	if (rc) {
-		sdp_warn("ibv_post_send of a zero-copy request failed: %s", strerror(rc));
-		return -rc;
-	}
-	conn_note_post(c);
-	return 0;
+	return tx_post_own(c, wr, "a zero-copy request");
 }
 
 /* ------------------------------------------------------------- sender */

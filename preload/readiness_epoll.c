@@ -129,13 +129,6 @@ void rdy_epoll_born(int epfd)
 	ep_put(ep);
 }
 
-/* A number of the app's for the set goes (table lock held).  True if it
- * was the last. */
-static bool drop_name_locked(struct sdp_epoll *ep)
-{
-	return --ep->fd_names <= 0;
-}
-
 struct name_search {
 	struct sdp_epoll *ep;
 	int gone, found;
@@ -174,7 +167,7 @@ void rdy_epoll_forget(int epfd)
 	ep = fdt_get(epfd, FDT_EPOLL);
 	fdt_clear(epfd);
 	if (ep)
-		last = drop_name_locked(ep);
+		last = --ep->fd_names <= 0; /* the app's last name for the set */
 	sock_table_unlock();
 	if (!ep)
 		return;

@@ -817,14 +817,14 @@ link_delete_start() {
   ) 3>&- &
 }
 
-# live_rdma_wait PORT FIELD: waits (90 s at most) until the server end on PORT
-# is on RDMA with at least 16 MiB counted in FIELD; prints live_server's last
-# "PATH BYTES".
+# live_rdma_wait PORT FIELD [MIN]: waits (90 s at most) until the server end
+# on PORT is on RDMA with at least MIN bytes (16 MiB) counted in FIELD; prints
+# live_server's last "PATH BYTES".
 live_rdma_wait() {
-  local until=$(( $(date +%s) + 90 )) live
+  local until=$(( $(date +%s) + 90 )) live min=${3:-$((16 << 20))}
   while :; do
     live=$(live_server "$1" "$2")
-    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((16 << 20)) ] && break
+    [ "${live% *}" = rdma ] && [ "${live#* }" -ge "$min" ] && break
     [ "$(date +%s)" -lt "$until" ] || break
     sleep 0.2
   done

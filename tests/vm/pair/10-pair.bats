@@ -280,7 +280,7 @@ drop_roce() {
 }
 
 @test "pair: RoCE dropped on the veth mid-stream: the stalled queue pair is noticed, the stream finishes on TCP" {
-  local port crc=0 src=0 until live got want bytes=$((128 << 20)) t_drop ms
+  local port crc=0 src=0 live got want bytes=$((128 << 20)) t_drop ms
   # 3 s: well under the transport's own retry time (ack timeout 19: 2.1 s x 8),
   # so the watchdog, not a retry-exceeded error, is what ends the RDMA carrier.
   # Buffer copy only: a zero-copy READ has a bound of its own, which can end the
@@ -290,13 +290,7 @@ drop_roce() {
   start_bg server timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
   wait_port "$RXE_IP2" "$port"
   start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 128M -d up -m 1M
-  until=$(( $(date +%s) + 90 ))
-  while :; do
-    live=$(live_server "$port")
-    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((8 << 20)) ] && break
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.2
-  done
+  live=$(live_rdma_wait "$port" bytes_received $((8 << 20)))
   show "before the drop: server connection path and bytes received: $live; RC QPs of stream: $(count_rc_qps stream)"
   if [ "${live% *}" != rdma ]; then
     show "client: $(bg_log client)" "server: $(bg_log server)" \
@@ -365,13 +359,7 @@ silent_host() {
   start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 256M -d up -m 1M
   spid=$(pgrep -P "$(cat "$T/server.pid")" | head -n 1)
   [ -n "$spid" ]
-  until=$(( $(date +%s) + 90 ))
-  while :; do
-    live=$(live_server "$port")
-    [ "${live% *}" = rdma ] && [ "${live#* }" -ge $((1 << 20)) ] && break
-    [ "$(date +%s)" -lt "$until" ] || break
-    sleep 0.2
-  done
+  live=$(live_rdma_wait "$port" bytes_received $((1 << 20)))
   show "before the stop: server path and bytes received: $live"
   [ "${live% *}" = rdma ]
   kill -STOP "$spid"
