@@ -29,6 +29,9 @@ static SLOW int epoll_wait_closed(int epfd, struct epoll_event *events, int maxe
 static int epoll_ctl_open(int epfd, int op, int fd, struct epoll_event *ev);
 static SLOW int epoll_pwait_closed(int epfd, struct epoll_event *events, int maxevents,
 				   int timeout, const sigset_t *sigmask);
+static int select_open(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv);
+static int pselect_open(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
+			const sigset_t *sigmask);
 static int epoll_wait_open(int epfd, struct epoll_event *events, int maxevents, int timeout);
 static int epoll_pwait_open(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			    const sigset_t *sigmask);
@@ -58,8 +61,8 @@ void gate_route(enum sdp_gate g, bool open)
 	case GATE_POLL:
 		SET_ROUTE(poll, open, poll_slow_ms);
 		SET_ROUTE(ppoll, open, poll_slow);
-		SET_ROUTE(select, open, select_slow);
-		SET_ROUTE(pselect, open, pselect_slow);
+		SET_ROUTE(select, false, open ? select_open : select_slow);
+		SET_ROUTE(pselect, false, open ? pselect_open : pselect_slow);
 		break;
 	case GATE_EPOLL_CTL:
 		SET_ROUTE(epoll_ctl, false, open ? epoll_ctl_open : rdy_epoll_ctl);
@@ -151,13 +154,32 @@ SDP_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespe
 	return ppoll(fds, nfds, ts, sigmask);
 }
 
+/* select and pselect while no RDMA socket needs them: the kernel's, with
+ * an nfds past FD_SETSIZE cut to the app's fds (rdy_select_kernel_nfds). */
+static int select_open(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	if (__builtin_expect(nfds > FD_SETSIZE, 0))
+		nfds = rdy_select_kernel_nfds(nfds);
+	return real.select(nfds, rd, wr, ex, tv);
+}
+
+static int pselect_open(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
+			const sigset_t *sigmask)
+{
+	if (__builtin_expect(nfds > FD_SETSIZE, 0))
+		nfds = rdy_select_kernel_nfds(nfds);
+	return real.pselect(nfds, rd, wr, ex, ts, sigmask);
+}
+
 static SLOW int select_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 {
 	long long ns;
 
 	sdp_ensure_init();
-	if (!rdy_any_rdma() || sdp_in_lib)
+	if (sdp_in_lib)
 		return real.select(nfds, rd, wr, ex, tv);
+	if (!rdy_any_rdma())
+		return select_open(nfds, rd, wr, ex, tv);
 	if (timeval_bad(tv))
 		return refuse_timeout();
 	ns = tv ? (long long)tv->tv_sec * 1000000000LL + (long long)tv->tv_usec * 1000 : -1;
@@ -173,8 +195,10 @@ static SLOW int pselect_slow(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 			     const struct timespec *ts, const sigset_t *sigmask)
 {
 	sdp_ensure_init();
-	if (!rdy_any_rdma() || sdp_in_lib)
+	if (sdp_in_lib)
 		return real.pselect(nfds, rd, wr, ex, ts, sigmask);
+	if (!rdy_any_rdma())
+		return pselect_open(nfds, rd, wr, ex, ts, sigmask);
 	if (timespec_bad(ts))
 		return refuse_timeout();
 	return rdy_select(nfds, rd, wr, ex, timespec_ns(ts), sigmask, NULL);

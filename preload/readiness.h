@@ -28,6 +28,11 @@ static inline bool rdy_epoll_shadowed(int epfd)
 int rdy_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask);
 int rdy_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long long timeout_ns,
 	       const sigset_t *sigmask, struct timeval *tv_out);
+/* The nfds for a kernel select of the app's sets: one past FD_SETSIZE is
+ * cut to one past the app's highest fd once the library has fds of its own
+ * (they sit high, and the kernel reads and writes as many bits as its fd
+ * table spans, past an fd_set of FD_SETSIZE bits). */
+int rdy_select_kernel_nfds(int nfds);
 
 struct sdp_sock;
 /* Mode switches of a socket (called with s->lock held): its epoll

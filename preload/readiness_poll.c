@@ -372,7 +372,8 @@ static int app_fd_end(int nfds)
 /* As the kernel: an nfds past the open fds is cut, never refused, and no
  * bit past them is read (an app may pass its fd limit as nfds with an
  * fd_set of FD_SETSIZE bits, which the kernel reads only as far as its fd
- * table).  Up to FD_SETSIZE no cut is needed (the set holds them all). */
+ * table).  Never below FD_SETSIZE: the set holds those bits, and a bit set
+ * for a closed fd there gets EBADF, as from the kernel. */
 static int select_nfds(int nfds)
 {
 	int end;
@@ -380,7 +381,18 @@ static int select_nfds(int nfds)
 	if (nfds <= FD_SETSIZE)
 		return nfds;
 	end = app_fd_end(nfds);
+	if (end < FD_SETSIZE)
+		end = FD_SETSIZE;
 	return nfds < end ? nfds : end;
+}
+
+int rdy_select_kernel_nfds(int nfds)
+{
+	/* No fd of the library's was ever open: the kernel's table is the
+	 * app's own, and the kernel cuts nfds to it. */
+	if (progress_hidden_mark() == 0)
+		return nfds;
+	return select_nfds(nfds);
 }
 
 static short select_events(int fd, const fd_set *rd, const fd_set *wr, const fd_set *ex)

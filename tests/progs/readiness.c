@@ -2,6 +2,7 @@
  * RDHUP, poll, ppoll, select, pselect, mixed fd sets, connects, one socket's life in an epoll
  * set, a socket joining a set another thread sleeps in).  Usage: readiness ADDR PORT CASE */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -1045,6 +1046,81 @@ static void select_time_left(struct pair *p)
 	CHECK(left_ms < 2990 && left_ms > 0, "time left after EINTR: %lld ms of 3000", left_ms);
 }
 
+/* A connection opened and closed at once (its stats line written: the
+ * library's stats file then stays open, hidden, high in the fd table). */
+static void throwaway_connection(const struct pair *p)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int c, a;
+
+	CHECK(getsockname(p->listener, (struct sockaddr *)&ss, &len) == 0, "getsockname: %s", ERR);
+	c = socket(ss.ss_family, SOCK_STREAM, 0);
+	CHECK(c >= 0 && connect(c, (struct sockaddr *)&ss, len) == 0, "connect: %s", ERR);
+	a = accept(p->listener, NULL, NULL);
+	CHECK(a >= 0, "accept: %s", ERR);
+	close(c);
+	close(a);
+}
+
+/* The highest fd open in this process, by /proc/self/fd. */
+static int highest_open_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int high = -1;
+
+	CHECK(d != NULL, "opendir /proc/self/fd: %s", ERR);
+	while ((e = readdir(d)) != NULL) {
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] != '.' && fd != dirfd(d) && fd > high)
+			high = fd;
+	}
+	closedir(d);
+	return high;
+}
+
+/* The same select(getdtablesize(), ...) once the library holds an fd of its
+ * own far past FD_SETSIZE (with a stats file, or an RDMA socket's
+ * indicators): the kernel's fd table then spans it, and a kernel select of
+ * that nfds would read and write that many bits, past the app's fd_set, on
+ * the kernel-only path too.  The bytes after the set must stay as they were.
+ * READINESS_LIB_FD_HIGH=1 (the native run, with a stats file and the limit
+ * raised before the library's first fd): a connection opened and closed
+ * first writes a stats line, and the stats file must then be there past
+ * FD_SETSIZE, else the step proves nothing.  (Over RDMA the socket's
+ * indicators are such fds already.) */
+static void select_nfds_past_set_lib_fd_high(struct pair *p)
+{
+	struct {
+		fd_set set;
+		unsigned char after[8192];
+	} guarded;
+	struct flow up = { .seed = 19 };
+	int n, high;
+
+	if (getenv("READINESS_LIB_FD_HIGH"))
+		throwaway_connection(p); /* its stats line opens the stats file */
+	high = highest_open_fd();
+	if (getenv("READINESS_LIB_FD_HIGH"))
+		CHECK(high >= FD_SETSIZE, "no fd of the library past FD_SETSIZE (highest %d): this "
+		      "step would prove nothing", high);
+	flow_send(p->client, &up, 9);
+	wait_fd(p->server, POLLIN);
+	memset(guarded.after, 0xa5, sizeof(guarded.after));
+	FD_ZERO(&guarded.set);
+	FD_SET(p->server, &guarded.set);
+	n = select(getdtablesize(), &guarded.set, NULL, NULL, &(struct timeval){ 5, 0 });
+	CHECK(n == 1 && FD_ISSET(p->server, &guarded.set), "select of nfds %d with an fd_set of %d "
+	      "bits, the highest fd open %d: %d (%s)", getdtablesize(), FD_SETSIZE, high, n,
+	      n < 0 ? ERR : "-");
+	for (size_t i = 0; i < sizeof(guarded.after); i++)
+		CHECK(guarded.after[i] == 0xa5, "byte %zu past the fd_set was written (0x%02x)", i,
+		      guarded.after[i]);
+	flow_drain(p->server, &up);
+}
+
 static void case_select_big(struct pair *p)
 {
 	struct rlimit lim;
@@ -1056,7 +1132,10 @@ static void case_select_big(struct pair *p)
 	}
 	CHECK(lim.rlim_cur >= BIG_FDS, "the fd limit (%llu) is below %d",
 	      (unsigned long long)lim.rlim_cur, BIG_FDS);
-	select_nfds_past_set(p); /* first: the fd table is still small */
+	/* First, while the app's own fds keep the kernel's fd table small:
+	 * what it spans past FD_SETSIZE is then the library's alone. */
+	select_nfds_past_set(p);
+	select_nfds_past_set_lib_fd_high(p);
 	select_past_setsize(p);
 	select_time_left(p);
 }
