@@ -3,7 +3,8 @@
  * generate the same pseudo-random stream, write it in messages of random
  * sizes (1 byte to -m), and the receiver compares every byte and prints the
  * SHA-256 of what it received.  -e picks blocking I/O or a readiness API.
- * STREAM_READ_MAX / STREAM_READ_PAUSE_US make the receiver slow. */
+ * STREAM_READ_MAX / STREAM_READ_PAUSE_US make the receiver slow; -t SECS
+ * paces the sender to take at least that long. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -41,7 +42,8 @@ static struct {
 	size_t max_msg;
 	int quiet;
 	int fixed; /* -F: every write is exactly max_msg bytes */
-} opt = { IO_BLOCK, 65536, 0, 0 };
+	unsigned min_secs; /* -t: a sender paces itself to take at least this long */
+} opt = { IO_BLOCK, 65536, 0, 0, 0 };
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -198,10 +200,32 @@ static void read_exact(int fd, void *buf, size_t len)
 	}
 }
 
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* -t: sleeps while the bytes sent so far are ahead of an even pace over
+ * opt.min_secs, so that a test can act on the stream before it ends. */
+static void pace(uint64_t start_ms, uint64_t sent, uint64_t total)
+{
+	uint64_t due_ms, now;
+
+	if (!opt.min_secs || !total)
+		return;
+	due_ms = start_ms + (uint64_t)((double)sent / (double)total * opt.min_secs * 1000.0);
+	now = monotonic_ms();
+	if (due_ms > now)
+		usleep((useconds_t)((due_ms - now) * 1000));
+}
+
 static void send_stream(int fd, const struct header *h)
 {
 	uint8_t *buf = malloc(h->max_msg);
-	uint64_t sizes = h->seed ^ 0x51ed, off = 0;
+	uint64_t sizes = h->seed ^ 0x51ed, off = 0, start_ms = monotonic_ms();
 
 	if (!buf)
 		die("malloc");
@@ -212,6 +236,7 @@ static void send_stream(int fd, const struct header *h)
 		fill(h->seed, off, buf, len);
 		write_all(fd, buf, len);
 		off += len;
+		pace(start_ms, off, h->bytes);
 	}
 	free(buf);
 }
@@ -539,7 +564,7 @@ int main(int argc, char **argv)
 	uint64_t bytes = 1 << 20, seed = 1;
 
 	signal(SIGPIPE, SIG_IGN);
-	while ((c = getopt(argc, argv, "s:c:p:b:d:m:e:n:S:6qF")) != -1) {
+	while ((c = getopt(argc, argv, "s:c:p:b:d:m:e:n:S:t:6qF")) != -1) {
 		switch (c) {
 		case 's': port = atoi(optarg); break;
 		case 'c': host = optarg; break;
@@ -553,10 +578,11 @@ int main(int argc, char **argv)
 		case '6': family = AF_INET6; break;
 		case 'q': opt.quiet = 1; break;
 		case 'F': opt.fixed = 1; break;
+		case 't': opt.min_secs = atoi(optarg) > 0 ? (unsigned)atoi(optarg) : 0; break;
 		default:
 			fprintf(stderr, "usage: stream -s PORT [-n COUNT] [-6] [-e MODE]\n"
 					"       stream -c HOST -p PORT [-b BYTES] [-d up|down|both] "
-					"[-m MAXMSG [-F: all writes MAXMSG]] [-S SEED] "
+					"[-m MAXMSG [-F: all writes MAXMSG]] [-S SEED] [-t MIN_SECS] "
 					"[-e block|poll|select|epoll|epollet]\n");
 			return 2;
 		}

@@ -289,7 +289,10 @@ drop_roce() {
   port=$(free_port)
   start_bg server timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -s "$port" -n 1
   wait_port "$RXE_IP2" "$port"
-  start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 128M -d up -m 1M
+  # Paced to take at least 12 s: the drop (at 8 MiB) then comes well before
+  # the end, however fast the bed runs.  Unpaced, a 128 MiB stream once ended
+  # 730 ms after the drop, before any stall could be noticed.
+  start_bg client timeout -k 5 300 "${PRE[@]}" "$PROGS/stream" -c "$RXE_IP2" -p "$port" -b 128M -d up -m 1M -t 12
   live=$(live_rdma_wait "$port" bytes_received $((8 << 20)))
   show "before the drop: server connection path and bytes received: $live; RC QPs of stream: $(count_rc_qps stream)"
   if [ "${live% *}" != rdma ]; then
