@@ -152,6 +152,9 @@ $(BUILD)/tests/unit/test_prom: tools/prom_text.c tools/prom_text.h
 # The phase table and setter (core/phase.c) need only base/log.c.
 UNIT_EXTRA_test_phase := core/phase.c
 $(BUILD)/tests/unit/test_phase: core/phase.c
+# The fork fence (core/verbs_fence.c) needs nothing more.
+UNIT_EXTRA_test_verbs_fence := core/verbs_fence.c
+$(BUILD)/tests/unit/test_verbs_fence: core/verbs_fence.c core/verbs_fence.h
 
 # The zero-copy model (tests/model/, issue 13): the real data-path files of
 # core/ with verbs, the peer, the app and time modelled, for test_zcopy,

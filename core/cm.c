@@ -18,6 +18,7 @@
 #include "core/mrcache.h"
 #include "core/progress.h"
 #include "core/wait_set.h"
+#include "core/verbs_fence.h"
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *cm_channel;
@@ -50,15 +51,15 @@ static void on_cm_ready(struct progress_source *src, uint32_t events)
 	(void)src;
 	(void)events;
 	for (;;) {
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		int rc = rdma_get_cm_event(cm_channel, &ev);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 		if (rc != 0)
 			return;
 		dispatch(ev);
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		rdma_ack_cm_event(ev);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 	}
 }
 
@@ -72,11 +73,11 @@ void cm_apply_ack_timeout(struct rdma_cm_id *id)
 
 	if (!exp)
 		return;
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &exp, sizeof(exp)) != 0)
 		sdp_info("cannot set the RC ack timeout (%s): rdma_cm's default applies",
 			 strerror(errno));
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 }
 
 void cm_conn_param(struct rdma_conn_param *param, const void *private_data, uint8_t len)
@@ -90,15 +91,25 @@ void cm_conn_param(struct rdma_conn_param *param, const void *private_data, uint
 	param->rnr_retry_count = 7;
 }
 
+int cm_resolve_route(struct rdma_cm_id *id)
+{
+	int rc;
+
+	VERBS_CTL_ENTER();
+	rc = rdma_resolve_route(id, (int)sdp_tun.connect_timeout_ms);
+	VERBS_CTL_LEAVE();
+	return rc;
+}
+
 int cm_channel_ensure(struct rdma_event_channel **out)
 {
 	int err = 0;
 
 	pthread_mutex_lock(&cm_lock);
 	if (!cm_channel || cm_channel_pid != self_pid()) {
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		cm_channel = rdma_create_event_channel();
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 		if (!cm_channel) {
 			err = errno ? -errno : -ENODEV;
 		} else {

@@ -16,6 +16,7 @@
 #include "core/link.h"
 #include "core/progress.h"
 #include "core/qp.h"
+#include "core/verbs_fence.h"
 
 /* IPv4 as IPv4-mapped IPv6, so tuples compare the same either way. */
 void sockaddr_to_tuple_addr(const struct sockaddr *sa, uint8_t out[16], uint16_t *port)
@@ -123,13 +124,13 @@ struct sdp_conn *conn_connect_start(const struct conn_connect_params *p, enum sd
 	}
 	if (!*err) {
 		conn_arm_timer(c, p->policy->connect_timeout_ms); /* RESOLVING's bound */
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		rc = rdma_create_id(ch, &c->cm_id, c, RDMA_PS_TCP);
 		if (rc == 0)
 			rc = rdma_resolve_addr(c->cm_id, NULL, (struct sockaddr *)p->dst,
 					       (int)p->policy->connect_timeout_ms);
 		*err = rc ? -errno : 0;
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 	}
 	if (*err) {
 		*reason = reason_for_cm_error(*err);
@@ -225,9 +226,9 @@ static void on_route_resolved(struct sdp_conn *c)
 	cm_conn_param(&param, &hello, sizeof(hello));
 	qp_before_connect(c->dev, c->qp, &param);
 	cm_apply_ack_timeout(c->cm_id);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	int rc = rdma_connect(c->cm_id, &param);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (rc != 0)
 		conn_fallback(c, SDP_REASON_RDMA_CM_ERROR);
 }
@@ -424,7 +425,7 @@ void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (c->phase == CONN_RESOLVING &&
-		    rdma_resolve_route(c->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
+		    cm_resolve_route(c->cm_id) != 0)
 			conn_fallback(c, SDP_REASON_PEER_UNREACHABLE);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:

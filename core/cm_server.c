@@ -16,6 +16,7 @@
 #include "core/listener.h"
 #include "core/qp.h"
 #include "core/tcp_diag.h"
+#include "core/verbs_fence.h"
 
 #define PENDING_FIRST_CHECK_MS 10
 #define PENDING_MAX_CHECK_MS   200
@@ -48,7 +49,7 @@ static int listen_on(struct sdp_listener *l, struct rdma_event_channel *ch)
 {
 	int rc, err;
 
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	rc = rdma_create_id(ch, &l->id, l, RDMA_PS_TCP);
 	if (rc == 0)
 		rc = rdma_bind_addr(l->id, (struct sockaddr *)&l->local);
@@ -59,7 +60,7 @@ static int listen_on(struct sdp_listener *l, struct rdma_event_channel *ch)
 		rdma_destroy_id(l->id);
 	if (rc)
 		l->id = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	return err;
 }
 
@@ -187,9 +188,9 @@ static void drop_id_on_progress(void *arg)
 	struct sdp_listener *l = arg;
 
 	if (!l->closing && l->id) {
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		rdma_destroy_id(l->id);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 		l->id = NULL;
 		sdp_warn("port %u: the RDMA device went; new connections use TCP until it is back", l->port);
 		l->relisten.fn = relisten_fired;
@@ -243,11 +244,11 @@ static void destroy_listener_on_progress(void *arg)
 	pthread_mutex_unlock(&l->lock);
 	progress_timer_cancel(&l->relisten);
 	relisten_unlist(l);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (l->id)
 		rdma_destroy_id(l->id);
 	l->id = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	listener_put(l);
 }
 
@@ -265,16 +266,16 @@ static void reject(struct rdma_cm_id *id, uint8_t code)
 	struct sdp_reject_wire rej;
 
 	sdp_reject_to_wire(code, &rej);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	rdma_reject(id, &rej, sizeof(rej));
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 }
 
 static void destroy_id_on_progress(void *id)
 {
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	rdma_destroy_id(id);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 }
 
 /* Rejects a connect request that has no channel; the id is destroyed after
@@ -394,9 +395,9 @@ static void accept_channel(struct sdp_listener *l, struct rdma_cm_event *ev,
 	cm_conn_param(&param, &ack_wire, sizeof(ack_wire));
 	pending_insert(l, c);
 	cm_apply_ack_timeout(ev->id);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	int rc = qp_accept(c->dev, ev->id, c->qp, &param);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (rc != 0)
 		sdp_warn("rdma_accept failed: %s", strerror(errno)); /* the peer times out: TCP */
 	else

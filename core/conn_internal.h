@@ -255,6 +255,8 @@ int cm_channel_ensure(struct rdma_event_channel **out);
 void cm_conn_param(struct rdma_conn_param *param, const void *private_data, uint8_t len);
 /* Applies SDPSHIM_ACK_TIMEOUT (if set) to id before connect or accept. */
 void cm_apply_ack_timeout(struct rdma_cm_id *id);
+/* rdma_resolve_route within the connect bound, inside the fork fence. */
+int cm_resolve_route(struct rdma_cm_id *id);
 /* cm_client.c / cm_server.c: event handlers */
 void cm_client_event(struct sdp_conn *c, struct rdma_cm_event *ev);
 void cm_server_conn_event(struct sdp_conn *c, struct rdma_cm_event *ev);

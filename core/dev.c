@@ -20,6 +20,7 @@
 #include "core/cq.h" /* cq_on_channel_ready() */
 #include "core/dev.h"
 #include "core/mrcache.h"
+#include "core/verbs_fence.h"
 
 #define RELEASE_LOOK_MS 50u
 #define RELEASE_LOOKS 100u /* 5 s for the kernel to unlist a device it removes */
@@ -139,18 +140,18 @@ static struct ibv_device **devices_listed(void)
 {
 	struct ibv_device **list;
 
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	list = ibv_get_device_list(NULL);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	return list;
 }
 
 static void devices_listed_free(struct ibv_device **list)
 {
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (list)
 		ibv_free_device_list(list);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 }
 
 /* Compares pointers only: device may be gone. */
@@ -182,9 +183,9 @@ struct sdp_dev *dev_get(struct ibv_context *ctx)
 		if (d->cm_ctx == ctx && !d->retired)
 			break;
 	if (!d && device_listed(ctx->device)) {
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		d = dev_create(ctx);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 		if (d) {
 			d->next = dev_list;
 			dev_list = d;
@@ -344,10 +345,10 @@ static void retire_on_progress(void *arg)
 	mrcache_flush_dev(d);
 	channel_retire(d->cc);
 	channel_retire(d->link_cc);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (ibv_dealloc_pd(d->pd) != 0)
 		sdp_warn("device %s: its protection domain is still in use", d->name);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	d->pd = NULL;
 	sdp_info("device %s removed: its resources are released", d->name);
 	release_timer.fn = release_look;

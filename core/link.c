@@ -25,6 +25,7 @@
 #include "core/listener.h"
 #include "core/progress.h"
 #include "core/qp.h"
+#include "core/verbs_fence.h"
 
 #define LINK_DIRECT_WRS  256u /* work requests beyond the send slots (zero-copy) */
 #define LINK_CONNECT_BOUND_MS 30000u
@@ -333,9 +334,9 @@ static int setup_receive(struct sdp_link *link, struct rdma_cm_id *id)
 	link->dev = dev_get(id->verbs);
 	if (!link->dev)
 		return -ENODEV;
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	err = create_cq_qp(link, id);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (err)
 		return err;
 	link->rx_mem_len = (size_t)link->buf_size * link->buf_count;
@@ -392,7 +393,7 @@ uint32_t link_stream_msg_max(const struct sdp_link *link)
 
 static void destroy_resources(struct sdp_link *link)
 {
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	qp_destroy(link->dev, link->cm_id, link->qp);
 	link->qp = NULL;
 	if (link->cq) {
@@ -400,7 +401,7 @@ static void destroy_resources(struct sdp_link *link)
 		atomic_fetch_sub(&link->dev->link_cqs, 1);
 	}
 	link->cq = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	/* The registrations go before the id: destroying the last id on a
 	 * device librdmacm has seen leave closes librdmacm's context, which
 	 * they are on unless the record has one of its own. */
@@ -410,11 +411,11 @@ static void destroy_resources(struct sdp_link *link)
 	if (link->dev)
 		dev_conn_gone(link->dev); /* the last use flushes cached registrations */
 	link->dev = NULL;
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (link->cm_id)
 		rdma_destroy_id(link->cm_id);
 	link->cm_id = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 }
 
 /* ------------------------------------------------------------- sending */
@@ -778,9 +779,9 @@ static void link_fail_locked(struct sdp_link *link, const char *why)
 	link->why = why;
 	stats_identity(link);
 	if (link->qp) {
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 	}
 	link_get(link);
 	if (progress_defer(notify_streams_failed, link) != 0) {
@@ -844,10 +845,10 @@ static void destroy_on_progress(void *arg)
 
 	progress_timer_cancel(&link->timer);
 	unlist(link);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (link->qp)
 		ibv_modify_qp(link->qp, &attr, IBV_QP_STATE);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	/* App threads poll the CQ too (drain_cq): the last poll and the
 	 * teardown hold the poll lock, and drain_cq looks again once it has
 	 * the lock.  Flushed requests complete soon; a bounded wait for them
@@ -1305,13 +1306,13 @@ static int start_connect(struct sdp_link *link, const struct sockaddr *dst)
 
 	if (rc)
 		return rc;
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	rc = rdma_create_id(ch, &link->cm_id, link, RDMA_PS_TCP);
 	if (rc == 0)
 		rc = rdma_resolve_addr(link->cm_id, NULL, (struct sockaddr *)dst,
 				       (int)sdp_tun.connect_timeout_ms);
 	rc = rc ? -errno : 0;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	return rc;
 }
 
@@ -1441,9 +1442,9 @@ static void on_route_resolved(struct sdp_link *link)
 	cm_conn_param(&param, &hello, sizeof(hello));
 	qp_before_connect(link->dev, link->qp, &param);
 	cm_apply_ack_timeout(link->cm_id);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	int rc = rdma_connect(link->cm_id, &param);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (rc != 0)
 		link_fail(link, "rdma_connect failed");
 }
@@ -1554,7 +1555,7 @@ void cm_link_event(struct sdp_link *link, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (link->state == LINK_CONNECTING &&
-		    rdma_resolve_route(link->cm_id, (int)sdp_tun.connect_timeout_ms) != 0)
+		    cm_resolve_route(link->cm_id) != 0)
 			connect_failed(link, SDP_REASON_PEER_UNREACHABLE, "route resolution failed");
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
@@ -1626,10 +1627,10 @@ static void link_timer_fired(void *arg)
 	pthread_mutex_unlock(&link->lock);
 	if (disconnect) {
 		sdp_debug("closing an idle link");
-		SDP_GUARD_ENTER();
+		VERBS_CTL_ENTER();
 		qp_before_disconnect(link->dev, link->qp);
 		rdma_disconnect(link->cm_id);
-		SDP_GUARD_LEAVE();
+		VERBS_CTL_LEAVE();
 	}
 }
 
@@ -1675,9 +1676,9 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 	if (err) {
 		sdp_warn_limited("refusing an RDMA link on port %u: %s", l->port, strerror(-err));
 		if (link && link->qp) {
-			SDP_GUARD_ENTER();
+			VERBS_CTL_ENTER();
 			qp_destroy(link->dev, ev->id, link->qp);
-			SDP_GUARD_LEAVE();
+			VERBS_CTL_LEAVE();
 			link->qp = NULL;
 		}
 		cm_reject_request(ev->id, SDP_REJECT_RESOURCES);
@@ -1696,9 +1697,9 @@ void link_server_accept(struct sdp_listener *l, struct rdma_cm_event *ev, const 
 	sdp_hello_ack_to_wire(&ack, &ack_wire);
 	cm_conn_param(&param, &ack_wire, sizeof(ack_wire));
 	cm_apply_ack_timeout(ev->id);
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	int rc = qp_accept(link->dev, ev->id, link->qp, &param);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (rc != 0) {
 		sdp_warn("rdma_accept of a link failed: %s", strerror(errno));
 		link_fail(link, "rdma_accept failed");

@@ -7,6 +7,7 @@
 
 #include "base/guard.h"
 #include "core/qp.h"
+#include "core/verbs_fence.h"
 
 /* The attribute bits 21-24 are RoCE's; older kernels set them for an
  * InfiniBand port too, and librdmacm masks them off there. */
@@ -118,11 +119,11 @@ int qp_on_connect_response(struct rdma_cm_id *id, struct ibv_qp *qp)
 {
 	int err;
 
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	err = move_to_rts(id, qp, 0, 0);
 	if (!err && rdma_establish(id) != 0)
 		err = errno ? -errno : -EIO;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	return err;
 }
 

@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "core/qp.h"
 #include "core/zcopy.h"
+#include "core/verbs_fence.h"
 
 #define REQ_MAX_INLINE 256u
 
@@ -240,9 +241,9 @@ int conn_setup_qp(struct sdp_conn *c, struct rdma_cm_id *id, uint32_t peer_buf_s
 		*reason = SDP_REASON_RDMA_CM_ERROR;
 		return -ENODEV;
 	}
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	err = create_cq_qp(c, id);
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	if (!err)
 		err = alloc_rx(c);
 	if (!err && peer_buf_count)
@@ -310,13 +311,13 @@ void conn_release_channel(struct sdp_conn *c)
 	if (c->rx_heap)
 		free_linked_memory(c); /* a linked stream's (ctrl_mem is malloc'd there) */
 	c->ctrl_mem = NULL;
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	qp_destroy(c->dev, c->cm_id, c->qp);
 	c->qp = NULL;
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	c->cq = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	/* The registrations go before the id (see link.c destroy_resources). */
 	dev_free_registered(c->rx_mem, c->rx_mem_len, c->rx_mr);
 	dev_free_registered(c->tx_mem, c->tx_mem_len, c->tx_mr);
@@ -326,11 +327,11 @@ void conn_release_channel(struct sdp_conn *c)
 		dev_conn_gone(c->dev);
 		c->dev = NULL;
 	}
-	SDP_GUARD_ENTER();
+	VERBS_CTL_ENTER();
 	if (c->cm_id)
 		rdma_destroy_id(c->cm_id);
 	c->cm_id = NULL;
-	SDP_GUARD_LEAVE();
+	VERBS_CTL_LEAVE();
 	free(c->rx_ring);
 	free(c->tx_slots);
 	c->rx_ring = NULL;

@@ -14,6 +14,7 @@
 #include "base/pin_budget.h" /* pin_budget_atfork_child() */
 #include "base/real.h"
 #include "core/conn.h"
+#include "core/verbs_fence.h" /* verbs_fence_fork_*() */
 #include "ipoib_fallback/path.h"
 #include "preload/fork_handoff.h"
 #include "preload/gate.h"
@@ -43,10 +44,14 @@ void proc_atfork_prepare(void)
 	}
 	sock_atfork_prepare();
 	gate_atfork_prepare();
+	/* Last: a thread inside the fence takes none of the locks above
+	 * there, so it leaves the fence whoever holds them. */
+	verbs_fence_fork_prepare();
 }
 
 void proc_atfork_parent(void)
 {
+	verbs_fence_fork_parent();
 	gate_atfork_after();
 	rdy_epoll_atfork_parent(); /* the socket table's lock is still held */
 	sock_atfork_parent();
@@ -55,6 +60,7 @@ void proc_atfork_parent(void)
 
 void proc_atfork_child(void)
 {
+	verbs_fence_fork_child();
 	sdp_log_atfork_child();
 	pin_budget_atfork_child(); /* first: the child's segment publishes to it */
 	gate_atfork_after();
