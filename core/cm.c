@@ -17,8 +17,8 @@
 #include "core/listener.h"
 #include "core/mrcache.h"
 #include "core/progress.h"
-#include "core/wait_set.h"
 #include "core/verbs_fence.h"
+#include "core/wait_set.h"
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *cm_channel;

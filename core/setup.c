@@ -16,8 +16,8 @@
 #include "core/link.h"
 #include "core/progress.h"
 #include "core/qp.h"
-#include "core/zcopy.h"
 #include "core/verbs_fence.h"
+#include "core/zcopy.h"
 
 #define REQ_MAX_INLINE 256u
 

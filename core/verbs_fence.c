@@ -12,7 +12,7 @@
 
 /* A fork waits this long at most: a call that does not come back from those
  * libraries (a dead device's command) must not stop the app's forks. */
-#define FORK_WAIT_MAX_MS 2000
+#define FORK_WAIT_MAX_S 2
 #define FORK_WAIT_SAID_MS 100
 
 static pthread_rwlock_t fence = PTHREAD_RWLOCK_INITIALIZER;
@@ -39,40 +39,32 @@ void verbs_fence_leave(void)
 	}
 }
 
-static long long monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The fence exclusive, within FORK_WAIT_MAX_MS; says so when it took long. */
+/* The fence exclusive, within FORK_WAIT_MAX_S; says so when it took long. */
 static bool take_for_fork(void)
 {
-	struct timespec until;
-	long long start;
+	struct timespec start, until, end;
+	long long waited_ms;
 	int rc;
 
 	if (pthread_rwlock_trywrlock(&fence) == 0)
 		return true;
-	start = monotonic_ms();
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += FORK_WAIT_MAX_MS / 1000;
-	until.tv_nsec += (long)(FORK_WAIT_MAX_MS % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	until = start;
+	until.tv_sec += FORK_WAIT_MAX_S;
 	rc = pthread_rwlock_clockwrlock(&fence, CLOCK_MONOTONIC, &until);
-	if (rc != 0)
+	if (rc != 0) {
 		sdp_warn("fork: a call into librdmacm or libibverbs did not return within %d ms; "
 			 "forking without waiting for it (the child's first RDMA connection may hang)",
-			 FORK_WAIT_MAX_MS);
-	else if (monotonic_ms() - start >= FORK_WAIT_SAID_MS)
+			 FORK_WAIT_MAX_S * 1000);
+		return false;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	waited_ms = (long long)(end.tv_sec - start.tv_sec) * 1000 +
+		    (end.tv_nsec - start.tv_nsec) / 1000000;
+	if (waited_ms >= FORK_WAIT_SAID_MS)
 		sdp_info("fork: waited %lld ms for a call into librdmacm or libibverbs to return",
-			 monotonic_ms() - start);
-	return rc == 0;
+			 waited_ms);
+	return true;
 }
 
 void verbs_fence_fork_prepare(void)

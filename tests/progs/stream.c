@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/sha256.h"
+#include "progutil.h"
 
 #define MAGIC 0x5354524dU /* "STRM" */
 
@@ -200,24 +201,16 @@ static void read_exact(int fd, void *buf, size_t len)
 	}
 }
 
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* -t: sleeps while the bytes sent so far are ahead of an even pace over
  * opt.min_secs, so that a test can act on the stream before it ends. */
-static void pace(uint64_t start_ms, uint64_t sent, uint64_t total)
+static void pace(double start_ms, uint64_t sent, uint64_t total)
 {
-	uint64_t due_ms, now;
+	double due_ms, now;
 
 	if (!opt.min_secs || !total)
 		return;
-	due_ms = start_ms + (uint64_t)((double)sent / (double)total * opt.min_secs * 1000.0);
-	now = monotonic_ms();
+	due_ms = start_ms + (double)sent / (double)total * opt.min_secs * 1000.0;
+	now = prog_mono_ms();
 	if (due_ms > now)
 		usleep((useconds_t)((due_ms - now) * 1000));
 }
@@ -225,7 +218,8 @@ static void pace(uint64_t start_ms, uint64_t sent, uint64_t total)
 static void send_stream(int fd, const struct header *h)
 {
 	uint8_t *buf = malloc(h->max_msg);
-	uint64_t sizes = h->seed ^ 0x51ed, off = 0, start_ms = monotonic_ms();
+	uint64_t sizes = h->seed ^ 0x51ed, off = 0;
+	double start_ms = prog_mono_ms();
 
 	if (!buf)
 		die("malloc");
@@ -578,7 +572,12 @@ int main(int argc, char **argv)
 		case '6': family = AF_INET6; break;
 		case 'q': opt.quiet = 1; break;
 		case 'F': opt.fixed = 1; break;
-		case 't': opt.min_secs = atoi(optarg) > 0 ? (unsigned)atoi(optarg) : 0; break;
+		case 't': {
+			int secs = atoi(optarg);
+
+			opt.min_secs = secs > 0 ? (unsigned)secs : 0;
+			break;
+		}
 		default:
 			fprintf(stderr, "usage: stream -s PORT [-n COUNT] [-6] [-e MODE]\n"
 					"       stream -c HOST -p PORT [-b BYTES] [-d up|down|both] "
